@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds .venv/ at the repository root with everything the jobs and tests need.
+# Idempotent: re-runs only when the project files that define the environment change.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+stamp=.venv/.spectool-setup
+want=$(cat pyproject.toml integrations/*/pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    exit 0
+fi
+
+py=${PYTHON:-}
+if [ -z "$py" ]; then
+    for c in python3.11 python3; do
+        if command -v "$c" >/dev/null 2>&1; then py=$c; break; fi
+    done
+fi
+[ -x .venv/bin/python ] || "$py" -m venv .venv
+pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+echo "setup: installing into .venv (a few minutes on a fresh machine)" >&2
+"${pip[@]}" install -U pip setuptools wheel
+# The pin resolves to a local CPU wheel on CPU-only machines; the package itself keeps a range.
+"${pip[@]}" install "torch==2.13.0"
+"${pip[@]}" install -e ".[all,dev]"
+# xgrammar declares triton (~1 GB of GPU kernels) but its CPU path does not use it.
+"${pip[@]}" install --no-deps "xgrammar==0.2.8" "apache-tvm-ffi>=0.1.11,<0.2"
+for d in integrations/*/; do
+    [ -f "$d/pyproject.toml" ] && "${pip[@]}" install -e "$d"
+done
+echo "$want" > "$stamp"
+echo "setup: done" >&2

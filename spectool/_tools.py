@@ -1,0 +1,292 @@
+"""Speculable tools: the decorator, effects, tool specs and the registry.
+
+A tool declares its *effect*; only ``pure`` and ``read_only`` tools may run early.
+
+* ``pure``      the result depends only on the arguments: reusable within a TTL.
+* ``read_only`` reads state but changes none: a speculative result is valid only if no
+                mutating tool of the same *scope* ran since it started (state epochs).
+* ``mutating``  (the default) changes state: never run early.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, TypeVar, overload
+
+import anyio.to_thread
+import pydantic
+
+from ._errors import ToolArgumentsError, ToolDefinitionError, ToolNotFoundError
+from ._keys import KeyFunction, canonical_key, parse_arguments
+
+__all__ = ["Effect", "ToolSpec", "Toolbox", "tool", "tool_spec"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+_ATTR = "__spectool_tool__"
+
+
+class Effect(str, enum.Enum):
+    """What running a tool does to the world; decides whether it may run early."""
+
+    PURE = "pure"
+    READ_ONLY = "read_only"
+    MUTATING = "mutating"
+
+    @property
+    def speculable(self) -> bool:
+        return self is not Effect.MUTATING
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """Everything spectool knows about one tool. Built by :func:`tool` or :meth:`from_schema`."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    effect: Effect = Effect.MUTATING
+    #: State scope for read_only/mutating tools: a mutating call bumps its scope's epoch.
+    scope: str = "default"
+    #: Seconds a pure result stays reusable; None = for the whole session.
+    ttl: float | None = None
+    key_function: KeyFunction | None = None
+    #: Concurrent speculative runs of this tool at most (None = only the global limit).
+    max_concurrency: int | None = None
+    fn: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    validator: Callable[[dict[str, Any]], dict[str, Any]] | None = field(
+        default=None, compare=False, repr=False
+    )
+
+    @property
+    def speculable(self) -> bool:
+        return self.effect.speculable
+
+    def key(self, arguments: str | Mapping[str, Any] | None) -> str:
+        """The canonical cache key of a call to this tool."""
+        try:
+            return canonical_key(self.name, arguments, self.parameters, self.key_function)
+        except ValueError as exc:
+            raise ToolArgumentsError(f"tool {self.name!r}: {exc}", tool=self.name) from exc
+
+    def validate(self, arguments: str | Mapping[str, Any] | None) -> dict[str, Any]:
+        """Parsed, validated arguments; ToolArgumentsError names the tool and the field."""
+        try:
+            args = parse_arguments(arguments)
+        except ValueError as exc:
+            raise ToolArgumentsError(f"tool {self.name!r}: {exc}", tool=self.name) from exc
+        if self.validator is None:
+            return args
+        try:
+            return self.validator(args)
+        except pydantic.ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err.get("loc", ())) or None
+            raise ToolArgumentsError(
+                f"tool {self.name!r}: argument {where!r}: {err.get('msg')}"
+                + (f" ({exc.error_count()} errors)" if exc.error_count() > 1 else ""),
+                tool=self.name,
+                field=where,
+            ) from exc
+
+    async def invoke(self, arguments: str | Mapping[str, Any] | None) -> Any:
+        """Validate and run the tool; sync functions run in a worker thread."""
+        if self.fn is None:
+            raise ToolDefinitionError(f"tool {self.name!r} has no function to run", tool=self.name)
+        args = self.validate(arguments)
+        if inspect.iscoroutinefunction(self.fn):
+            return await self.fn(**args)
+        result = await anyio.to_thread.run_sync(functools.partial(self.fn, **args))
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    def openai_chat(self) -> dict[str, Any]:
+        """The tool as a Chat Completions ``tools=[...]`` entry."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
+
+    def openai_responses(self) -> dict[str, Any]:
+        """The tool as a Responses API ``tools=[...]`` entry (flat function tool)."""
+        return {
+            "type": "function",
+            "name": self.name,
+            "description": self.description,
+            "parameters": dict(self.parameters),
+        }
+
+    @classmethod
+    def from_schema(
+        cls, schema: Mapping[str, Any], fn: Callable[..., Any] | None = None, **options: Any
+    ) -> "ToolSpec":
+        """A spec from an OpenAI tool schema (chat or responses shape) and an optional function."""
+        body = schema.get("function", schema)
+        if "name" not in body:
+            raise ToolDefinitionError("tool schema has no 'name'")
+        return cls(
+            name=body["name"],
+            description=body.get("description", "") or "",
+            parameters=body.get("parameters") or {"type": "object", "properties": {}},
+            fn=fn,
+            **{k: _coerce_option(k, v) for k, v in options.items()},
+        )
+
+
+def _coerce_option(name: str, value: Any) -> Any:
+    if name == "effect":
+        try:
+            return Effect(value)
+        except ValueError as exc:
+            allowed = ", ".join(e.value for e in Effect)
+            raise ToolDefinitionError(f"effect must be one of {allowed}; got {value!r}") from exc
+    return value
+
+
+def _build_spec(fn: Callable[..., Any], options: dict[str, Any]) -> ToolSpec:
+    if not callable(fn):
+        raise ToolDefinitionError(f"@tool needs a function, got {type(fn).__name__}")
+    name = options.pop("name", None) or getattr(fn, "__name__", None)
+    if not name:
+        raise ToolDefinitionError("cannot name this tool; pass name=...")
+    description = options.pop("description", None)
+    if description is None:
+        description = inspect.cleandoc(fn.__doc__ or "").split("\n\n")[0].strip()
+    sig = inspect.signature(fn)
+    for p in sig.parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise ToolDefinitionError(f"tool {name!r}: *args/**kwargs cannot be described", tool=name)
+    try:
+        adapter = pydantic.TypeAdapter(
+            pydantic.create_model(  # type: ignore[call-overload]
+                f"{name}_arguments",
+                __config__=pydantic.ConfigDict(extra="forbid"),
+                **{
+                    p.name: (
+                        Any if p.annotation is p.empty else p.annotation,
+                        ... if p.default is p.empty else p.default,
+                    )
+                    for p in sig.parameters.values()
+                },
+            )
+        )
+        schema = adapter.json_schema()
+    except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, TypeError) as exc:
+        raise ToolDefinitionError(f"tool {name!r}: cannot build a schema: {exc}", tool=name) from exc
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+
+    def validate(args: dict[str, Any]) -> dict[str, Any]:
+        model = adapter.validate_python(args)
+        return {k: getattr(model, k) for k in sig.parameters}
+
+    return ToolSpec(
+        name=name,
+        description=description,
+        parameters=schema,
+        fn=fn,
+        validator=validate,
+        **{k: _coerce_option(k, v) for k, v in options.items()},
+    )
+
+
+@overload
+def tool(fn: F, /) -> F: ...
+@overload
+def tool(
+    *,
+    effect: Effect | str = ...,
+    name: str | None = ...,
+    description: str | None = ...,
+    scope: str = ...,
+    ttl: float | None = ...,
+    key: KeyFunction | None = ...,
+    max_concurrency: int | None = ...,
+) -> Callable[[F], F]: ...
+def tool(fn: Any = None, /, **options: Any) -> Any:
+    """Declare a plain sync or async function a tool; returns the function unchanged.
+
+    Bare ``@tool`` makes a *mutating* tool (never run early). ``@tool(effect="pure")`` or
+    ``effect="read_only"`` lets spectool run it speculatively.
+    """
+    allowed = {"effect", "name", "description", "scope", "ttl", "key", "max_concurrency"}
+    unknown = set(options) - allowed
+    if unknown:
+        raise ToolDefinitionError(f"unknown @tool option(s): {', '.join(sorted(unknown))}")
+    if "key" in options:
+        options["key_function"] = options.pop("key")
+
+    def decorate(f: F) -> F:
+        spec = _build_spec(f, dict(options))
+        try:
+            setattr(f, _ATTR, spec)
+        except (AttributeError, TypeError) as exc:
+            raise ToolDefinitionError(f"cannot attach a tool spec to {f!r}", tool=spec.name) from exc
+        return f
+
+    return decorate if fn is None else decorate(fn)
+
+
+def tool_spec(obj: Any) -> ToolSpec:
+    """The spec of a decorated function (or a ToolSpec itself)."""
+    if isinstance(obj, ToolSpec):
+        return obj
+    spec = getattr(obj, _ATTR, None)
+    if spec is None:
+        # Undecorated plain functions are accepted as mutating tools: never speculated.
+        if callable(obj):
+            return _build_spec(obj, {})
+        raise ToolDefinitionError(f"{obj!r} is not a tool")
+    return spec
+
+
+class Toolbox:
+    """A registry of tools by name; emits OpenAI tool lists and keys calls."""
+
+    def __init__(self, tools: Iterable[Any] = ()) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        for t in tools:
+            self.add(t)
+
+    def add(self, obj: Any) -> ToolSpec:
+        spec = tool_spec(obj)
+        if spec.name in self._specs and self._specs[spec.name] is not spec:
+            raise ToolDefinitionError(f"two tools are named {spec.name!r}", tool=spec.name)
+        self._specs[spec.name] = spec
+        return spec
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __iter__(self):
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def get(self, name: str) -> ToolSpec:
+        try:
+            return self._specs[name]
+        except KeyError:
+            known = ", ".join(sorted(self._specs)) or "none"
+            raise ToolNotFoundError(f"no tool named {name!r} (known: {known})", tool=name) from None
+
+    def key(self, name: str, arguments: str | Mapping[str, Any] | None) -> str:
+        return self.get(name).key(arguments)
+
+    def openai_tools(self, api: str = "chat") -> list[dict[str, Any]]:
+        """``tools=[...]`` for ``api="chat"`` (Chat Completions) or ``"responses"``."""
+        if api == "chat":
+            return [s.openai_chat() for s in self._specs.values()]
+        if api == "responses":
+            return [s.openai_responses() for s in self._specs.values()]
+        raise ValueError(f"api must be 'chat' or 'responses', got {api!r}")
+

@@ -1,0 +1,36 @@
+"""The ``spectool`` command. Each job lives in its own module, imported lazily."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module with `add_arguments(parser)` and `run(args) -> int`, help)
+COMMANDS: dict[str, tuple[str, str]] = {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="spectool", description="Speculative tool calling for LLM agents.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_)
+        p.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(p)
+    args = parser.parse_args(argv)
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 2
+    from ._errors import SpectoolError
+
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except SpectoolError as exc:
+        print(f"spectool {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
