@@ -1,0 +1,188 @@
+"""The paper's performance model: client side (Eq. 1–3, Lemma 1) and engine side (Eq. 4–6).
+
+Pure functions, no I/O. Times are in seconds, per turn unless a name says otherwise.
+
+Client side (one agent, N turns, one tool call per turn)::
+
+    G  main-model generation time        g  drafter (small model) time
+    T  tool time                         α  hit rate: share of turns whose call was drafted
+
+    T_std  = N (G + T)                                           (Eq. 1)
+    T_spec = α N max{G, g + T} + (1 − α) N (G + T)               (Eq. 2)
+    S      = T_std / T_spec                                      (Eq. 3)
+
+Lemma 1 (for 0 < g < G): S grows with α; S ≤ S_max = (G + T) / max{G, g + T} (the value at
+α = 1); and S_max ≤ 2 − 2g / (G + g + T) < 2, with S_max largest when T ≈ G − g.
+
+Engine side (K turns; o per-request overhead; φ prefill and δ decode seconds per token; X_1
+prompt tokens; per turn i: R_i reasoning tokens, t_i tool-call tokens, t_o,i tool-output
+tokens, T_i tool time)::
+
+    vanilla   2Ko + φ ΣX_i + δ Σ(R_i + t_i) + ΣT_i,   X_{i+1} = X_i + t_i + t_o,i     (Eq. 4)
+    cached    2Ko + φ (X_1 + Σ(t_i + t_o,i)) + δ Σ(R_i + t_i) + ΣT_i                  (Eq. 5)
+    spec*     (1−α) 2Ko + φ (X_1 + Σ(t_i + t_o,i))
+              + δ (αK + ΣR_i + (1−α) Σt_i) + (1−α) ΣT_i                              (Eq. 6)
+
+Eq. 6 is the engine with O1–O3: on a hit the call's tokens are verified in one step (O2) and
+the output is appended to the live sequence without a new request or re-prefill (O3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ._errors import ConfigError
+
+__all__ = [
+    "EngineTimes",
+    "EngineWorkload",
+    "client_speedup",
+    "client_time_speculative",
+    "client_time_standard",
+    "engine_times",
+    "max_speedup",
+    "required_hit_rate",
+    "speedup_upper_bound",
+]
+
+
+def _check_times(**values: float) -> None:
+    for name, v in values.items():
+        if not isinstance(v, (int, float)) or math.isnan(v) or v < 0 or math.isinf(v):
+            raise ConfigError(f"{name} must be a finite time ≥ 0 seconds, got {v!r}")
+
+
+def _check_alpha(alpha: float) -> None:
+    if not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
+        raise ConfigError(f"alpha (hit rate) must be in [0, 1], got {alpha!r}")
+
+
+def client_time_standard(G: float, T: float, turns: int = 1) -> float:
+    """Eq. 1: wall time of ``turns`` sequential turns without speculation, N(G + T)."""
+    _check_times(G=G, T=T)
+    return turns * (G + T)
+
+
+def client_time_speculative(G: float, g: float, T: float, alpha: float, turns: int = 1) -> float:
+    """Eq. 2: wall time with client-side speculation, αN·max{G, g+T} + (1−α)N(G+T).
+
+    On a hit the tool starts when the drafter answers (after g) and runs beside the main model;
+    the turn ends when both are done. On a miss the tool starts after the main model.
+    """
+    _check_times(G=G, g=g, T=T)
+    _check_alpha(alpha)
+    return turns * (alpha * max(G, g + T) + (1.0 - alpha) * (G + T))
+
+
+def client_speedup(G: float, g: float, T: float, alpha: float) -> float:
+    """Eq. 3: S = (G + T) / (α·max{G, g+T} + (1−α)(G+T))."""
+    std = client_time_standard(G, T)
+    if std <= 0:
+        raise ConfigError("G + T must be > 0 for a speedup to be defined")
+    return std / client_time_speculative(G, g, T, alpha)
+
+
+def max_speedup(G: float, g: float, T: float) -> float:
+    """Lemma 1: S_max = (G + T) / max{G, g + T}, the speedup at α = 1."""
+    return client_speedup(G, g, T, 1.0)
+
+
+def speedup_upper_bound(G: float, g: float, T: float) -> float:
+    """Lemma 1: the bound 2 − 2g/(G+g+T) ≥ S_max; below 2 whenever g > 0."""
+    _check_times(G=G, g=g, T=T)
+    if G + g + T <= 0:
+        raise ConfigError("G + g + T must be > 0")
+    return 2.0 - 2.0 * g / (G + g + T)
+
+
+def required_hit_rate(G: float, g: float, T: float, target: float) -> float | None:
+    """The smallest α reaching speedup ``target``; None if even α = 1 cannot.
+
+    Solves (G+T) / (α·m + (1−α)(G+T)) = target for α, with m = max{G, g+T}.
+    """
+    if target <= 0:
+        raise ConfigError(f"target speedup must be > 0, got {target!r}")
+    if target <= 1.0:
+        return 0.0
+    s_max = max_speedup(G, g, T)
+    if target > s_max + 1e-12:
+        return None
+    base, m = G + T, max(G, g + T)
+    alpha = (base - base / target) / (base - m)
+    return min(1.0, max(0.0, alpha))
+
+
+@dataclass(frozen=True)
+class EngineWorkload:
+    """One agent episode for the engine model (Eq. 4–6); lists have one entry per turn."""
+
+    prompt_tokens: int  # X_1
+    reasoning_tokens: Sequence[int]  # R_i
+    call_tokens: Sequence[int]  # t_i
+    output_tokens: Sequence[int]  # t_o,i
+    tool_times: Sequence[float]  # T_i, seconds
+    overhead: float = 0.0  # o, seconds per request
+    prefill_s_per_token: float = 0.0  # φ
+    decode_s_per_token: float = 0.0  # δ
+
+    def __post_init__(self) -> None:
+        k = len(self.tool_times)
+        lists = (self.reasoning_tokens, self.call_tokens, self.output_tokens)
+        if any(len(x) != k for x in lists):
+            raise ConfigError("reasoning_tokens, call_tokens, output_tokens, tool_times need one entry per turn")
+        _check_times(
+            overhead=self.overhead, prefill_s_per_token=self.prefill_s_per_token,
+            decode_s_per_token=self.decode_s_per_token, prompt_tokens=self.prompt_tokens,
+            **{f"tool_times[{i}]": t for i, t in enumerate(self.tool_times)},
+        )
+
+    @property
+    def turns(self) -> int:
+        return len(self.tool_times)
+
+
+@dataclass(frozen=True)
+class EngineTimes:
+    """Eq. 4–6 evaluated for one workload and hit rate."""
+
+    vanilla: float
+    cached: float
+    speculative: float
+    parts: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def speedup_over_vanilla(self) -> float:
+        return self.vanilla / self.speculative
+
+    @property
+    def speedup_over_cached(self) -> float:
+        return self.cached / self.speculative
+
+
+def engine_times(w: EngineWorkload, alpha: float) -> EngineTimes:
+    """Eq. 4 (vanilla), Eq. 5 (prefix-cached) and Eq. 6 (engine-side speculation, O1–O3)."""
+    _check_alpha(alpha)
+    K, o, phi, delta = w.turns, w.overhead, w.prefill_s_per_token, w.decode_s_per_token
+    R, t, to, Ti = (sum(w.reasoning_tokens), sum(w.call_tokens), sum(w.output_tokens), sum(w.tool_times))
+    # X_i: the context each turn's request prefills from scratch without a prefix cache.
+    contexts, x = [], w.prompt_tokens
+    for ti, toi in zip(w.call_tokens, w.output_tokens):
+        contexts.append(x)
+        x += ti + toi
+    vanilla = {"overhead": 2 * K * o, "prefill": phi * sum(contexts), "decode": delta * (R + t), "tools": Ti}
+    once = phi * (w.prompt_tokens + t + to)
+    cached = dict(vanilla, prefill=once)
+    spec = {
+        "overhead": (1 - alpha) * 2 * K * o,
+        "prefill": once,
+        "decode": delta * (alpha * K + R + (1 - alpha) * t),
+        "tools": (1 - alpha) * Ti,
+    }
+    return EngineTimes(
+        vanilla=sum(vanilla.values()),
+        cached=sum(cached.values()),
+        speculative=sum(spec.values()),
+        parts={"vanilla": vanilla, "cached": cached, "speculative": spec},
+    )
