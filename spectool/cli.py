@@ -7,7 +7,9 @@ import importlib
 import sys
 
 # subcommand -> (module with `add_arguments(parser)` and `run(args) -> int`, help)
-COMMANDS: dict[str, tuple[str, str]] = {}
+COMMANDS: dict[str, tuple[str, str]] = {
+    "model": ("spectool._model_cli", "the performance model: calculator and Figure 3"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,3 +102,22 @@ def test_lemma1_smax_below_two(G, T, g):
     # the bound is tight where the lemma says the best case is: T = G − g
     if G > g:
         assert math.isclose(max_speedup(G, g, G - g), speedup_upper_bound(G, g, G - g), rel_tol=1e-9)
+
+
+def test_cli_calculator_json_and_figure(tmp_path, capsys):
+    import json
+
+    from spectool.cli import main
+
+    assert main(["model", "client", "--G", "2", "--g", "0.5", "--T", "1", "--alpha", "0.8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["speedup"] == pytest.approx(3 / 2.2)
+    assert out["time_saved_pct"] == pytest.approx(100 * 0.8 / 3)
+    assert main(["model", "engine", "--turns", "2", "--alpha", "1.0", "--json"]) == 0
+    eng = json.loads(capsys.readouterr().out)
+    assert eng["speculative_s"] < eng["cached_s"] < eng["vanilla_s"]
+    assert main(["model", "client", "--G", "1", "--g", "0", "--T", "1", "--alpha", "2"]) == 1
+    assert "alpha" in capsys.readouterr().err
+    png = tmp_path / "fig3.png"
+    assert main(["model", "figure", "--out", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
