@@ -12,22 +12,44 @@ from ._errors import (
     ToolError,
     ToolNotFoundError,
 )
+from ._cache import CacheCounters, Outcome, ToolCache
 from ._keys import canonical_key
+from ._loop import AgentResult, run_agent
+from ._openai import (
+    EngineSink,
+    ModelRequest,
+    RequestHook,
+    SpeculativeOpenAI,
+    SpeculativeStream,
+    speculative,
+)
+from ._speculator import DraftCounters, Speculator, Turn
 from ._tools import Effect, Toolbox, ToolSpec, tool, tool_spec
 from ._types import Drafter, DraftRequest, ToolCall
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentResult",
+    "CacheCounters",
     "ConfigError",
+    "DraftCounters",
     "DraftRequest",
     "Drafter",
     "DrafterError",
     "Effect",
     "EngineError",
+    "EngineSink",
     "ModelOutputError",
+    "ModelRequest",
+    "Outcome",
+    "RequestHook",
     "SpectoolError",
+    "SpeculativeOpenAI",
+    "SpeculativeStream",
+    "Speculator",
     "ToolArgumentsError",
+    "ToolCache",
     "ToolCacheError",
     "ToolCall",
     "ToolDefinitionError",
@@ -35,7 +57,10 @@ __all__ = [
     "ToolNotFoundError",
     "ToolSpec",
     "Toolbox",
+    "Turn",
     "canonical_key",
+    "run_agent",
+    "speculative",
     "tool",
     "tool_spec",
 ]

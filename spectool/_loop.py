@@ -1,0 +1,127 @@
+"""The agent loop: Algorithm 2 repeated until the model answers without tool calls.
+
+Each turn sends the conversation (speculation starts as it is sent), appends the model's
+message, resolves its tool calls through the session cache and appends their results. The
+transcript is plain JSON-able dicts, identical with and without speculation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+from ._errors import ConfigError
+from ._openai import SpeculativeOpenAI, SpeculativeStream
+from ._wire import as_dict
+
+__all__ = ["AgentResult", "run_agent"]
+
+
+@dataclass
+class AgentResult:
+    """What an agent run produced. ``transcript`` is chat messages (``api="chat"``) or
+    Responses input items (``api="responses"``), including the initial ones."""
+
+    transcript: list[dict[str, Any]]
+    final_text: str | None
+    turns: int
+    stop_reason: Literal["answer", "max_turns"]
+    seconds: float
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def transcript_json(self) -> str:
+        """The transcript as canonical JSON (for byte-for-byte comparisons)."""
+        return json.dumps(self.transcript, sort_keys=True, ensure_ascii=False)
+
+
+def _assistant(message: Any) -> dict[str, Any]:
+    """A chat assistant message in one normal form, whether it came streamed or not."""
+    m = as_dict(message)
+    out: dict[str, Any] = {"role": "assistant", "content": m.get("content")}
+    calls = m.get("tool_calls") or []
+    if calls:
+        out["tool_calls"] = [
+            {"id": c.get("id"), "type": "function",
+             "function": {"name": c["function"]["name"], "arguments": c["function"].get("arguments") or ""}}
+            for c in calls
+        ]
+    return out
+
+
+def _output_text(items: Sequence[dict[str, Any]]) -> str | None:
+    texts = [part.get("text", "") for it in items if it.get("type") == "message"
+             for part in it.get("content") or () if part.get("type") == "output_text"]
+    return "".join(texts) if texts else None
+
+
+def _output_item(item: Any) -> dict[str, Any]:
+    d = as_dict(item)
+    if d.get("type") == "function_call":  # keep what the API needs back, in one normal form
+        return {k: d[k] for k in ("type", "id", "call_id", "name", "arguments") if k in d}
+    return d
+
+
+async def run_agent(
+    client: SpeculativeOpenAI,
+    *,
+    model: str,
+    messages: Sequence[Any] | str,
+    api: Literal["chat", "responses"] = "chat",
+    max_turns: int = 10,
+    stream: bool = False,
+    **create_options: Any,
+) -> AgentResult:
+    """Run the agent to its final answer (at most ``max_turns`` model calls).
+
+    ``messages`` is the chat history (or, for ``api="responses"``, the ``input``: a string or
+    items). The client must be open (``async with``).
+    """
+    if max_turns < 1:
+        raise ConfigError("max_turns must be >= 1")
+    if api not in ("chat", "responses"):
+        raise ConfigError(f"api must be 'chat' or 'responses', got {api!r}")
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    transcript = [as_dict(m) for m in messages]
+    start = time.perf_counter()
+    step = _chat_turn if api == "chat" else _responses_turn
+    for turn in range(1, max_turns + 1):
+        done, text = await step(client, transcript, model, stream, create_options)
+        if done:
+            return AgentResult(transcript, text, turn, "answer", time.perf_counter() - start,
+                               client.stats())
+    return AgentResult(transcript, None, max_turns, "max_turns", time.perf_counter() - start,
+                       client.stats())
+
+
+async def _chat_turn(client: SpeculativeOpenAI, transcript: list[dict[str, Any]], model: str,
+                     stream: bool, options: dict[str, Any]) -> tuple[bool, str | None]:
+    response = await client.chat.completions.create(
+        model=model, messages=transcript, **({"stream": True} if stream else {}), **options)
+    if isinstance(response, SpeculativeStream):
+        await response.drain()
+        message = _assistant(response.final_message())
+    else:
+        message = _assistant(response.choices[0].message)
+    transcript.append(message)
+    if not message.get("tool_calls"):
+        return True, message.get("content")
+    transcript.extend(await client.run_tool_calls(message))
+    return False, None
+
+
+async def _responses_turn(client: SpeculativeOpenAI, transcript: list[dict[str, Any]], model: str,
+                          stream: bool, options: dict[str, Any]) -> tuple[bool, str | None]:
+    response = await client.responses.create(
+        model=model, input=transcript, **({"stream": True} if stream else {}), **options)
+    if isinstance(response, SpeculativeStream):
+        await response.drain()
+        response = response.final_message()
+    output = [_output_item(o) for o in (getattr(response, "output", None) or ())]
+    transcript.extend(output)
+    if not any(o.get("type") == "function_call" for o in output):
+        return True, _output_text(output)
+    transcript.extend(await client.run_tool_calls(output))
+    return False, None

@@ -1,0 +1,255 @@
+"""One agent session's speculation: draft at request time, resolve the model's calls.
+
+At every model request the speculator asks the drafter for λ samples of the next tool calls,
+concurrently with the main call and bounded by ``draft_timeout``. Proposed calls of speculable
+tools start in the cache at once. When the main model answers, its calls are resolved through
+the cache. Drafter failures (raising, hanging, garbage) are counted and otherwise ignored: the
+main path never waits on a drafter.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import anyio
+
+from ._cache import CacheCounters, OnComplete, Outcome, ToolCache
+from ._errors import ConfigError, SpectoolError
+from ._tools import Effect, Toolbox, ToolSpec
+from ._types import Drafter, DraftRequest, ToolCall
+
+__all__ = ["DraftCounters", "Speculator", "Turn", "chat_tools"]
+
+log = logging.getLogger("spectool.speculator")
+
+
+@dataclass
+class DraftCounters:
+    """What the drafter did across the session."""
+
+    drafts: int = 0  # propose() calls started
+    draft_errors: int = 0  # propose() raised or returned something that is not a list
+    draft_timeouts: int = 0  # propose() ran past draft_timeout
+    proposals: int = 0  # proposed calls seen
+    admitted: int = 0  # proposals handed to the cache (started or joined)
+    rejected: int = 0  # unknown tool, malformed arguments, not speculable, or garbage
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def chat_tools(tools: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Tool entries in Chat Completions shape (Responses' flat function tools converted)."""
+    out = []
+    for t in tools:
+        if t.get("type") == "function" and "function" not in t and "name" in t:
+            body = {k: t[k] for k in ("name", "description", "parameters") if k in t}
+            out.append({"type": "function", "function": body})
+        else:
+            out.append(dict(t))
+    return out
+
+
+def as_tool_call(obj: Any) -> ToolCall | None:
+    """A drafter's proposal as a ToolCall, or None if it is not one (garbage is dropped)."""
+    if isinstance(obj, ToolCall):
+        name, args, cid = obj.name, obj.arguments, obj.id
+    elif isinstance(obj, Mapping):
+        body = obj.get("function", obj)
+        if not isinstance(body, Mapping):
+            return None
+        name, args, cid = body.get("name"), body.get("arguments", {}), obj.get("id")
+    else:
+        return None
+    if not isinstance(name, str):
+        return None
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args else {}
+        except ValueError:
+            return None
+    if not isinstance(args, Mapping):
+        return None
+    return ToolCall(name=name, arguments=dict(args), id=cid if isinstance(cid, str) else None)
+
+
+class Turn:
+    """The drafts started for one model request; ``cancel()`` once the model has answered."""
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope()
+        self.finished = anyio.Event()
+        self.proposals: list[ToolCall] = []
+        self.admitted: list[ToolCall] = []
+
+    def cancel(self) -> None:
+        self.scope.cancel()
+
+    async def wait(self) -> None:
+        """Wait until drafting for this turn is over (done, failed, timed out or cancelled)."""
+        await self.finished.wait()
+
+
+class Speculator:
+    """Speculative tool calling for one agent session (Algorithm 2).
+
+    Use as ``async with Speculator(tools, drafter) as spec:``; per model request call
+    :meth:`start_turn`, then :meth:`resolve_all` with the calls the model made.
+    """
+
+    def __init__(
+        self,
+        tools: Toolbox | Iterable[Any],
+        drafter: Drafter | None = None,
+        *,
+        samples: int = 3,
+        draft_timeout: float = 5.0,
+        max_proposals: int = 16,
+        on_complete: OnComplete | None = None,
+        cache: ToolCache | None = None,
+        **cache_options: Any,
+    ) -> None:
+        if samples < 1 or max_proposals < 0 or draft_timeout <= 0:
+            raise ConfigError("samples >= 1, max_proposals >= 0 and draft_timeout > 0 required")
+        self.toolbox = tools if isinstance(tools, Toolbox) else Toolbox(tools)
+        self.drafter = drafter
+        self.samples, self.draft_timeout, self.max_proposals = samples, draft_timeout, max_proposals
+        self.cache = cache or ToolCache(self.toolbox, on_complete=on_complete, **cache_options)
+        self.draft_counters = DraftCounters()
+        self._turn: Turn | None = None
+
+    async def __aenter__(self) -> "Speculator":
+        await self.cache.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        if self._turn is not None:
+            self._turn.cancel()
+        return await self.cache.__aexit__(*exc)
+
+    @property
+    def counters(self) -> CacheCounters:
+        return self.cache.counters
+
+    def stats(self) -> dict[str, Any]:
+        """Cache and draft counters in one flat dict."""
+        return {**self.cache.counters.as_dict(), **self.draft_counters.as_dict()}
+
+    # -- drafting ---------------------------------------------------------------------------
+
+    def start_turn(
+        self, messages: Sequence[Mapping[str, Any]], tools: Iterable[Mapping[str, Any]] | None = None
+    ) -> Turn:
+        """Start drafting for a model request with these messages; returns at once."""
+        if self._turn is not None:
+            self._turn.cancel()
+        turn = self._turn = Turn()
+        if self.drafter is None or not self.cache.is_open:
+            turn.finished.set()
+            return turn
+        offered = chat_tools(tools) if tools is not None else self.toolbox.openai_tools("chat")
+        request = DraftRequest(messages=list(messages), tools=offered, samples=self.samples)
+        self.cache.task_group.start_soon(self._draft, turn, request, name="spectool:draft")
+        return turn
+
+    async def _draft(self, turn: Turn, request: DraftRequest) -> None:
+        assert self.drafter is not None
+        self.draft_counters.drafts += 1
+        try:
+            with turn.scope:
+                with anyio.move_on_after(self.draft_timeout) as timeout:
+                    proposals = await self.drafter.propose(request)
+                if timeout.cancelled_caught:
+                    self.draft_counters.draft_timeouts += 1
+                    return
+                self._admit(turn, proposals)
+        except Exception as exc:  # a drafter's failure never reaches the agent
+            self.draft_counters.draft_errors += 1
+            log.debug("drafter failed: %r", exc)
+        finally:
+            turn.finished.set()
+
+    def _admit(self, turn: Turn, proposals: Any) -> None:
+        if not isinstance(proposals, (list, tuple)):
+            self.draft_counters.draft_errors += 1
+            return
+        for raw in proposals[: self.max_proposals]:
+            self.draft_counters.proposals += 1
+            call = as_tool_call(raw)
+            if call is None or not self._admissible(call):
+                self.draft_counters.rejected += 1
+                continue
+            turn.proposals.append(call)
+            if self.cache.speculate(call):
+                self.draft_counters.admitted += 1
+                turn.admitted.append(call)
+        self.draft_counters.rejected += max(0, len(proposals) - self.max_proposals)
+
+    def _admissible(self, call: ToolCall) -> bool:
+        if call.name not in self.toolbox:
+            return False
+        spec = self.toolbox.get(call.name)
+        if not spec.speculable:
+            return False
+        try:
+            spec.validate(call.arguments)
+        except SpectoolError:
+            return False
+        return True
+
+    # -- main path --------------------------------------------------------------------------
+
+    async def resolve(self, call: ToolCall) -> Outcome:
+        """The outcome of one call the main model made (cached if valid, else run now)."""
+        try:
+            return await self.cache.resolve(call)
+        except SpectoolError as exc:  # unknown tool: an outcome, as running it would be
+            return Outcome(error=exc)
+
+    async def resolve_all(self, calls: Sequence[ToolCall]) -> list[Outcome]:
+        """Resolve one response's calls concurrently, with in-order state semantics.
+
+        Calls touching the same scope keep their order where one of them mutates (a read after
+        a write sees the write; a write waits for the reads before it); everything else runs
+        at once. Outcomes come back in the order of ``calls``.
+        """
+        if self._turn is not None:
+            self._turn.cancel()  # the model answered: late drafts are moot
+        calls = list(calls)
+        specs = [self.toolbox._specs.get(c.name) for c in calls]
+        done = [anyio.Event() for _ in calls]
+        outcomes: list[Outcome | None] = [None] * len(calls)
+
+        async def one(i: int) -> None:
+            try:
+                for j in _depends_on(specs, i):
+                    await done[j].wait()
+                outcomes[i] = await self.resolve(calls[i])
+            finally:
+                done[i].set()
+
+        if len(calls) == 1:
+            await one(0)
+        else:
+            async with anyio.create_task_group() as tg:
+                for i in range(len(calls)):
+                    tg.start_soon(one, i)
+        return [o for o in outcomes if o is not None]
+
+
+def _depends_on(specs: Sequence[ToolSpec | None], i: int) -> list[int]:
+    """Earlier calls that call ``i`` must wait for (same scope, at least one mutating)."""
+    me = specs[i]
+    if me is None or me.effect is Effect.PURE:
+        return []
+    out = []
+    for j in range(i):
+        other = specs[j]
+        if other is None or other.effect is Effect.PURE or other.scope != me.scope:
+            continue
+        if Effect.MUTATING in (me.effect, other.effect):
+            out.append(j)
+    return out
