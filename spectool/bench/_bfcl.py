@@ -1,0 +1,195 @@
+"""BFCL tasks read straight from the ``bfcl-eval`` wheel (never installed: it pins old numpy).
+
+The wheel is fetched once with ``pip download --no-deps`` and read as a zip archive: prompts
+from ``bfcl_eval/data/BFCL_v4_<category>.json``, answers from ``possible_answer/``, multi-turn
+tool docs from ``multi_turn_func_doc/``. Tool docs are converted from Gorilla's dialect (dotted
+names, ``dict``/``float``/``tuple``/``any`` types) to OpenAI tools.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .._embedded import fetch_wheel
+from .._errors import ConfigError
+from .._types import ToolCall
+
+__all__ = [
+    "BFCL_WHEEL",
+    "MULTI_TURN_CATEGORIES",
+    "SINGLE_TURN_CATEGORIES",
+    "Task",
+    "bfcl_wheel",
+    "load_tasks",
+    "openai_tool",
+    "tool_name",
+]
+
+BFCL_WHEEL = "bfcl-eval==2026.3.23"
+SINGLE_TURN_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "live_simple", "live_multiple")
+MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_long_context")
+_DATA = "bfcl_eval/data"
+# Gorilla class name -> multi-turn tool doc file (bfcl_eval/constants/executable_backend_config.py)
+CLASS_DOCS = {
+    "GorillaFileSystem": "gorilla_file_system.json",
+    "MathAPI": "math_api.json",
+    "MessageAPI": "message_api.json",
+    "TwitterAPI": "posting_api.json",
+    "TicketAPI": "ticket_api.json",
+    "TradingBot": "trading_bot.json",
+    "TravelAPI": "travel_booking.json",
+    "VehicleControlAPI": "vehicle_control.json",
+}
+_TYPES = {"dict": "object", "float": "number", "tuple": "array", "int": "integer", "list": "array",
+          "str": "string", "bool": "boolean", "String": "string", "any": None}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One BFCL entry: user turns, OpenAI tools, and the ground-truth calls of each turn."""
+
+    id: str
+    category: str
+    turns: Sequence[Sequence[Mapping[str, Any]]]  # per turn: the new user messages
+    tools: Sequence[Mapping[str, Any]]  # Chat Completions tool entries
+    ground_truth: Sequence[Sequence[ToolCall]]  # per turn: calls in order
+    classes: Sequence[str] = ()  # executable Gorilla classes (multi-turn only)
+    initial_config: Mapping[str, Any] = field(default_factory=dict)
+    long_context: bool = False
+    #: OpenAI tool name -> original Gorilla name (dots restored)
+    names: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def multi_turn(self) -> bool:
+        return bool(self.classes)
+
+    @property
+    def calls(self) -> int:
+        return sum(len(t) for t in self.ground_truth)
+
+
+def bfcl_wheel() -> Path:
+    """The bfcl-eval wheel, fetched once into spectool's cache."""
+    return fetch_wheel(BFCL_WHEEL)
+
+
+@functools.lru_cache(maxsize=None)
+def _read_lines(wheel: str, member: str) -> tuple[dict[str, Any], ...]:
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as fh:
+            return tuple(json.loads(line) for line in fh.read().decode("utf-8").splitlines() if line.strip())
+    except KeyError as exc:
+        raise ConfigError(f"{member} is not in {Path(wheel).name}") from exc
+
+
+def tool_name(name: str) -> str:
+    """An OpenAI-legal tool name for a Gorilla name (``math.factorial`` → ``math_factorial``)."""
+    return re.sub(r"[^a-zA-Z0-9_-]", "_", name)[:64]
+
+
+def _schema(node: Any) -> Any:
+    if not isinstance(node, Mapping):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "type":
+            mapped = _TYPES.get(value, value) if isinstance(value, str) else value
+            if mapped is not None:
+                out["type"] = mapped
+        elif key == "properties" and isinstance(value, Mapping):
+            out["properties"] = {k: _schema(v) for k, v in value.items()}
+        elif key in ("items", "additionalProperties"):
+            out[key] = _schema(value)
+        elif key in ("optional", "response"):
+            continue  # Gorilla-only keys; "required" already says what is optional
+        else:
+            out[key] = value
+    if out.get("type") == "array" and "items" not in out:
+        out["items"] = {}
+    return out
+
+
+def openai_tool(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A Gorilla function doc as a Chat Completions tool entry."""
+    params = _schema(doc.get("parameters") or {"type": "dict", "properties": {}})
+    params.setdefault("type", "object")
+    params.setdefault("properties", {})
+    return {"type": "function", "function": {
+        "name": tool_name(doc["name"]), "description": doc.get("description", ""), "parameters": params}}
+
+
+def _single_truth(answer: list[dict[str, Any]]) -> list[ToolCall]:
+    """BFCL single-turn answers list allowed values per argument; take the first real one."""
+    calls = []
+    for item in answer:
+        for name, params in item.items():
+            args = {}
+            for k, options in params.items():
+                chosen = next((o for o in options if o not in ("", None)), None)
+                if chosen is not None:
+                    args[k] = chosen
+            calls.append(ToolCall(tool_name(name), args))
+    return calls
+
+
+def parse_call(text: str, positional: Mapping[str, Sequence[str]]) -> ToolCall:
+    """``cd(folder='x')`` or ``sort('f.pdf')`` → ToolCall; positional names come from the docs."""
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+        if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Name, ast.Attribute)):
+            raise ValueError("not a call")
+        name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+        order = positional.get(name, ())
+        args = {order[i]: ast.literal_eval(a) for i, a in enumerate(node.args)}
+        args.update({kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg})
+    except (SyntaxError, ValueError, IndexError) as exc:
+        raise ConfigError(f"cannot parse BFCL ground-truth call {text!r}: {exc}") from exc
+    return ToolCall(name, args)
+
+
+@functools.lru_cache(maxsize=None)
+def class_docs(wheel: str, class_name: str) -> tuple[dict[str, Any], ...]:
+    return _read_lines(wheel, f"{_DATA}/multi_turn_func_doc/{CLASS_DOCS[class_name]}")
+
+
+def load_tasks(category: str, limit: int | None = None, wheel: Path | None = None) -> list[Task]:
+    """The first ``limit`` tasks of a BFCL category (single-turn python or multi-turn)."""
+    if category not in SINGLE_TURN_CATEGORIES + MULTI_TURN_CATEGORIES:
+        known = ", ".join(SINGLE_TURN_CATEGORIES + MULTI_TURN_CATEGORIES)
+        raise ConfigError(f"unknown BFCL category {category!r} (known: {known})")
+    w = str(wheel or bfcl_wheel())
+    entries = _read_lines(w, f"{_DATA}/BFCL_v4_{category}.json")
+    answers = {a["id"]: a["ground_truth"] for a in _read_lines(w, f"{_DATA}/possible_answer/BFCL_v4_{category}.json")}
+    tasks = []
+    for e in entries[: limit if limit is not None else len(entries)]:
+        if category in MULTI_TURN_CATEGORIES:
+            tasks.append(_multi_turn_task(w, category, e, answers[e["id"]]))
+        else:
+            docs = e["function"]
+            tasks.append(Task(
+                id=e["id"], category=category, turns=e["question"], tools=[openai_tool(d) for d in docs],
+                ground_truth=[_single_truth(answers[e["id"]])],
+                names={tool_name(d["name"]): d["name"] for d in docs},
+            ))
+    return tasks
+
+
+def _multi_turn_task(wheel: str, category: str, e: Mapping[str, Any], truth: list[list[str]]) -> Task:
+    classes = list(e["involved_classes"])
+    excluded = set(e.get("excluded_function", ()))
+    docs = [d for c in classes for d in class_docs(wheel, c) if d["name"] not in excluded]
+    positional = {d["name"]: list((d.get("parameters") or {}).get("properties", {})) for d in docs}
+    return Task(
+        id=e["id"], category=category, turns=e["question"], tools=[openai_tool(d) for d in docs],
+        ground_truth=[[parse_call(c, positional) for c in turn] for turn in truth],
+        classes=classes, initial_config=e.get("initial_config", {}),
+        long_context=category == "multi_turn_long_context",
+        names={tool_name(d["name"]): d["name"] for d in docs},
+    )

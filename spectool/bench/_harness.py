@@ -1,0 +1,155 @@
+"""M concurrent agents over BFCL tasks, through the same client code with and without speculation.
+
+Every agent runs its tasks through :func:`spectool.speculative` — with no drafter for the
+baseline, with the drafter for ``client`` (Algorithm 2) and, when an engine is attached, with
+``mode="engine"`` (Algorithm 4). The code path is the same, so a paired run differs only in
+speculation. Per model step the agent records G (model time) and T (time waiting for tools).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import anyio
+
+from .._errors import ConfigError
+from .._types import Drafter, DraftRequest, ToolCall
+from ._bfcl import Task
+from ._latency import Latency
+from ._workload import ToolStats, build_toolbox
+
+__all__ = ["AgentResult", "Setup", "TimedDrafter", "run_agents"]
+
+CONFIGS = ("baseline", "client", "engine")
+
+
+class TimedDrafter:
+    """Wraps a drafter to measure g (seconds per propose) and the tokens it reports."""
+
+    def __init__(self, inner: Drafter) -> None:
+        self.inner = inner
+        self.durations: list[float] = []
+        self.tokens = 0
+
+    async def propose(self, request: DraftRequest) -> list[ToolCall]:
+        t0 = time.perf_counter()
+        try:
+            return await self.inner.propose(request)
+        finally:
+            self.durations.append(time.perf_counter() - t0)
+            usage = getattr(self.inner, "last_usage_tokens", None)
+            if isinstance(usage, int):
+                self.tokens += usage
+
+
+@dataclass
+class Setup:
+    """What one run needs: how to reach the main model and what drafts."""
+
+    make_client: Callable[[], Any]  # -> AsyncOpenAI-compatible client
+    model: str = "replay"
+    drafter: Callable[[], Drafter] | None = None  # fresh drafter per agent
+    samples: int = 1
+    latency: Latency = field(default_factory=lambda: Latency(0.0))
+    mode: str = "client"
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    max_steps_per_turn: int = 20
+    on_step: Callable[[], None] | None = None  # progress callback
+
+
+@dataclass
+class AgentResult:
+    agent: int
+    wall_s: float = 0.0
+    completion_tokens: int = 0
+    steps: int = 0
+    G: list[float] = field(default_factory=list)  # model time per step
+    T: list[float] = field(default_factory=list)  # tool wait per step (0 when no call)
+    calls: int = 0
+    hits: int = 0  # main-path calls served by a speculative run (finished or in flight)
+    tool_runs: int = 0
+    tool_seconds: float = 0.0
+    draft_seconds: list[float] = field(default_factory=list)
+    drafter_tokens: int = 0
+    transcript: list[list[dict[str, Any]]] = field(default_factory=list)
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.calls if self.calls else 0.0
+
+
+def _assistant_dict(message: Any) -> dict[str, Any]:
+    calls = getattr(message, "tool_calls", None) or []
+    out: dict[str, Any] = {"role": "assistant", "content": getattr(message, "content", None)}
+    if calls:
+        out["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+            "name": c.function.name, "arguments": c.function.arguments}} for c in calls]
+    return out
+
+
+async def _run_task(client: Any, task: Task, setup: Setup, result: AgentResult, drafter: Drafter | None) -> None:
+    from .._openai import speculative  # the client-side core
+
+    stats = ToolStats()
+    box = build_toolbox(task, setup.latency, stats)
+    options: dict[str, Any] = {"samples": setup.samples}
+    if drafter is not None and setup.mode == "engine":
+        options.update(mode="engine", engine_options=setup.engine_options)
+    messages: list[dict[str, Any]] = []
+    async with speculative(client, box, drafter, **options) as spec:
+        for turn in task.turns:
+            messages.extend(dict(m) for m in turn)
+            for _ in range(setup.max_steps_per_turn):
+                t0 = time.perf_counter()
+                response = await spec.chat.completions.create(model=setup.model, messages=messages, tools=list(task.tools))
+                t1 = time.perf_counter()
+                usage = getattr(response, "usage", None)
+                result.completion_tokens += getattr(usage, "completion_tokens", 0) or 0
+                message = response.choices[0].message
+                messages.append(_assistant_dict(message))
+                result.steps += 1
+                result.G.append(t1 - t0)
+                if not getattr(message, "tool_calls", None):
+                    result.T.append(0.0)
+                    break
+                messages.extend(await spec.run_tool_calls(response))
+                result.T.append(time.perf_counter() - t1)
+                result.calls += len(message.tool_calls)
+                if setup.on_step:
+                    setup.on_step()
+        c = spec.counters
+        result.hits += c.hits + c.joins
+    result.tool_runs += stats.runs
+    result.tool_seconds += stats.seconds
+    result.transcript.append(messages)
+
+
+async def _run_agent(i: int, tasks: Sequence[Task], setup: Setup, result: AgentResult) -> None:
+    client = setup.make_client()
+    drafter = TimedDrafter(setup.drafter()) if setup.drafter is not None else None
+    t0 = time.perf_counter()
+    for task in tasks:
+        await _run_task(client, task, setup, result, drafter)
+    result.wall_s = time.perf_counter() - t0
+    if drafter is not None:
+        result.draft_seconds, result.drafter_tokens = drafter.durations, drafter.tokens
+
+
+async def run_agents(assignments: Sequence[Sequence[Task]], setup: Setup) -> list[AgentResult]:
+    """Run one agent per task list, all concurrently; results in agent order."""
+    if setup.mode not in ("client", "engine"):
+        raise ConfigError(f"mode must be client or engine, got {setup.mode!r}")
+    results = [AgentResult(agent=i) for i in range(len(assignments))]
+    async with anyio.create_task_group() as tg:
+        for i, tasks in enumerate(assignments):
+            tg.start_soon(_run_agent, i, tasks, setup, results[i])
+    return results
+
+
+def assign(tasks: Sequence[Task], agents: int, per_agent: int) -> list[list[Task]]:
+    """Agent i gets ``per_agent`` tasks, starting at i·per_agent and wrapping around."""
+    if not tasks:
+        raise ConfigError("no tasks to run")
+    return [[tasks[(i * per_agent + j) % len(tasks)] for j in range(per_agent)] for i in range(agents)]

@@ -1,0 +1,77 @@
+"""Per-agent tools for one BFCL task: real BFCL classes (multi-turn) or stubs (single-turn).
+
+Every tool runs its body first and then sleeps its injected latency: the output reflects the
+state when the call started, like a real remote tool, and the sleep is what speculation hides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from .._keys import canonical_key
+from .._tools import Effect, Toolbox, ToolSpec
+from .._types import ToolCall
+from ._bfcl import Task
+from ._effects import effect_of
+from ._executable import Environment
+from ._latency import Latency
+
+__all__ = ["ToolStats", "build_toolbox", "precomputed_output"]
+
+
+@dataclass
+class ToolStats:
+    """What the tools of one agent did: runs, injected seconds, and runs per call key."""
+
+    runs: int = 0
+    seconds: float = 0.0
+    by_key: dict[str, int] = field(default_factory=dict)
+    durations: list[float] = field(default_factory=list)
+
+    def record(self, key: str, seconds: float) -> None:
+        self.runs += 1
+        self.seconds += seconds
+        self.durations.append(seconds)
+        self.by_key[key] = self.by_key.get(key, 0) + 1
+
+
+def precomputed_output(task_id: str, call: ToolCall) -> str:
+    """The stub output of a single-turn call: fixed per (task, call), no execution."""
+    key = canonical_key(call.name, dict(call.arguments))
+    digest = hashlib.sha256(f"{task_id}\x00{key}".encode()).hexdigest()[:12]
+    return json.dumps({"tool": call.name, "status": "ok", "result_id": digest})
+
+
+def build_toolbox(task: Task, latency: Latency, stats: ToolStats) -> Toolbox:
+    """A fresh toolbox for one agent and one task (fresh BFCL instances: state is per agent)."""
+    env = Environment(task.classes, task.initial_config, task.long_context) if task.multi_turn else None
+    box = Toolbox()
+    for schema in task.tools:
+        name = schema["function"]["name"]
+        params = schema["function"]["parameters"]
+        if env is not None:
+            cls = env.owner(name)
+            effect, scope = effect_of(cls, name), cls
+        else:
+            effect, scope = Effect.PURE, "stub"  # precomputed: the output depends on the args only
+        box.add(ToolSpec.from_schema(schema, fn=_runner(task, env, name, params, latency, stats),
+                                     effect=effect, scope=scope))
+    return box
+
+
+def _runner(task: Task, env: Environment | None, name: str, params: Any, latency: Latency, stats: ToolStats):
+    async def run(**arguments: Any) -> str:
+        call = ToolCall(name, arguments)
+        key = canonical_key(name, arguments, params)
+        out = env.call(call) if env is not None else precomputed_output(task.id, call)
+        delay = latency.draw(task.id, key)
+        stats.record(key, delay)
+        await anyio.sleep(delay)
+        return out
+
+    return run
