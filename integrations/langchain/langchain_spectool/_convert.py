@@ -1,0 +1,55 @@
+"""LangChain messages and tools as the Chat Completions dicts a spectool drafter reads."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Iterable, Mapping, Sequence
+
+from langchain_core.messages import BaseMessage, convert_to_openai_messages
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from spectool import ToolCall
+
+__all__ = ["conversation_key", "draft_messages", "draft_tools", "to_spectool_call"]
+
+
+def draft_messages(
+    messages: Sequence[BaseMessage], system: BaseMessage | None = None
+) -> list[dict[str, Any]]:
+    """The conversation (system message first, if any) as OpenAI chat message dicts."""
+    head = [system] if system is not None else []
+    return convert_to_openai_messages([*head, *messages])
+
+
+def draft_tools(tools: Iterable[BaseTool | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Function tools as Chat Completions ``tools`` entries; provider built-ins are left out."""
+    out = []
+    for t in tools:
+        if isinstance(t, Mapping) and t.get("type") not in (None, "function"):
+            continue  # a provider-side tool (web search, code interpreter): not ours to run
+        try:
+            out.append(convert_to_openai_tool(t))
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+def to_spectool_call(call: Mapping[str, Any]) -> ToolCall:
+    """A LangChain tool call dict (``name``, ``args``, ``id``) as a spectool ToolCall."""
+    return ToolCall(name=call["name"], arguments=dict(call.get("args") or {}), id=call.get("id"))
+
+
+def conversation_key(messages: Sequence[BaseMessage]) -> str:
+    """Names one conversation: its first message's id, else a digest of that message.
+
+    LangGraph's message reducer gives every message an id, so two runs started with separate
+    inputs get separate keys while the turns of one run share one.
+    """
+    if not messages:
+        return "empty"
+    first = messages[0]
+    if getattr(first, "id", None):
+        return f"id:{first.id}"
+    digest = hashlib.sha256(f"{first.type}\x1f{first.content!r}".encode()).hexdigest()[:16]
+    return f"sha:{digest}"

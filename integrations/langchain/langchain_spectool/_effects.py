@@ -1,0 +1,128 @@
+"""Effects of LangChain tools: how a tool says it may run early, and its spectool spec.
+
+A LangChain tool carries its declaration in ``tool.metadata["spectool"]`` (plain JSON, so it is
+harmless in traces). A tool built from a function that spectool's own ``@tool`` decorated keeps
+that function's declaration. Anything else is *mutating*: never run early.
+
+Tools with injected arguments (``ToolRuntime``, ``InjectedState``, ``InjectedToolCallId``, …)
+are never speculable either: what they return depends on graph state that a draft cannot see.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, TypeVar
+
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from spectool import Effect, ToolDefinitionError, ToolSpec, tool_spec
+
+__all__ = ["declared", "effect_of", "speculable", "to_tool_spec"]
+
+T = TypeVar("T", bound=BaseTool)
+_META = "spectool"
+_OPTIONS = ("effect", "scope", "ttl", "max_concurrency")
+
+
+def speculable(
+    tool: T | None = None,
+    /,
+    *,
+    effect: Effect | str,
+    scope: str = "default",
+    ttl: float | None = None,
+    max_concurrency: int | None = None,
+) -> Any:
+    """Declare a LangChain tool's effect; returns the same tool (usable as a decorator).
+
+    ``speculable(search, effect="read_only")`` or, stacked above LangChain's ``@tool``::
+
+        @speculable(effect="pure")
+        @tool
+        def add(a: int, b: int) -> int: ...
+
+    ``effect="mutating"`` is allowed (it documents that the tool never runs early).
+    """
+    try:
+        effect = Effect(effect)
+    except ValueError as exc:
+        allowed = ", ".join(e.value for e in Effect)
+        raise ToolDefinitionError(f"effect must be one of {allowed}; got {effect!r}") from exc
+    if ttl is not None and ttl <= 0:
+        raise ToolDefinitionError(f"ttl must be positive seconds or None; got {ttl!r}")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ToolDefinitionError(f"max_concurrency must be >= 1; got {max_concurrency!r}")
+    options = {"effect": effect.value, "scope": scope, "ttl": ttl, "max_concurrency": max_concurrency}
+
+    def declare(t: T) -> T:
+        if not isinstance(t, BaseTool):
+            raise ToolDefinitionError(
+                f"speculable() needs a LangChain BaseTool (apply it above @tool); got {t!r}"
+            )
+        t.metadata = {**(t.metadata or {}), _META: options}
+        return t
+
+    return declare if tool is None else declare(tool)
+
+
+def declared(tool: BaseTool) -> dict[str, Any]:
+    """The declared options of a tool (effect, scope, ttl, max_concurrency); mutating if none."""
+    meta = (tool.metadata or {}).get(_META)
+    if isinstance(meta, Mapping):
+        return {k: meta[k] for k in _OPTIONS if k in meta}
+    fn = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
+    if fn is not None and hasattr(fn, "__spectool_tool__"):
+        spec = tool_spec(fn)
+        return {
+            "effect": spec.effect.value,
+            "scope": spec.scope,
+            "ttl": spec.ttl,
+            "max_concurrency": spec.max_concurrency,
+        }
+    return {"effect": Effect.MUTATING.value}
+
+
+def effect_of(tool: BaseTool) -> Effect:
+    """The effect spectool acts on: the declaration, forced to mutating for injected tools."""
+    if has_injected_args(tool):
+        return Effect.MUTATING
+    return Effect(declared(tool).get("effect", Effect.MUTATING))
+
+
+def has_injected_args(tool: BaseTool) -> bool:
+    """True when LangChain injects arguments the model does not write (state, runtime, ids)."""
+    if tool._injected_args_keys:  # noqa: SLF001 - the public schemas hide exactly these
+        return True
+    full = tool.get_input_schema()
+    shown = tool.tool_call_schema
+    return _field_names(full) != _field_names(shown)
+
+
+def _field_names(schema: Any) -> set[str]:
+    if isinstance(schema, Mapping):
+        return set((schema.get("properties") or {}).keys())
+    fields = getattr(schema, "model_fields", None)
+    return set(fields or ())
+
+
+def openai_schema(tool: BaseTool | Mapping[str, Any]) -> dict[str, Any]:
+    """The tool as a Chat Completions ``tools=[...]`` entry."""
+    return convert_to_openai_tool(tool)
+
+
+def to_tool_spec(tool: BaseTool, fn: Callable[..., Any] | None = None) -> ToolSpec:
+    """The spectool spec of a LangChain tool; ``fn`` runs its body (see ``_replay``)."""
+    options = declared(tool)
+    if has_injected_args(tool):
+        options["effect"] = Effect.MUTATING.value
+    body = openai_schema(tool)["function"]
+    return ToolSpec(
+        name=tool.name,
+        description=body.get("description", "") or "",
+        parameters=body.get("parameters") or {"type": "object", "properties": {}},
+        effect=Effect(options.get("effect", Effect.MUTATING)),
+        scope=options.get("scope") or "default",
+        ttl=options.get("ttl"),
+        max_concurrency=options.get("max_concurrency"),
+        fn=fn,
+    )

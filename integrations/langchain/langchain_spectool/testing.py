@@ -1,0 +1,84 @@
+"""A scripted chat model that supports ``bind_tools``, for tests, examples and benchmarks.
+
+LangChain's built-in fake chat models do not implement ``bind_tools`` (``BaseChatModel``
+raises ``NotImplementedError``), so ``create_agent`` cannot drive them. This one answers
+turn ``k`` of a conversation (``k`` = AI messages already in it) with the ``k``-th scripted
+reply, after an optional delay that stands in for generation time. It keeps no per-run
+state, so concurrent and repeated runs see the same script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import Field, PrivateAttr
+
+__all__ = ["ScriptedChatModel", "call", "reply"]
+
+
+def call(name: str, args: Mapping[str, Any] | None = None, id: str | None = None) -> dict[str, Any]:
+    """One scripted tool call (LangChain tool-call dict)."""
+    return {"name": name, "args": dict(args or {}), "id": id or f"call_{name}", "type": "tool_call"}
+
+
+def reply(content: str = "", *calls: Mapping[str, Any]) -> AIMessage:
+    """One scripted model turn: text and/or tool calls."""
+    return AIMessage(content=content, tool_calls=[dict(c) for c in calls])
+
+
+class ScriptedChatModel(BaseChatModel):
+    """Answers each turn from ``script``; ``latency`` seconds per answer (sleeping)."""
+
+    script: list[AIMessage] = Field(default_factory=list)
+    latency: float = 0.0
+    #: Optional hook run on every request (e.g. to fail or to check what the model sees).
+    on_request: Callable[[Sequence[BaseMessage]], None] | None = None
+    _requests: list[list[BaseMessage]] = PrivateAttr(default_factory=list)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @property
+    def _llm_type(self) -> str:
+        return "spectool-scripted"
+
+    @property
+    def requests(self) -> list[list[BaseMessage]]:
+        """Every message list this model was asked to answer, in arrival order."""
+        with self._lock:
+            return [list(r) for r in self._requests]
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Runnable:
+        formatted = [convert_to_openai_tool(t) for t in tools]
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+        return self.bind(tools=formatted, **kwargs)
+
+    def _answer(self, messages: Sequence[BaseMessage]) -> ChatResult:
+        with self._lock:
+            self._requests.append(list(messages))
+        if self.on_request is not None:
+            self.on_request(messages)
+        turn = sum(1 for m in messages if isinstance(m, AIMessage))
+        if turn >= len(self.script):
+            raise IndexError(f"ScriptedChatModel has {len(self.script)} turns; asked for turn {turn}")
+        message = self.script[turn].model_copy(deep=True)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        if self.latency:
+            time.sleep(self.latency)
+        return self._answer(messages)
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: Any = None,
+                         run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        return self._answer(messages)
