@@ -24,6 +24,7 @@ from ._openai import (
     speculative,
 )
 from ._speculator import DraftCounters, Speculator, Turn
+from ._sync import SyncSpeculator
 from ._tools import Effect, Toolbox, ToolSpec, tool, tool_spec
 from ._types import Drafter, DraftRequest, ToolCall
 
@@ -48,6 +49,7 @@ __all__ = [
     "SpeculativeOpenAI",
     "SpeculativeStream",
     "Speculator",
+    "SyncSpeculator",
     "ToolArgumentsError",
     "ToolCache",
     "ToolCacheError",
