@@ -8,6 +8,7 @@ import sys
 
 # subcommand -> (module with `add_arguments(parser)` and `run(args) -> int`, help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "bench": ("spectool._bench_cli", "BFCL multi-agent benchmark of speculative tool calling"),
     "model": ("spectool._model_cli", "the performance model: calculator and Figure 3"),
 }
 

@@ -111,14 +111,14 @@ async def _run_task(client: Any, task: Task, setup: Setup, result: AgentResult, 
                 messages.append(_assistant_dict(message))
                 result.steps += 1
                 result.G.append(t1 - t0)
+                if setup.on_step:
+                    setup.on_step()
                 if not getattr(message, "tool_calls", None):
                     result.T.append(0.0)
                     break
                 messages.extend(await spec.run_tool_calls(response))
                 result.T.append(time.perf_counter() - t1)
                 result.calls += len(message.tool_calls)
-                if setup.on_step:
-                    setup.on_step()
         c = spec.counters
         result.hits += c.hits + c.joins
     result.tool_runs += stats.runs

@@ -1,0 +1,119 @@
+"""``spectool bench``: BFCL multi-agent benchmark of speculative tool calling.
+
+    spectool bench --quick --out bench-out          # the main job: a few minutes on 2 cores
+    spectool bench --full --out bench-full          # the paper's grid (hours)
+    spectool bench --validate --out bench-validate  # oracle drafter, T ≈ G, α ∈ {0.5, 0.8, 1.0}
+
+Prints a summary table and writes ``results.json`` and three PNG plots into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from ._errors import ConfigError
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from exc
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in _floats(text))
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    preset = p.add_mutually_exclusive_group()
+    preset.add_argument("--quick", action="store_true", help="short experiment (default)")
+    preset.add_argument("--full", action="store_true", help="the paper's full sweep")
+    preset.add_argument("--validate", action="store_true",
+                        help="model validation: oracle drafter, T ≈ G, α ∈ {0.5, 0.8, 1.0}, single-turn tasks")
+    p.add_argument("--out", type=Path, default=Path("bench-out"), help="output folder")
+    p.add_argument("--categories", type=_words, help="BFCL categories, comma-separated")
+    p.add_argument("--agents", type=_ints, help="concurrent agents M, e.g. 1,8,32")
+    p.add_argument("--tasks-per-agent", type=int)
+    p.add_argument("--latencies", type=_floats, help="mean tool latencies (s), e.g. 0,0.1,0.5")
+    p.add_argument("--latency-cv", type=float, help="tool latency sd / mean (default 0.2)")
+    p.add_argument("--samples", type=_ints, help="λ values, e.g. 1,3,5,7,9")
+    p.add_argument("--configs", type=_words, help="client and/or engine")
+    p.add_argument("--drafters", type=_words, help="oracle, history, local, endpoint")
+    p.add_argument("--alphas", type=_floats, help="oracle hit probabilities")
+    p.add_argument("--oracle-delay", type=float, help="oracle delay g (s)")
+    p.add_argument("--repeats", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--main", choices=("replay", "endpoint"), help="main model (default: replay)")
+    p.add_argument("--base-url", help="OpenAI-compatible main model endpoint (--main endpoint)")
+    p.add_argument("--model", help="main model name")
+    p.add_argument("--drafter-base-url")
+    p.add_argument("--drafter-model")
+    p.add_argument("--prefill-rate", type=float, help="replay model prefill tok/s")
+    p.add_argument("--decode-rate", type=float, help="replay model decode tok/s")
+    p.add_argument("--reasoning-tokens", type=int, help="replay model reasoning tokens per step")
+    p.add_argument("--overhead", type=float, help="replay model per-request overhead (s)")
+    p.add_argument("--price-main", type=float, help="USD per 1M main-model tokens")
+    p.add_argument("--price-drafter", type=float, help="USD per 1M drafter tokens")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-plots", action="store_true")
+
+
+def validate_plan():
+    from .bench._replay import TokenRates
+    from .bench._sweep import Plan
+
+    # One call per task, stub tools (pure: every call speculable), so the measured α tracks the
+    # oracle's. G ≈ 1.0 s per call step from the token-rate model; T̄ = 1.0 s ≈ G.
+    return Plan(categories=("simple_python",), tasks_per_agent=6, agents=(4,), latencies=(1.0,),
+                latency_cv=0.1, samples=(1,), drafters=("oracle",), oracle_alphas=(0.5, 0.8, 1.0),
+                oracle_delay=0.05, rates=TokenRates(prefill_tok_s=2000.0, decode_tok_s=20.0, overhead_s=0.2))
+
+
+def build_plan(args: argparse.Namespace):
+    from .bench._sweep import full_plan, quick_plan
+
+    plan = full_plan() if args.full else validate_plan() if args.validate else quick_plan()
+    simple = {"categories": "categories", "agents": "agents", "tasks_per_agent": "tasks_per_agent",
+              "latencies": "latencies", "latency_cv": "latency_cv", "samples": "samples", "configs": "configs",
+              "drafters": "drafters", "alphas": "oracle_alphas", "oracle_delay": "oracle_delay",
+              "repeats": "repeats", "seed": "seed", "main": "main", "base_url": "base_url", "model": "model",
+              "drafter_base_url": "drafter_base_url", "drafter_model": "drafter_model"}
+    changes = {field: getattr(args, a) for a, field in simple.items() if getattr(args, a, None) is not None}
+    plan = replace(plan, **changes)
+    rate_args = {"prefill_tok_s": args.prefill_rate, "decode_tok_s": args.decode_rate,
+                 "reasoning_tokens": args.reasoning_tokens, "overhead_s": args.overhead}
+    plan = replace(plan, rates=replace(plan.rates, **{k: v for k, v in rate_args.items() if v is not None}))
+    if args.price_main is not None:
+        plan.prices["main"] = args.price_main
+    if args.price_drafter is not None:
+        plan.prices["drafter"] = args.price_drafter
+    bad = set(plan.configs) - {"client", "engine"}
+    if bad:
+        raise ConfigError(f"unknown config(s) {sorted(bad)}: use client and/or engine (baseline always runs)")
+    if "engine" in plan.configs and plan.main == "replay":
+        raise ConfigError("the engine-side config needs the serving engine as main model (--main endpoint "
+                          "--base-url …); the replay model has no tool cache")
+    return plan
+
+
+def run(args: argparse.Namespace) -> int:
+    from .bench._report import summary_table, write_plots, write_results
+    from .bench._sweep import run_plan
+
+    plan = build_plan(args)
+    results = run_plan(plan, progress=not args.no_progress)
+    print(f"main model: {results['main_model']}")
+    print(summary_table(results["runs"]))
+    path = write_results(results, args.out)
+    print(f"wrote {path}")
+    if not args.no_plots:
+        for png in write_plots(results["runs"], args.out):
+            print(f"wrote {png}")
+    return 0
