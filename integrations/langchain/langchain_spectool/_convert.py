@@ -46,9 +46,10 @@ def conversation_key(messages: Sequence[BaseMessage]) -> str:
     LangGraph's message reducer gives every message an id, so two runs started with separate
     inputs get separate keys while the turns of one run share one.
     """
-    if not messages:
+    rest = [m for m in messages if getattr(m, "type", None) != "system"]  # prompts are shared
+    if not rest:
         return "empty"
-    first = messages[0]
+    first = rest[0]
     if getattr(first, "id", None):
         return f"id:{first.id}"
     digest = hashlib.sha256(f"{first.type}\x1f{first.content!r}".encode()).hexdigest()[:16]

@@ -21,7 +21,9 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field, PrivateAttr
 
-__all__ = ["ScriptedChatModel", "call", "reply"]
+from spectool import ToolCall
+
+__all__ = ["ScriptedChatModel", "call", "reply", "transcript"]
 
 
 def call(name: str, args: Mapping[str, Any] | None = None, id: str | None = None) -> dict[str, Any]:
@@ -32,6 +34,17 @@ def call(name: str, args: Mapping[str, Any] | None = None, id: str | None = None
 def reply(content: str = "", *calls: Mapping[str, Any]) -> AIMessage:
     """One scripted model turn: text and/or tool calls."""
     return AIMessage(content=content, tool_calls=[dict(c) for c in calls])
+
+
+def transcript(messages: Sequence[BaseMessage]) -> list[tuple[Any, ...]]:
+    """What an agent run said, without message ids: for comparing two runs."""
+    out = []
+    for m in messages:
+        calls = tuple((c["name"], repr(c["args"]), c["id"]) for c in getattr(m, "tool_calls", ()) or ())
+        out.append((m.type, repr(m.content), calls, getattr(m, "tool_call_id", None),
+                    getattr(m, "status", None), getattr(m, "name", None),
+                    repr(getattr(m, "artifact", None))))
+    return out
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -59,6 +72,13 @@ class ScriptedChatModel(BaseChatModel):
         if tool_choice is not None:
             kwargs["tool_choice"] = tool_choice
         return self.bind(tools=formatted, **kwargs)
+
+    def next_calls(self, messages: Sequence[Mapping[str, Any]]) -> list[ToolCall]:
+        """The calls the model makes next, given OpenAI chat dicts (an oracle for drafters)."""
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        if turn >= len(self.script):
+            return []
+        return [ToolCall(c["name"], dict(c["args"])) for c in self.script[turn].tool_calls]
 
     def _answer(self, messages: Sequence[BaseMessage]) -> ChatResult:
         with self._lock:

@@ -1,0 +1,199 @@
+"""Speculation for graphs that are already built: wrap the chat model and the tools.
+
+For a prebuilt ReAct agent or a LangGraph graph with a ``ToolNode`` there is no middleware
+slot, so the two ends are wrapped instead::
+
+    model = SpeculativeChatModel(model=llm, drafter=drafter)
+    tools = model.wrap_tools(tools)
+    graph = create_react_agent(model, tools)      # or ToolNode(tools) + model.bind_tools(tools)
+
+The model wrapper drafts from the messages it is asked to answer and remembers which
+conversation each returned tool-call id belongs to; a wrapped tool, handed a tool call by the
+ToolNode, looks its id up and is served from that conversation's cache. What the wrappers
+cannot see: the graph's state (only the messages sent to the model), the end of a run (a
+conversation's session is closed when it falls out of the ``max_sessions`` window or on
+``close()``), tools that were not wrapped (they run normally and are never speculated, and
+mutating ones among them do not invalidate read_only results), and direct tool invocations
+without a tool-call id (passed straight through).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Iterator, Sequence
+
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from pydantic import ConfigDict, PrivateAttr
+
+from spectool import Drafter
+
+from ._convert import conversation_key
+from ._effects import has_injected_args
+from ._middleware import _end_turn, _Speculation
+
+__all__ = ["SpeculativeChatModel", "SpeculativeTool"]
+
+
+class _Owners:
+    """tool-call id → conversation key, for the most recent ``size`` calls."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._map: OrderedDict[str, str] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def note(self, result: ChatResult, key: str) -> None:
+        with self._lock:
+            for gen in result.generations:
+                message = getattr(gen, "message", None)
+                for call in getattr(message, "tool_calls", None) or ():
+                    if call.get("id"):
+                        self._map[call["id"]] = key
+            while len(self._map) > self._size:
+                self._map.popitem(last=False)
+
+    def key(self, call_id: str | None) -> str | None:
+        with self._lock:
+            return self._map.get(call_id) if call_id else None
+
+
+class SpeculativeChatModel(BaseChatModel):
+    """A chat model that drafts tool calls while ``model`` answers; see :meth:`wrap_tools`."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    model: BaseChatModel
+    drafter: Any = None
+    samples: int = 3
+    draft_timeout: float = 5.0
+    max_sessions: int = 64
+    _spec: _Speculation = PrivateAttr()
+    _owners: _Owners = PrivateAttr(default_factory=_Owners)
+    _tools: dict[str, BaseTool] = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, context: Any) -> None:
+        options = {"samples": self.samples, "draft_timeout": self.draft_timeout}
+        drafter: Drafter | None = self.drafter
+        self._spec = _Speculation(drafter, options, self.max_sessions)
+
+    @property
+    def _llm_type(self) -> str:
+        return f"speculative-{self.model._llm_type}"  # noqa: SLF001
+
+    def wrap_tools(self, tools: Sequence[BaseTool]) -> list[BaseTool]:
+        """The tools, each served from this model's drafts when the model calls it."""
+        wrapped = []
+        for t in tools:
+            if not isinstance(t, BaseTool):
+                raise TypeError(f"wrap_tools needs LangChain BaseTool objects; got {t!r}")
+            if has_injected_args(t):  # sees graph state: never speculable, left as it is
+                wrapped.append(t)
+                continue
+            self._tools[t.name] = t
+            wrapped.append(SpeculativeTool.around(t, self))
+        return wrapped
+
+    def stats(self) -> dict[str, Any]:
+        """spectool's counters summed over every conversation so far."""
+        return self._spec.sessions.stats()
+
+    def close(self) -> None:
+        """Close every conversation and the background loop."""
+        self._spec.sessions.close()
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable:
+        # The inner model formats tools for its provider; the wrapper passes them through.
+        bound = self.model.bind_tools([_unwrapped(t) for t in tools], **kwargs)
+        return self.bind(**getattr(bound, "kwargs", {}))
+
+    # -- generation ------------------------------------------------------------------------
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        key = conversation_key(messages)
+        session = self._spec.start(key, messages, None, list(self._tools.values()))
+        try:
+            result = self.model._generate(messages, stop=stop, run_manager=run_manager, **kwargs)  # noqa: SLF001
+        finally:
+            _end_turn(session)
+        self._owners.note(result, key)
+        return result
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: Any = None,
+                         run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        key = conversation_key(messages)
+        session = await self._spec.astart(key, messages, None, list(self._tools.values()))
+        try:
+            result = await self.model._agenerate(  # noqa: SLF001
+                messages, stop=stop, run_manager=run_manager, **kwargs
+            )
+        finally:
+            _end_turn(session)
+        self._owners.note(result, key)
+        return result
+
+    def _stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        # Streaming would hand out tool calls before their ids are noted: answer in one piece.
+        raise NotImplementedError("SpeculativeChatModel answers without streaming")
+
+
+def _unwrapped(tool: Any) -> Any:
+    return tool.inner if isinstance(tool, SpeculativeTool) else tool
+
+
+class SpeculativeTool(BaseTool):
+    """A LangChain tool served from the drafts of a :class:`SpeculativeChatModel`."""
+
+    _inner: BaseTool = PrivateAttr()
+    _owner: SpeculativeChatModel = PrivateAttr()
+
+    @classmethod
+    def around(cls, inner: BaseTool, owner: SpeculativeChatModel) -> "SpeculativeTool":
+        tool = cls(
+            name=inner.name,
+            description=inner.description,
+            args_schema=inner.args_schema,
+            return_direct=inner.return_direct,
+            response_format=inner.response_format,
+            metadata=inner.metadata,
+            tags=inner.tags,
+        )
+        tool._inner, tool._owner = inner, owner
+        return tool
+
+    @property
+    def inner(self) -> BaseTool:
+        return self._inner
+
+    @property
+    def tool_call_schema(self) -> Any:
+        return self._inner.tool_call_schema
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:  # only reached if invoke is bypassed
+        return self._inner._run(*args, **kwargs)  # noqa: SLF001
+
+    def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        key = self._key(input)
+        if key is None:
+            return self._inner.invoke(input, config, **kwargs)
+        return self._owner._spec.run_tool(  # noqa: SLF001
+            key, input, self._inner, lambda tool: tool.invoke(input, config, **kwargs)
+        )
+
+    async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        key = self._key(input)
+        if key is None:
+            return await self._inner.ainvoke(input, config, **kwargs)
+        return await self._owner._spec.arun_tool(  # noqa: SLF001
+            key, input, self._inner, lambda tool: tool.ainvoke(input, config, **kwargs)
+        )
+
+    def _key(self, input: Any) -> str | None:
+        if isinstance(input, dict) and input.get("type") == "tool_call" and "args" in input:
+            return self._owner._owners.key(input.get("id"))  # noqa: SLF001
+        return None

@@ -1,0 +1,274 @@
+"""SpeculativeToolMiddleware on a real create_agent agent with real LangChain tools.
+
+The chat model is scripted (langchain_spectool.testing.ScriptedChatModel): no real model runs
+here, and LangChain's own fakes cannot bind tools. Everything else — create_agent, ToolNode,
+the tools, LangChain's error handling — is the real thing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.tools import ToolException, tool
+
+from langchain_spectool import SpeculativeToolMiddleware, effect_of, speculable
+from langchain_spectool.testing import ScriptedChatModel, call, reply, transcript
+from spectool import Effect
+from spectool.testing import ScriptedDrafter
+
+MODEL_LATENCY = 0.1
+TOOL_LATENCY = 0.1
+
+
+class World:
+    """Tools over one shared state, logging when each body starts."""
+
+    def __init__(self) -> None:
+        self.stock = {"apple": 3, "pear": 0}
+        self.log: list[tuple[str, dict, float]] = []
+        self.lock = threading.Lock()
+
+        @tool
+        def get_stock(item: str) -> str:
+            """How many of an item are in stock."""
+            self._note("get_stock", item=item)
+            time.sleep(TOOL_LATENCY)
+            return f"{item}: {self.stock.get(item, 0)}"
+
+        @tool
+        def buy(item: str, qty: int) -> str:
+            """Buy qty of an item (changes the stock)."""
+            self._note("buy", item=item, qty=qty)
+            self.stock[item] = self.stock.get(item, 0) - qty
+            return f"bought {qty} {item}"
+
+        @tool
+        def audit(item: str) -> str:
+            """An audit that fails with a ToolException for missing items."""
+            self._note("audit", item=item)
+            time.sleep(TOOL_LATENCY)
+            if self.stock.get(item, 0) == 0:
+                raise ToolException(f"no {item} to audit")
+            return f"audit ok: {item}"
+
+        @tool
+        def crash(item: str) -> str:
+            """A lookup whose backend is down (raises a plain exception)."""
+            self._note("crash", item=item)
+            time.sleep(TOOL_LATENCY)
+            raise ConnectionError(f"backend down for {item}")
+
+        audit.handle_tool_error = True
+        speculable(get_stock, effect="read_only")
+        speculable(audit, effect="read_only")
+        speculable(crash, effect="read_only")
+        self.tools = [get_stock, buy, audit, crash]
+
+    def _note(self, name: str, **args: object) -> None:
+        with self.lock:
+            self.log.append((name, args, time.monotonic()))
+
+    def runs(self, name: str) -> list[dict]:
+        return [a for n, a, _ in self.log if n == name]
+
+
+SCRIPT = [
+    reply("", call("get_stock", {"item": "apple"}, "c1"), call("get_stock", {"item": "pear"}, "c2")),
+    reply("", call("audit", {"item": "pear"}, "c3")),
+    reply("", call("buy", {"item": "apple", "qty": 2}, "c4")),
+    reply("", call("get_stock", {"item": "apple"}, "c5")),
+    reply("Bought 2 apples; 1 left."),
+]
+
+
+def build(drafter=None, script=SCRIPT, *, middleware: bool = True, **options):
+    world = World()
+    model = ScriptedChatModel(script=script, latency=MODEL_LATENCY)
+    options.setdefault("draft_timeout", 1.0)
+    mw = SpeculativeToolMiddleware(drafter, **options) if middleware else None
+    agent = create_agent(model, world.tools, middleware=[mw] if mw else [])
+    return agent, world, mw, model
+
+
+def run(agent, mode: str):
+    inputs = {"messages": [("user", "buy two apples if in stock")]}
+    if mode == "sync":
+        return agent.invoke(inputs)["messages"]
+    return asyncio.run(agent.ainvoke(inputs))["messages"]
+
+
+def oracle(script=SCRIPT):
+    return ScriptedChatModel(script=script).next_calls
+
+
+@pytest.fixture(params=["sync", "async"])
+def mode(request):
+    return request.param
+
+
+def test_transcript_identical_and_counters_show_early_runs(mode):
+    agent, world, _, _ = build(middleware=False)
+    baseline = transcript(run(agent, mode))
+    agent, world, mw, _ = build(ScriptedDrafter(oracle()))
+    try:
+        assert transcript(run(agent, mode)) == baseline
+        stats = mw.stats()
+    finally:
+        mw.close()
+    # Four read-only calls were predicted and served from the cache (c1, c2, c3, c5).
+    assert stats["hits"] + stats["joins"] == 4
+    assert stats["time_saved"] > 2 * TOOL_LATENCY
+    # Each read ran exactly once: the early run served the model's call.
+    assert len(world.runs("get_stock")) == 3 and len(world.runs("audit")) == 1
+    assert world.stock["apple"] == 1
+
+
+def test_speculation_saves_time(mode):
+    agent, _, _, _ = build(middleware=False)
+    t0 = time.perf_counter()
+    run(agent, mode)
+    base = time.perf_counter() - t0
+    agent, _, mw, _ = build(ScriptedDrafter(oracle()))
+    t0 = time.perf_counter()
+    run(agent, mode)
+    spec = time.perf_counter() - t0
+    mw.close()
+    # 3 of 4 tool rounds overlap generation; a generous margin for a busy CI machine.
+    assert spec < base - TOOL_LATENCY
+
+
+def test_mutating_tools_never_run_early(mode):
+    # The drafter proposes every call, including buy(); only the model's own call may run it.
+    script = [reply("", call("buy", {"item": "apple", "qty": 1}, "b1")), reply("done")]
+    agent, world, mw, model = build(ScriptedDrafter(oracle(script)), script)
+    answered: list[float] = []
+    model.on_request = lambda messages: answered.append(time.monotonic())
+    try:
+        run(agent, mode)
+        stats = mw.stats()
+    finally:
+        mw.close()
+    assert world.runs("buy") == [{"item": "apple", "qty": 1}]
+    assert stats["speculative_started"] == 0 and stats["rejected"] >= 1
+    # buy's body started only after the model had produced the call.
+    assert world.log[0][2] >= answered[0]
+    assert effect_of(world.tools[1]) is Effect.MUTATING
+
+
+def test_read_after_write_is_not_served_stale(mode):
+    # The drafter predicts get_stock(apple) during the turn that buys: that early read is
+    # older than the purchase, so the model's later read must run again and see the new stock.
+    script = [
+        reply("", call("buy", {"item": "apple", "qty": 2}, "b1")),
+        reply("", call("get_stock", {"item": "apple"}, "g1")),
+        reply("ok"),
+    ]
+
+    def early_reader(messages):
+        return [c for c in oracle(script)(messages)] + [
+            __import__("spectool").ToolCall("get_stock", {"item": "apple"})
+        ]
+
+    agent, world, mw, _ = build(ScriptedDrafter(early_reader), script)
+    try:
+        messages = run(agent, mode)
+        stats = mw.stats()
+    finally:
+        mw.close()
+    assert "apple: 1" in messages[4].content
+    assert stats["stale_discards"] + stats["wasted_runs"] >= 1
+
+
+@pytest.mark.parametrize("failure", ["raise", "hang", "garbage"])
+def test_failing_drafter_changes_nothing(mode, failure):
+    agent, _, _, _ = build(middleware=False)
+    baseline = transcript(run(agent, mode))
+    agent, world, mw, _ = build(ScriptedDrafter(oracle(), failure=failure), draft_timeout=0.05)
+    try:
+        assert transcript(run(agent, mode)) == baseline
+        stats = mw.stats()
+    finally:
+        mw.close()
+    assert stats["hits"] + stats["joins"] == 0
+    assert stats["draft_errors"] + stats["draft_timeouts"] + stats["rejected"] >= 1
+
+
+def test_tool_exception_replays_as_the_same_error_message(mode):
+    # audit(pear) raises ToolException; handle_tool_error=True turns it into an error
+    # ToolMessage. Served from the early run, it must be the very same message.
+    script = [reply("", call("audit", {"item": "pear"}, "a1")), reply("done")]
+    agent, _, _, _ = build(middleware=False, script=script)
+    baseline = run(agent, mode)
+    agent, world, mw, _ = build(ScriptedDrafter(oracle(script)), script)
+    try:
+        messages = run(agent, mode)
+        stats = mw.stats()
+    finally:
+        mw.close()
+    assert transcript(messages) == transcript(baseline)
+    assert messages[2].status == "error" and messages[2].content == "no pear to audit"
+    assert stats["speculative_errors"] == 1 and stats["hits"] + stats["joins"] == 1
+    assert len(world.runs("audit")) == 1
+
+
+def test_plain_exception_raises_the_same_way(mode):
+    # crash() raises ConnectionError; create_agent's ToolNode re-raises such errors.
+    script = [reply("", call("crash", {"item": "apple"}, "x1")), reply("done")]
+    agent, _, _, _ = build(middleware=False, script=script)
+    with pytest.raises(ConnectionError) as real:
+        run(agent, mode)
+    agent, world, mw, _ = build(ScriptedDrafter(oracle(script)), script)
+    try:
+        with pytest.raises(ConnectionError) as replayed:
+            run(agent, mode)
+        stats = mw.stats()
+    finally:
+        mw.close()
+    assert str(replayed.value) == str(real.value)
+    assert stats["speculative_errors"] == 1 and len(world.runs("crash")) == 1
+
+
+def test_parallel_tool_calls_share_the_cache_safely(mode):
+    # One turn with eight parallel reads: ToolNode runs them concurrently (threads on the
+    # sync path); each must be served once, from its own early run.
+    items = [f"item{i}" for i in range(8)]
+    script = [
+        reply("", *[call("get_stock", {"item": it}, f"p{i}") for i, it in enumerate(items)]),
+        reply("done"),
+    ]
+    agent, _, _, _ = build(middleware=False, script=script)
+    baseline = transcript(run(agent, mode))
+    agent, world, mw, _ = build(ScriptedDrafter(oracle(script)), script)
+    try:
+        assert transcript(run(agent, mode)) == baseline
+        stats = mw.stats()
+    finally:
+        mw.close()
+    assert sorted(a["item"] for a in world.runs("get_stock")) == sorted(items)
+    assert stats["hits"] + stats["joins"] == 8 and stats["misses"] == 0
+
+
+def test_concurrent_runs_keep_their_own_sessions():
+    # Two conversations at once on one middleware (threads): each is served from its own
+    # early runs (the script only reads, so both transcripts must match).
+    script = [SCRIPT[0], SCRIPT[1], reply("done")]
+    agent, world, mw, _ = build(ScriptedDrafter(oracle(script)), script)
+    results = []
+
+    def go():
+        results.append(transcript(run(agent, "sync")[1:]))
+
+    threads = [threading.Thread(target=go) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stats = mw.stats()
+    mw.close()
+    assert len(results) == 2 and results[0] == results[1]
+    assert stats["hits"] + stats["joins"] == 6
+    assert len(world.runs("get_stock")) == 4 and len(world.runs("audit")) == 2
