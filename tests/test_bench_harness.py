@@ -1,0 +1,118 @@
+"""Latency injection, replay model, oracle drafter, and a tiny paired harness run (CLI included).
+
+The main model here is the replay model (BFCL ground truth with a token-rate clock) and the
+drafter the oracle: both labelled, both deterministic, so the figures checked are the harness's.
+"""
+
+import json
+
+import anyio
+import pytest
+from openai import AsyncOpenAI
+
+from spectool import ConfigError, DraftRequest, ToolCall
+from spectool.bench._bfcl import load_tasks
+from spectool.bench._harness import Setup, assign, run_agents
+from spectool.bench._latency import Latency
+from spectool.bench._metrics import predicted_speedup, run_row
+from spectool.bench._oracle import OracleDrafter
+from spectool.bench._replay import ReplayModel, TokenRates, next_step_call
+from spectool.cli import main
+
+REQUIRED = {"config", "agents", "samples", "drafter", "tool_latency_mean", "time_saved_pct", "throughput_tok_s",
+            "hit_rate", "wasted_tool_runs", "predicted_speedup", "measured_speedup"}
+
+
+def test_latency_is_normal_and_paired():
+    lat = Latency(0.5, cv=0.2, seed=1)
+    draws = [lat.draw("t", f"k{i}") for i in range(2000)]
+    assert lat.draw("t", "k7") == draws[7]  # same call, same draw: paired runs agree
+    mean = sum(draws) / len(draws)
+    sd = (sum((d - mean) ** 2 for d in draws) / len(draws)) ** 0.5
+    assert 0.48 < mean < 0.52 and 0.08 < sd < 0.12
+    assert Latency(0.5, seed=2).draw("t", "k7") != draws[7]
+    assert Latency(0.0).draw("t", "k") == 0.0
+    with pytest.raises(ConfigError):
+        Latency(-1.0)
+
+
+def test_replay_model_walks_the_ground_truth_with_token_rate_time():
+    task = load_tasks("multi_turn_base", limit=1)[0]
+    rates = TokenRates(prefill_tok_s=1000.0, decode_tok_s=10.0, reasoning_tokens=5, overhead_s=0.1)
+    model = ReplayModel([task], rates)
+    messages = list(task.turns[0])
+    step = model.step(messages)
+    first = task.ground_truth[0][0]
+    call = step.message["tool_calls"][0]["function"]
+    assert (call["name"], json.loads(call["arguments"])) == (first.name, dict(first.arguments))
+    assert step.seconds == pytest.approx(0.1 + step.prompt_tokens / 1000 + (5 + step.completion_tokens) / 10)
+    # after the turn's calls the model answers in text, then the next turn starts
+    n = len(task.ground_truth[0])
+    messages += [{"role": "assistant", "content": "x"}] * n
+    assert isinstance(next_step_call(task, messages), str)
+    messages += [{"role": "assistant", "content": "done"}]
+    assert next_step_call(task, messages) == task.ground_truth[1][0]
+    with pytest.raises(ConfigError):
+        model.step([{"role": "user", "content": "unknown task"}])
+
+
+def test_oracle_hits_with_probability_alpha_and_says_so():
+    tasks = load_tasks("simple_python", limit=200)
+    oracle = OracleDrafter(tasks, alpha=0.7, delay=0.0, seed=3)
+    assert "oracle" in oracle.label and "0.7" in oracle.label
+
+    async def drafts():
+        return [await oracle.propose(DraftRequest(messages=list(t.turns[0]), tools=t.tools)) for t in tasks]
+
+    proposals = anyio.run(drafts)
+    hits = sum(p == [t.ground_truth[0][0]] for p, t in zip(proposals, tasks))
+    assert 0.6 < hits / len(tasks) < 0.8
+    wrong = [p for p, t in zip(proposals, tasks) if p != [t.ground_truth[0][0]]]
+    assert all(len(p) == 1 and isinstance(p[0], ToolCall) for p in wrong)  # misses propose a wrong call
+
+
+def test_tiny_paired_run_matches_the_model():
+    tasks = load_tasks("simple_python", limit=6)
+    replay = ReplayModel(tasks, TokenRates(prefill_tok_s=20000.0, decode_tok_s=200.0, overhead_s=0.05))
+
+    def client():
+        return AsyncOpenAI(api_key="x", base_url="http://replay.local/v1", http_client=replay.http_client())
+
+    lat = Latency(0.12, cv=0.05)
+    assignment = assign(tasks, agents=2, per_agent=3)
+
+    async def both():
+        base = await run_agents(assignment, Setup(make_client=client, latency=lat))
+        spec = await run_agents(assignment, Setup(make_client=client, latency=lat,
+                                                  drafter=lambda: OracleDrafter(tasks, 1.0, 0.01)))
+        return base, spec
+
+    base, spec = anyio.run(both)
+    assert [b.calls for b in base] == [3, 3] and all(s.hit_rate == 1.0 for s in spec)
+    row = run_row({"config": "client", "agents": 2, "samples": 1, "drafter": "oracle", "tool_latency_mean": 0.12},
+                  base, spec)
+    assert REQUIRED <= set(row)
+    assert row["same_transcripts"] is True  # speculation changed nothing the agent saw
+    assert row["wasted_tool_runs"] == 0
+    assert row["time_saved_pct"] > 10  # tool time ≈ model time: most of it hides
+    assert row["measured_speedup"] / row["predicted_speedup"] > 0.9
+    assert predicted_speedup(base[0], 0.0, 0.01) == pytest.approx(1.0)
+
+
+def test_cli_tiny_run_writes_results_and_plots(tmp_path, capsys):
+    out = tmp_path / "bench"
+    rc = main(["bench", "--validate", "--out", str(out), "--agents", "2", "--tasks-per-agent", "2",
+               "--latencies", "0.1", "--alphas", "0.5,1.0", "--oracle-delay", "0.01", "--decode-rate", "200",
+               "--prefill-rate", "20000", "--overhead", "0.05", "--no-progress"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "oracle(α=1" in printed and "replay" in printed and "meas/pred" in printed
+    results = json.loads((out / "results.json").read_text())
+    assert results["main_model"].startswith("replay")
+    runs = results["runs"]
+    assert [r["config"] for r in runs] == ["baseline", "client", "client"]
+    assert all(REQUIRED <= set(r) for r in runs)
+    assert runs[2]["hit_rate"] == 1.0 and runs[2]["measured_speedup"] > 1.1
+    for name in ("time_saved_vs_latency.png", "throughput_vs_hit_rate.png", "measured_vs_predicted.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    assert main(["bench", "--configs", "engine", "--out", str(out)]) == 1  # replay has no tool cache
