@@ -1,0 +1,115 @@
+"""The lossless guarantee: the transcript with speculation equals the one without, byte for
+byte; mutating tools never run early; a bad drafter changes nothing and delays nothing."""
+
+import time
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import spectool
+from spectool.testing import KeyValueWorld, ScriptedDrafter, ScriptedModel, call, openai_client, say
+
+pytestmark = pytest.mark.anyio
+KEYS = ["a", "b", "c"]
+
+calls = st.one_of(
+    st.builds(lambda k: call("get", key=k), st.sampled_from(KEYS)),
+    st.just(call("keys")),
+    st.builds(lambda k, v: call("put", key=k, value=v), st.sampled_from(KEYS), st.sampled_from("xyz")),
+    st.builds(lambda k: call("delete", key=k), st.sampled_from(KEYS)),
+    st.builds(lambda a, b: call("add", a=a, b=b), st.integers(0, 3), st.integers(0, 3)),
+)
+scripts = st.lists(st.lists(calls, min_size=1, max_size=3), min_size=1, max_size=4).map(
+    lambda turns: [*turns, say("done")])
+
+
+class LookaheadDrafter(ScriptedDrafter):
+    """Proposes every call of the whole script at once: reads of later turns start before the
+    writes that come first, which is exactly what state epochs must catch."""
+
+    def __init__(self, script, **kw):
+        flat = [c for turn in script if isinstance(turn, list) for c in turn]
+        super().__init__(lambda messages: flat, **kw)
+
+
+async def _run(script, drafter, *, api="chat", stream=False, latency=0.0, **options):
+    world = KeyValueWorld(latency=latency)
+    model = ScriptedModel(script)
+    async with spectool.speculative(openai_client(model), world.toolbox, drafter, **options) as c:
+        result = await spectool.run_agent(c, model="m", messages="please", api=api, stream=stream)
+    return result, world
+
+
+async def _check_lossless(script, drafter, **kw):
+    base, base_world = await _run(script, None, **kw)
+    spec, spec_world = await _run(script, drafter, **kw)
+    assert spec.transcript_json() == base.transcript_json()
+    assert spec_world.data == base_world.data
+    # Mutating tools ran exactly as often as without speculation, never early.
+    for name in ("put", "delete"):
+        assert spec_world.log.count(name) == base_world.log.count(name)
+    assert spec.stats["mutating_runs"] == base.stats["mutating_runs"]
+    return base, spec
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(script=scripts, hit_rate=st.sampled_from([0.0, 0.5, 1.0]), lookahead=st.booleans())
+def test_transcripts_are_identical_with_and_without_speculation(script, hit_rate, lookahead):
+    drafter = (LookaheadDrafter(script, hit_rate=hit_rate) if lookahead
+               else ScriptedDrafter(ScriptedModel(script), hit_rate=hit_rate))
+    anyio.run(lambda: _check_lossless(script, drafter, latency=0.001))
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_lossless_on_every_api_and_mode(api, stream) -> None:
+    script = [[call("get", key="a"), call("keys")], [call("put", key="a", value="z"), call("get", key="a")],
+              [call("delete", key="b"), call("keys"), call("add", a=1, b=2)], say("done")]
+    base, spec = await _check_lossless(script, LookaheadDrafter(script), api=api, stream=stream,
+                                       latency=0.01)
+    assert spec.final_text == "done" and spec.turns == 4
+    assert spec.stats["hits"] + spec.stats["joins"] >= 2  # speculation did happen
+    assert spec.stats["stale_discards"] >= 1  # and stale reads were caught
+
+
+@pytest.mark.parametrize("failure", ["raise", "hang", "garbage"])
+async def test_a_bad_drafter_changes_nothing_and_delays_nothing(failure) -> None:
+    script = [call("get", key="a"), [call("put", key="c", value="x"), call("get", key="c")], say("ok")]
+    t0 = time.perf_counter()
+    base, spec = await _check_lossless(script, ScriptedDrafter(ScriptedModel(script), failure=failure),
+                                       draft_timeout=5.0)
+    # A hanging drafter is bounded by its timeout (5 s) but the main path never waits for it.
+    assert time.perf_counter() - t0 < 2.5
+    assert spec.stats["speculative_started"] == 0
+
+
+async def test_speculation_hides_tool_latency_behind_generation() -> None:
+    script = [call("get", key="a"), call("keys"), say("done")]
+    world_latency = 0.15
+
+    async def timed(drafter):
+        world = KeyValueWorld(latency=world_latency)
+        model = ScriptedModel(script, first_token_latency=0.15)
+        async with spectool.speculative(openai_client(model), world.toolbox, drafter) as c:
+            return await spectool.run_agent(c, model="m", messages="go")
+
+    base = await timed(None)
+    spec = await timed(ScriptedDrafter(ScriptedModel(script)))
+    assert spec.transcript_json() == base.transcript_json()
+    assert spec.stats["joins"] + spec.stats["hits"] == 2
+    # Two tool waits of 0.15 s overlapped generation: a coarse bound that is robust to load.
+    assert spec.seconds < base.seconds - 0.15
+
+
+async def test_max_turns_stops_the_loop() -> None:
+    script = [call("keys")] * 5 + [say("never")]
+    result, _ = await _run(script, None)
+    assert result.stop_reason == "answer"
+    model = ScriptedModel(script)
+    async with spectool.speculative(openai_client(model), KeyValueWorld().toolbox) as c:
+        capped = await spectool.run_agent(c, model="m", messages="go", max_turns=2)
+    assert capped.stop_reason == "max_turns" and capped.turns == 2 and capped.final_text is None
+    with pytest.raises(spectool.ConfigError):
+        await spectool.run_agent(c, model="m", messages="go", max_turns=0)
