@@ -1,0 +1,53 @@
+"""The model runner: the only code that calls the model.
+
+Two entry points, both under ``torch.inference_mode``:
+
+* :meth:`Runner.prefill` — one sequence's tokens into a fresh batch-1 cache.
+* :meth:`Runner.forward` — new tokens for every row of a batched cache, with explicit
+  ``position_ids`` [B, G] and an additive ``attention_mask`` [B, 1, G, C+G] (general enough
+  for linear drafts, O3 appends and tree verification alike).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["Runner"]
+
+
+@dataclass
+class Runner:
+    model: Any
+    device: str = "cpu"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def prefill(self, token_ids: list[int]) -> tuple[torch.Tensor, Any]:
+        """token_ids [L] -> (logits of the last token [V] in fp32, batch-1 DynamicCache)."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=torch.tensor([token_ids], device=self.device),
+                past_key_values=cache, use_cache=True, logits_to_keep=1,
+            )
+        return out.logits[0, -1].float().cpu(), out.past_key_values
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                attention_mask: torch.Tensor, cache: Any) -> torch.Tensor:
+        """input_ids [B, G], position_ids [B, G], mask [B, 1, G, C+G] -> logits [B, G, V] fp32.
+
+        The cache grows by G slots per row; the caller marks which of them stay valid.
+        """
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=input_ids.to(self.device), position_ids=position_ids.to(self.device),
+                attention_mask=attention_mask.to(self.device), past_key_values=cache, use_cache=True,
+            )
+        return out.logits.float().cpu()

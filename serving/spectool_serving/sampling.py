@@ -1,0 +1,45 @@
+"""Sampling math: greedy, temperature, top-p with per-sequence seeds. No model, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["SamplingParams", "probs_from_logits", "sample_token"]
+
+
+@dataclass
+class SamplingParams:
+    """Per-choice decoding settings (OpenAI names). ``temperature == 0`` means greedy."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+def probs_from_logits(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """logits [..., V] -> probabilities [..., V] after temperature and nucleus (top-p) filtering."""
+    probs = torch.softmax(logits.float() / max(temperature, 1e-5), dim=-1)
+    if top_p >= 1.0:
+        return probs
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+    # keep the smallest prefix whose mass reaches top_p (the first token always stays)
+    drop = (torch.cumsum(sorted_p, dim=-1) - sorted_p) >= top_p
+    sorted_p = sorted_p.masked_fill(drop, 0.0)
+    kept = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+    """One token from logits [V]: argmax when greedy, else a seeded draw."""
+    if params.greedy:
+        return int(torch.argmax(logits))
+    probs = probs_from_logits(logits, params.temperature, params.top_p)
+    return int(torch.multinomial(probs, 1, generator=generator))

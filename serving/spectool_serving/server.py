@@ -1,0 +1,36 @@
+"""Wiring: a model source -> engine -> app, and running it with uvicorn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .app import create_app
+from .engine import Engine
+from .models import load_model
+from .runner import Runner
+from .scheduler import Scheduler
+from .toolcache import ToolCache
+
+__all__ = ["build_engine", "build_server", "serve"]
+
+
+def build_engine(source: str | None = None, *, dtype: str = "float32", device: str = "cpu",
+                 prompt_format: str | None = None, max_batch: int = 16, kv_slots: int = 65536,
+                 tool_cache: bool = True, loaded: Any = None) -> Engine:
+    lm = loaded or load_model(source, dtype=dtype, device=device, prompt_format=prompt_format)
+    return Engine(Runner(lm.model, lm.device), lm.tokenizer, lm.fmt,
+                  toolcache=ToolCache() if tool_cache else None,
+                  scheduler=Scheduler(max_batch=max_batch, max_slots=kv_slots), model_name=lm.name)
+
+
+def build_server(source: str | None = None, *, api_keys: set[str] | None = None, **kwargs: Any):
+    return create_app(build_engine(source, **kwargs), api_keys=api_keys)
+
+
+def serve(app: Any, host: str = "127.0.0.1", port: int = 8000) -> None:
+    import uvicorn
+
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        app.state.engine.stop()

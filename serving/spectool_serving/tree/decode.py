@@ -1,0 +1,168 @@
+"""The decoding loop: autoregressive or tree speculative decoding, batch size 1 or more.
+
+Policies: ``ar`` (a root-only tree: plain decoding through the same code path), ``unispec``
+(store + next-next + context drafting, top-g* nodes), ``cast`` (store drafting shaped by
+CAST's cost-aware breadth/depth pruning and reranking), ``both`` (UniSpec drafting shaped by
+CAST). Greedy when ``temperature == 0``, otherwise multi-draft speculative sampling.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from .accept import greedy_tree_accept, sample_tree_accept
+from .tree import DraftTree, pad_trees
+from .unispec import ContextIndex, NGramStore, TopG, TreeDrafter
+from .verify import commit_paths, prefill, tree_forward
+
+__all__ = ["POLICIES", "DecodeResult", "decode", "make_drafter"]
+
+POLICIES = ("ar", "unispec", "cast", "both")
+
+
+@dataclass
+class DecodeResult:
+    outputs: list[list[int]]  # generated tokens per row (EOS included when hit)
+    steps: int = 0
+    accepted: list[int] = field(default_factory=list)  # tokens emitted per row-step
+    draft_sizes: list[int] = field(default_factory=list)  # nodes verified per row-step
+    verify_s: float = 0.0  # time in tree forwards
+    draft_s: float = 0.0
+    total_s: float = 0.0
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens emitted per verification (accepted drafts + the bonus token)."""
+        return float(np.mean(self.accepted)) if self.accepted else 0.0
+
+    @property
+    def mean_draft(self) -> float:
+        return float(np.mean(self.draft_sizes)) if self.draft_sizes else 0.0
+
+
+def make_drafter(policy: str, vocab: int, *, g: int = 16, cast: Any = None,
+                 k: int = 10, depth: int = 10, r: float = 0.05) -> TreeDrafter | None:
+    """The drafter for a policy; ``cast`` is a :class:`~.cast.CastShaper` for cast/both."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}; got {policy!r}")
+    if policy == "ar":
+        return None
+    store = NGramStore(vocab, k)
+    full = policy in ("unispec", "both")
+    shaper = cast if policy in ("cast", "both") else TopG(g=g, k=k, r=r)
+    if shaper is None:
+        raise ValueError(f"policy {policy!r} needs a CAST shaper (cost tables)")
+    return TreeDrafter(store, shaper, depth=depth, use_context=full, use_next_next=full)
+
+
+def _store_update(drafter: TreeDrafter, logits: torch.Tensor, trees: list[DraftTree],
+                  prev: list[int]) -> None:
+    """Refresh the store from the verifier's top-k at every real node (one top-k call)."""
+    rows, toks, pars = [], [], []
+    for b, t in enumerate(trees):
+        for i, (tok, par) in enumerate(zip(t.tokens, t.parents)):
+            rows.append((b, i))
+            toks.append(tok)
+            pars.append(t.tokens[par] if par >= 0 else prev[b])
+    idx_b = torch.tensor([r[0] for r in rows])
+    idx_i = torch.tensor([r[1] for r in rows])
+    probs = torch.softmax(logits[idx_b, idx_i].float(), dim=-1)
+    conf, ids = probs.topk(drafter.store.k, dim=-1)
+    drafter.store.update(np.asarray(toks), np.asarray(pars), ids.numpy(), conf.numpy())
+
+
+def _warm_store(drafter: TreeDrafter, logits: torch.Tensor, prompts: list[list[int]]) -> None:
+    """Seed the store from the prefill's logits (they come free with the prompt)."""
+    width = logits.shape[1]
+    for b, p in enumerate(prompts):
+        n = len(p) - 1
+        probs = torch.softmax(logits[b, width - n:].float(), dim=-1)
+        conf, ids = probs.topk(drafter.store.k, dim=-1)
+        toks = np.asarray(p[:-1])
+        pars = np.asarray([-1] + p[:-2])
+        drafter.store.update(toks, pars, ids.numpy(), conf.numpy())
+
+
+def decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: str = "unispec",
+           *, drafter: TreeDrafter | None = None, g: int = 16, cast: Any = None,
+           temperature: float = 0.0, eos: int | None = None, min_width: int | None = None,
+           generator: torch.Generator | None = None) -> DecodeResult:
+    """Decode ``max_new_tokens`` per prompt with ``policy``; returns outputs and metrics.
+
+    ``min_width`` pads every tree forward to at least this many tokens (default 4 in fp32,
+    where 2-3 token forwards cost more than 4 on CPU math libraries).
+    """
+    t_start = time.perf_counter()
+    if drafter is None and policy != "ar":
+        drafter = make_drafter(policy, model.config.vocab_size, g=g, cast=cast)
+    if min_width is None:
+        min_width = 4 if model.dtype == torch.float32 and policy != "ar" else 1
+    state, pre_logits, roots = prefill(model, prompts)
+    if drafter is not None:
+        _warm_store(drafter, pre_logits, prompts)
+    seqs = [ContextIndex(p) for p in prompts]
+    outs: list[list[int]] = [[] for _ in prompts]
+    done = [False] * len(prompts)
+    res = DecodeResult(outs)
+    while not all(done):
+        t0 = time.perf_counter()
+        if drafter is None:
+            trees = [DraftTree.root(s.seq[-1]) for s in seqs]
+        else:
+            if cast is not None and hasattr(drafter.shaper, "begin_step"):
+                drafter.shaper.begin_step(len(prompts), state.length)
+            trees = [DraftTree.root(s.seq[-1]) if d else drafter.draft(s)
+                     for s, d in zip(seqs, done)]
+        t1 = time.perf_counter()
+        toks, depth, anc, real = pad_trees(trees, min_width)
+        logits = tree_forward(model, state, toks, depth, anc, real)
+        t2 = time.perf_counter()
+        paths, bonus = _accept(trees, logits, temperature, generator)
+        commit_paths(state, paths, toks.shape[1])
+        if drafter is not None:
+            _store_update(drafter, logits, trees, [s.seq[-2] for s in seqs])
+            for t, p, d in zip(trees, paths, done):
+                if not d:
+                    drafter.learn(t, p)
+                    if hasattr(drafter.shaper, "observe"):
+                        drafter.shaper.observe(t, p)
+        res.steps += 1
+        res.verify_s += t2 - t1
+        res.draft_s += t1 - t0
+        for b, (t, p) in enumerate(zip(trees, paths)):
+            if done[b]:
+                continue
+            new = [t.tokens[i] for i in p[1:]] + [bonus[b]]
+            res.accepted.append(len(new))
+            res.draft_sizes.append(len(t))
+            seqs[b].extend(new)
+            for tok in new:
+                outs[b].append(tok)
+                if (eos is not None and tok == eos) or len(outs[b]) >= max_new_tokens:
+                    done[b] = True
+                    break
+    res.total_s = time.perf_counter() - t_start
+    return res
+
+
+def _accept(trees: list[DraftTree], logits: torch.Tensor, temperature: float,
+            generator: torch.Generator | None) -> tuple[list[list[int]], list[int]]:
+    paths, bonus = [], []
+    if temperature <= 0:
+        target = logits.argmax(-1).tolist()  # [B, G]
+        for b, t in enumerate(trees):
+            p, x = greedy_tree_accept(t.parents, t.tokens, target[b][:len(t)])
+            paths.append(p)
+            bonus.append(x)
+        return paths, bonus
+    for b, t in enumerate(trees):
+        probs = torch.softmax(logits[b, :len(t)].float() / temperature, dim=-1)
+        p, x = sample_tree_accept(t.parents, t.tokens, probs, generator)
+        paths.append(p)
+        bonus.append(x)
+    return paths, bonus

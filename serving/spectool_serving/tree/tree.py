@@ -1,0 +1,101 @@
+"""A draft tree and its flattened form: tokens, ancestor-only mask, depth position ids.
+
+Node 0 is the *root*: the last accepted token, whose KV is not in the cache yet. Every other
+node is a drafted token whose parent index is smaller than its own (topological order), so
+one forward over the flattened nodes scores every root-to-node path at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["DraftTree", "ancestor_matrix", "pad_trees", "tree_depths"]
+
+
+@dataclass
+class DraftTree:
+    """Tokens, parents and cumulative confidences; ``parents[0] == -1`` (the root)."""
+
+    tokens: list[int]
+    parents: list[int]
+    conf: list[float] = field(default_factory=list)  # cumulative path confidence per node
+    source: list[str] = field(default_factory=list)  # "root" | "store" | "ctx" (metrics only)
+
+    @classmethod
+    def root(cls, token: int) -> DraftTree:
+        return cls([int(token)], [-1], [1.0], ["root"])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def add(self, parent: int, token: int, conf: float, source: str = "store") -> int:
+        if not 0 <= parent < len(self.tokens):
+            raise IndexError(f"parent {parent} is not a node of a {len(self.tokens)}-node tree")
+        self.tokens.append(int(token))
+        self.parents.append(int(parent))
+        self.conf.append(float(conf))
+        self.source.append(source)
+        return len(self.tokens) - 1
+
+    def children(self) -> list[list[int]]:
+        kids: list[list[int]] = [[] for _ in self.tokens]
+        for i, p in enumerate(self.parents[1:], start=1):
+            kids[p].append(i)
+        return kids
+
+    def depths(self) -> list[int]:
+        return tree_depths(self.parents)
+
+    def subtree(self, keep: list[int]) -> DraftTree:
+        """The nodes ``keep`` (must contain 0 and be ancestor-closed), renumbered in order."""
+        keep = sorted(set(keep) | {0})
+        new = {old: i for i, old in enumerate(keep)}
+        if any(self.parents[k] not in new for k in keep[1:]):
+            raise ValueError("subtree must be closed under parents")
+        return DraftTree([self.tokens[k] for k in keep],
+                         [-1] + [new[self.parents[k]] for k in keep[1:]],
+                         [self.conf[k] for k in keep], [self.source[k] for k in keep])
+
+
+def tree_depths(parents: list[int]) -> list[int]:
+    depth = [0] * len(parents)
+    for i in range(1, len(parents)):
+        if not 0 <= parents[i] < i:
+            raise ValueError(f"node {i} has parent {parents[i]}: parents must precede children")
+        depth[i] = depth[parents[i]] + 1
+    return depth
+
+
+def ancestor_matrix(parents: list[int]) -> torch.Tensor:
+    """``A[i, j]`` is True iff node j is node i or one of its ancestors. Shape [g, g]."""
+    g = len(parents)
+    anc = torch.zeros(g, g, dtype=torch.bool)
+    for i in range(g):
+        anc[i, i] = True
+        if i:
+            anc[i] |= anc[parents[i]]  # parents precede children, so their rows are final
+    return anc
+
+
+def pad_trees(trees: list[DraftTree], min_size: int = 1) -> tuple[torch.Tensor, torch.Tensor,
+                                                                    torch.Tensor, torch.Tensor]:
+    """Batch trees to one width G: ``tokens [B,G]``, ``depth [B,G]``, ``anc [B,G,G]``, ``real [B,G]``.
+
+    Padding nodes see only themselves (never a fully masked row) and are never accepted.
+    ``min_size`` pads small trees up, e.g. to 4 in fp32 where 2-3 token rows cost more.
+    """
+    width = max(min_size, max(len(t) for t in trees))
+    bsz = len(trees)
+    tokens = torch.zeros(bsz, width, dtype=torch.long)
+    depth = torch.zeros(bsz, width, dtype=torch.long)
+    anc = torch.eye(width, dtype=torch.bool).repeat(bsz, 1, 1)
+    real = torch.zeros(bsz, width, dtype=torch.bool)
+    for b, t in enumerate(trees):
+        g = len(t)
+        tokens[b, :g] = torch.tensor(t.tokens)
+        depth[b, :g] = torch.tensor(t.depths())
+        anc[b, :g, :g] = ancestor_matrix(t.parents)
+        real[b, :g] = True
+    return tokens, depth, anc, real
