@@ -121,3 +121,14 @@ def test_cli_calculator_json_and_figure(tmp_path, capsys):
     png = tmp_path / "fig3.png"
     assert main(["model", "figure", "--out", str(png)]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_performance_model_doc_examples_run():
+    import pathlib
+    import re
+
+    doc = pathlib.Path(__file__).resolve().parents[1] / "docs" / "performance-model.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+    assert len(blocks) >= 2
+    for block in blocks:
+        exec(compile(block, str(doc), "exec"), {})

@@ -23,7 +23,7 @@ __all__ = ["Plan", "full_plan", "quick_plan", "run_plan"]
 @dataclass
 class Plan:
     categories: tuple[str, ...] = ("multi_turn_base",)
-    tasks_per_agent: int = 2
+    tasks_per_agent: int = 1
     agents: tuple[int, ...] = (1, 4)
     latencies: tuple[float, ...] = (0.5, 1.5)
     latency_cv: float = 0.2
