@@ -39,8 +39,8 @@ def tool_specs(tools: Sequence[Any], *, asynchronous: bool) -> list[ToolSpec]:
 class _Speculation:
     """What the middleware and the wrappers share: options, sessions, the two paths."""
 
-    def __init__(self, drafter: Drafter | None, options: Mapping[str, Any], max_sessions: int):
-        self.drafter = drafter
+    def __init__(self, drafter: Drafter | str | None, options: Mapping[str, Any], max_sessions: int):
+        self.drafter = _drafter(drafter)
         self.options = dict(options)
         self.sessions = Sessions(self._speculator, max_sessions=max_sessions)
 
@@ -105,6 +105,20 @@ class _Speculation:
         return await run(tool if outcome is None else ReplayTool.of(tool, outcome))
 
 
+def _drafter(drafter: Drafter | str | None) -> Drafter | None:
+    """A drafter, or spectool's by name: "local" (embedded model) or "history"."""
+    if not isinstance(drafter, str):
+        return drafter
+    from spectool import ConfigError
+    from spectool import drafters
+
+    if drafter == "local":
+        return drafters.LocalDrafter()
+    if drafter == "history":
+        return drafters.HistoryDrafter()
+    raise ConfigError(f"drafter must be a Drafter, 'local' or 'history'; got {drafter!r}")
+
+
 def _end_turn(session: Any) -> None:
     if session is not None:
         try:
@@ -130,7 +144,8 @@ class SpeculativeToolMiddleware(AgentMiddleware):
     transcript is the one the agent produces without the middleware.
 
     Args:
-        drafter: a spectool ``Drafter`` (``None``: no drafts, the middleware only observes).
+        drafter: a spectool ``Drafter``; ``"local"`` (spectool's in-process drafter on the
+            embedded model) or ``"history"``; ``None``: no drafts, the middleware only observes.
         samples: λ, drafts per model request.
         draft_timeout: seconds a draft may take before it is abandoned.
         max_sessions: conversations tracked at once (oldest closed first).
@@ -138,7 +153,7 @@ class SpeculativeToolMiddleware(AgentMiddleware):
             ``capacity``, ``ttl``, ``max_proposals``).
     """
 
-    def __init__(self, drafter: Drafter | None = None, *, samples: int = 3,
+    def __init__(self, drafter: Drafter | str | None = None, *, samples: int = 3,
                  draft_timeout: float = 5.0, max_sessions: int = 64, **options: Any) -> None:
         super().__init__()
         options = {"samples": samples, "draft_timeout": draft_timeout, **options}
