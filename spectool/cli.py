@@ -10,6 +10,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("spectool._bench_cli", "BFCL multi-agent benchmark of speculative tool calling"),
     "model": ("spectool._model_cli", "the performance model: calculator and Figure 3"),
+    "overhead": ("spectool._overhead", "middleware overhead per turn and time saved (scripted)"),
 }
 
 
