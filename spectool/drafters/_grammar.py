@@ -1,0 +1,157 @@
+"""Schema-constrained decoding of tool calls for the local drafter.
+
+:func:`calls_schema` (pure, stdlib) turns the offered tools into one JSON schema: an array of
+calls whose items are ``anyOf`` over ``{"name": const, "arguments": <tool parameters>}``, with
+every free string given a ``maxLength`` and every array a ``maxItems`` so a small model cannot
+run away ("NVDA_2023_2023_…").
+
+:class:`GrammarConstraint` compiles that schema with **xgrammar** (chosen over llguidance and
+outlines: see docs/drafters.md) for one tokenizer and hands out a fresh logits processor per
+``generate`` call. xgrammar and torch are imported lazily.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections import OrderedDict
+from typing import Any, Mapping, Sequence
+
+from .._errors import ConfigError, DrafterError
+from ._common import tool_schemas
+
+__all__ = ["GrammarConstraint", "calls_schema"]
+
+_STRING_FREE = ("enum", "const", "maxLength", "pattern", "format")
+
+
+def calls_schema(tools: Sequence[Mapping[str, Any]], *, max_string_length: int = 64,
+                 max_array_items: int = 8, max_calls: int = 4) -> dict[str, Any]:
+    """JSON schema of xLAM's answer: 1..``max_calls`` calls to the offered tools."""
+    branches = []
+    defs: dict[str, Any] = {}
+    for name, body in tool_schemas(tools).items():
+        params = copy.deepcopy(dict(body["parameters"]))
+        local_defs = params.pop("$defs", None) or {}
+        if any(k in defs and defs[k] != v for k, v in local_defs.items()):
+            params = {"type": "object"}  # clashing $defs across tools: keep only the name exact
+        else:
+            defs.update(local_defs)
+        params.setdefault("type", "object")
+        branches.append({
+            "type": "object",
+            "properties": {"name": {"const": name}, "arguments": params},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        })
+    if not branches:
+        raise DrafterError("no tools to constrain the draft to")
+    schema: dict[str, Any] = {
+        "type": "array",
+        "items": branches[0] if len(branches) == 1 else {"anyOf": branches},
+        "minItems": 1,
+        "maxItems": max_calls,
+    }
+    if defs:
+        schema["$defs"] = defs
+    return _bounded(schema, max_string_length, max_array_items)
+
+
+def _bounded(node: Any, max_len: int, max_items: int) -> Any:
+    """A copy of ``node`` with limits on free strings and arrays, recursively."""
+    if isinstance(node, list):
+        return [_bounded(x, max_len, max_items) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _bounded(v, max_len, max_items) if k not in ("enum", "const", "default") else v
+           for k, v in node.items()}
+    types = out.get("type")
+    types = {types} if isinstance(types, str) else set(types or ())
+    if "string" in types and not any(k in out for k in _STRING_FREE):
+        out["maxLength"] = max_len
+    if "array" in types and "maxItems" not in out:
+        out["maxItems"] = max_items
+    return out
+
+
+class GrammarConstraint:
+    """xgrammar compiled for one tokenizer; caches compiled schemas by tool set."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int, *, max_string_length: int = 64,
+                 max_calls: int = 4, cache_size: int = 32) -> None:
+        try:
+            import xgrammar as xgr
+        except ImportError as exc:
+            raise ConfigError(
+                "constrained drafting needs xgrammar; pip install xgrammar "
+                "(on CPU install it with --no-deps plus apache-tvm-ffi), or pass constrained=False"
+            ) from exc
+        self._xgr = xgr
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+        self._compiler = xgr.GrammarCompiler(info)
+        self.stop_token_ids = list(info.stop_token_ids)
+        self.vocab_size = vocab_size
+        self.max_string_length = max_string_length
+        self.max_calls = max_calls
+        self._cache: OrderedDict[str, Any] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def compiled(self, tools: Sequence[Mapping[str, Any]]) -> Any:
+        schema = calls_schema(tools, max_string_length=self.max_string_length,
+                              max_calls=self.max_calls)
+        text = json.dumps(schema)  # key order matters: it is the order the model writes
+        with self._lock:
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
+                return hit
+        try:  # no free whitespace: a model cannot stall by emitting blanks forever
+            grammar = self._compiler.compile_json_schema(text, any_whitespace=False)
+        except Exception as exc:  # xgrammar raises plain RuntimeError/ValueError on bad schemas
+            raise DrafterError(f"cannot compile the tools' schema into a grammar: {exc}") from exc
+        with self._lock:
+            self._cache[text] = grammar
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return grammar
+
+    def processor(self, tools: Sequence[Mapping[str, Any]], batch: int) -> "_MaskProcessor":
+        """A fresh logits processor for one ``generate`` over ``batch`` rows."""
+        return _MaskProcessor(self._xgr, self.compiled(tools), batch, self.vocab_size,
+                              self.stop_token_ids[0] if self.stop_token_ids else 0)
+
+
+class _MaskProcessor:
+    """Per-row grammar matchers applied as a token mask (a transformers logits processor).
+
+    Unlike xgrammar's bundled processor it never asserts: a row whose matcher has finished
+    (or rejected a token) is pinned to the stop token, so one bad row cannot break the batch.
+    """
+
+    def __init__(self, xgr: Any, grammar: Any, batch: int, vocab_size: int, stop_id: int) -> None:
+        self._xgr = xgr
+        self._matchers = [xgr.GrammarMatcher(grammar) for _ in range(batch)]
+        self._mask = xgr.allocate_token_bitmask(batch, vocab_size)
+        self._stop_id = stop_id
+        self._started = False
+        self._dead = [False] * batch
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if self._started:
+            for i, matcher in enumerate(self._matchers):
+                if not self._dead[i] and not matcher.is_terminated():
+                    if not matcher.accept_token(int(input_ids[i, -1])):
+                        self._dead[i] = True
+        self._started = True
+        for i, matcher in enumerate(self._matchers):
+            if self._dead[i] or matcher.is_terminated():
+                continue
+            matcher.fill_next_token_bitmask(self._mask, i)
+        self._xgr.apply_token_bitmask_inplace(scores, self._mask.to(scores.device))
+        for i, matcher in enumerate(self._matchers):
+            if self._dead[i] or matcher.is_terminated():
+                scores[i, :] = float("-inf")
+                scores[i, self._stop_id] = 0.0
+        return scores

@@ -1,0 +1,155 @@
+"""HistoryDrafter: predict the next calls from earlier calls, at zero model cost.
+
+Training-free and deterministic. The *tool* comes from n-gram counts over tool-name sequences
+(this session's calls plus earlier sessions it has seen, stupid backoff), with words shared by
+the latest user message and a tool's name/description as a weak prior. The *arguments* are
+filled per parameter from evidence found in the conversation (see :mod:`._evidence`): values
+named like the parameter in earlier tool outputs and call arguments, ``name: value`` phrases,
+enum values and quoted strings in the user's text, then plain literals of the right type.
+A tool whose required parameters cannot all be filled is not proposed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter, OrderedDict
+from typing import Any, Iterable, Mapping, Sequence
+
+from .._errors import ConfigError
+from .._types import DraftRequest, ToolCall
+from ._common import assistant_calls, message_text, tool_schemas
+from ._evidence import Evidence, collect_evidence
+
+__all__ = ["HistoryDrafter"]
+
+_START = "<s>"
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+class HistoryDrafter:
+    """n-gram next-tool prediction with arguments carried over from the conversation.
+
+    ``order``: n of the n-grams (≥ 1). ``remember``: learn each session's call sequence (keyed
+    by its first user message) so later sessions benefit. ``corpus``: known name sequences.
+    ``variants``: alternative argument fillings per tool when λ allows.
+    """
+
+    def __init__(self, *, order: int = 3, remember: bool = True, max_sessions: int = 1000,
+                 corpus: Iterable[Sequence[str]] = (), variants: int = 2) -> None:
+        if order < 1 or max_sessions < 0 or variants < 1:
+            raise ConfigError("order and variants must be ≥ 1, max_sessions ≥ 0")
+        self.order = order
+        self.remember = remember
+        self.max_sessions = max_sessions
+        self.variants = variants
+        self._corpus = [list(seq) for seq in corpus]
+        self._sessions: OrderedDict[str, list[str]] = OrderedDict()
+
+    def learn(self, names: Sequence[str]) -> None:
+        """Add one finished session's tool-name sequence to the counts."""
+        self._corpus.append(list(names))
+
+    async def propose(self, request: DraftRequest) -> list[ToolCall]:
+        return self.predict(request)
+
+    def predict(self, request: DraftRequest) -> list[ToolCall]:
+        """The synchronous core of :meth:`propose` (pure given the drafter's memory)."""
+        tools = tool_schemas(request.tools)
+        if not tools:
+            return []
+        history = [c for m in request.messages if m.get("role") == "assistant"
+                   for c in assistant_calls(m)]
+        names = [c.name for c in history]
+        session = _session_key(request.messages)
+        ranked = self.rank_tools(names, _latest_user_text(request.messages), tools, session)
+        if self.remember and session is not None and names:
+            self._sessions[session] = names
+            self._sessions.move_to_end(session)
+            while len(self._sessions) > self.max_sessions:
+                self._sessions.popitem(last=False)
+        evidence = collect_evidence(request.messages)
+        per_tool = [fills for name in ranked
+                    if (fills := _fillings(name, tools[name]["parameters"], evidence, self.variants))]
+        limit = max(1, int(request.samples))
+        out: list[ToolCall] = []
+        for round_ in range(self.variants):  # best filling of every tool first, then alternatives
+            for fills in per_tool:
+                if round_ < len(fills) and len(out) < limit:
+                    out.append(fills[round_])
+        return out
+
+    def rank_tools(self, names: Sequence[str], user_text: str, tools: Mapping[str, Any],
+                   session: str | None = None) -> list[str]:
+        """Offered tool names by score (n-gram backoff + word overlap), best first; ties by name."""
+        sequences = [s for k, s in self._sessions.items() if k != session] + self._corpus
+        sequences.append(list(names))
+        context = [_START, *names]
+        scores: Counter[str] = Counter()
+        for k in range(min(self.order - 1, len(context)), -1, -1):
+            weight = 0.4 ** (min(self.order - 1, len(context)) - k)
+            tail = tuple(context[len(context) - k:]) if k else ()
+            nexts = _next_counts(sequences, tail)
+            total = sum(nexts.values())
+            for name, count in nexts.items():
+                if name in tools:
+                    scores[name] += weight * count / total
+        words = set(_WORD.findall(user_text.lower()))
+        for name, body in tools.items():
+            tool_words = set(_WORD.findall(f"{name} {body['description']}".lower().replace("_", " ")))
+            if words and tool_words:
+                scores[name] += 0.05 * len(words & tool_words) / len(tool_words)
+        return sorted((n for n in tools if scores[n] > 0), key=lambda n: (-scores[n], n))
+
+
+def _next_counts(sequences: Sequence[Sequence[str]], tail: tuple[str, ...]) -> Counter[str]:
+    """How often each name follows ``tail`` (``()``: unigram counts) in the padded sequences."""
+    counts: Counter[str] = Counter()
+    for seq in sequences:
+        padded = [_START, *seq]
+        k = len(tail)
+        for i in range(max(k, 1), len(padded)):
+            if tuple(padded[i - k:i]) == tail:
+                counts[padded[i]] += 1
+    return counts
+
+
+def _fillings(name: str, params: Mapping[str, Any], evidence: Evidence, variants: int) -> list[ToolCall]:
+    """Up to ``variants`` argument fillings; [] when a required parameter has no value."""
+    props = params.get("properties") or {}
+    required = [p for p in params.get("required") or () if p in props]
+    chosen: dict[str, list[Any]] = {}
+    taken: set[int] = set()  # a user literal fills one parameter of a call, not two
+    for pname, pschema in props.items():
+        options = evidence.candidates(pname, pschema if isinstance(pschema, Mapping) else {}, taken)
+        if pname in required and not options:
+            return []
+        strong = [o for o in options if o.strength >= 2] if pname not in required else options
+        if strong:
+            chosen[pname] = [o.value for o in strong]
+            if strong[0].literal_id is not None:
+                taken.add(strong[0].literal_id)
+    first = {p: v[0] for p, v in chosen.items()}
+    calls = [ToolCall(name, first)]
+    for pname in (p for p in required if len(chosen.get(p, ())) > 1):
+        for alt in chosen[pname][1:]:
+            if len(calls) >= variants:
+                return calls
+            calls.append(ToolCall(name, {**first, pname: alt}))
+    return calls
+
+
+def _latest_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            return message_text(m.get("content"))
+    return ""
+
+
+def _session_key(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    for m in messages:
+        if m.get("role") == "user":
+            text = json.dumps(message_text(m.get("content")))
+            return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return None

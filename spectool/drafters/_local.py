@@ -1,0 +1,228 @@
+"""LocalDrafter: an in-process transformers model drafts tool calls.
+
+λ samples come from ONE batched ``generate`` (``num_return_sequences``); the calls are decoded
+under a JSON-schema grammar (see :mod:`._grammar`) so even a 135M model emits well-formed calls
+to offered tools. Generation runs in a worker thread, serialized per model, and stops early
+when the caller is cancelled (the speculator's timeout). torch/transformers load lazily.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import anyio
+import anyio.to_thread
+
+from .._errors import ConfigError, DrafterError
+from .._toolcall_text import salvage_tool_calls
+from .._types import DraftRequest, ToolCall
+from ._common import tool_schemas, with_known_tools
+from ._prompts import DEFAULT_EXAMPLES, WorkedExample, draft_messages
+
+__all__ = ["DEFAULT_LOCAL_MODEL", "LocalDrafter", "LocalModel"]
+
+#: The model the paper drafts with; used when its weights are reachable (hub cache / folder).
+DEFAULT_LOCAL_MODEL = "Salesforce/xLAM-2-1b-fc-r"
+
+
+@dataclass
+class LocalModel:
+    """A loaded model + tokenizer, its grammar, and the lock that serializes generation."""
+
+    model: Any
+    tokenizer: Any
+    source: str
+    grammar: Any = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    _grammar_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def constraint(self, max_string_length: int, max_calls: int) -> Any:
+        with self._grammar_lock:
+            if self.grammar is None or (self.grammar.max_string_length, self.grammar.max_calls) != (
+                    max_string_length, max_calls):
+                from ._grammar import GrammarConstraint
+
+                vocab = self.model.get_output_embeddings().weight.shape[0]
+                self.grammar = GrammarConstraint(self.tokenizer, vocab,
+                                                 max_string_length=max_string_length,
+                                                 max_calls=max_calls)
+            return self.grammar
+
+
+_LOADED: dict[tuple[str, str], LocalModel] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def _resolve_source(model: str | os.PathLike[str] | None) -> str | None:
+    """None/"embedded" → the embedded SmolLM2; the xLAM default only when it is on disk."""
+    if model is None or str(model) in ("", "embedded"):
+        return None
+    if str(model) == DEFAULT_LOCAL_MODEL and not _hub_cached(DEFAULT_LOCAL_MODEL):
+        return None
+    return str(model)
+
+
+def _hub_cached(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    found = try_to_load_from_cache(repo_id, "config.json")
+    return isinstance(found, str)
+
+
+def load_shared(model: str | os.PathLike[str] | None, dtype: str = "float32") -> LocalModel:
+    """Load a model once per process (keyed by source and dtype) and share it."""
+    source = _resolve_source(model)
+    key = (source or "embedded", dtype)
+    with _LOAD_LOCK:
+        if key not in _LOADED:
+            from .._embedded import load_causal_lm
+
+            try:
+                m, tok = load_causal_lm(source, dtype=dtype)
+            except ConfigError:
+                raise
+            except Exception as exc:  # OSError, ValueError from transformers: a bad source
+                raise ConfigError(f"cannot load local drafter model {key[0]!r}: {exc}") from exc
+            _LOADED[key] = LocalModel(m, tok, key[0])
+        return _LOADED[key]
+
+
+class _Cancelled:
+    """A transformers StoppingCriteria that stops every row once its event is set."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool)
+
+
+class LocalDrafter:
+    """Drafts calls with an in-process causal LM (default: xLAM-2-1b if cached, else SmolLM2).
+
+    ``model``: None/"embedded", an HF id or folder, a ``.gguf`` path, or a loaded
+    ``(model, tokenizer)`` pair. ``constrained`` decodes under the tools' JSON schema.
+    ``examples`` are worked examples put before the conversation (``()`` for none).
+    """
+
+    def __init__(self, model: Any = DEFAULT_LOCAL_MODEL, *, constrained: bool = True,
+                 examples: Sequence[WorkedExample] = DEFAULT_EXAMPLES, max_new_tokens: int = 96,
+                 temperature: float = 0.8, top_p: float = 0.95, dtype: str = "float32",
+                 max_string_length: int = 64, max_calls: int = 4,
+                 max_prompt_tokens: int = 2048) -> None:
+        if max_new_tokens < 1 or temperature < 0:
+            raise ConfigError("max_new_tokens must be ≥ 1 and temperature ≥ 0")
+        self._source = model
+        self._loaded: LocalModel | None = None
+        if isinstance(model, tuple):
+            self._loaded = LocalModel(model[0], model[1], "given")
+        self.constrained = constrained
+        self.examples = tuple(examples)
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.dtype = dtype
+        self.max_string_length = max_string_length
+        self.max_calls = max_calls
+        self.max_prompt_tokens = max_prompt_tokens
+        #: Seconds the last batched generate took (for benchmarks).
+        self.last_generate_s: float | None = None
+        self.last_texts: list[str] = []
+
+    async def load(self) -> LocalModel:
+        """Load (once, shared between drafters) in a worker thread; safe to call early."""
+        if self._loaded is None:
+            self._loaded = await anyio.to_thread.run_sync(load_shared, self._source, self.dtype)
+        return self._loaded
+
+    async def propose(self, request: DraftRequest) -> list[ToolCall]:
+        tools = tool_schemas(request.tools)
+        if not tools:
+            return []
+        loaded = await self.load()
+        stop = threading.Event()
+        try:
+            texts = await anyio.to_thread.run_sync(
+                self._generate, loaded, request, stop, abandon_on_cancel=True)
+        except DrafterError:
+            raise
+        except Exception as exc:  # torch/xgrammar failures become drafter failures
+            raise DrafterError(f"local drafter failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            stop.set()  # cancelled or done: a still-running generate stops at its next token
+        calls: list[ToolCall] = []
+        for text in texts:
+            calls.extend(salvage_tool_calls(text))
+        return with_known_tools(calls, tools)
+
+    def prompt_ids(self, loaded: LocalModel, request: DraftRequest) -> Any:
+        """Token ids of the drafting prompt, dropping the oldest turns to fit the budget."""
+        msgs = list(request.messages)
+        while True:
+            ids = self._template(loaded.tokenizer, draft_messages(msgs, request.tools, self.examples))
+            non_system = [i for i, m in enumerate(msgs) if m.get("role") not in ("system", "developer")]
+            if ids.shape[-1] <= self.max_prompt_tokens or len(non_system) <= 1:
+                return ids
+            del msgs[non_system[0]]
+
+    @staticmethod
+    def _template(tokenizer: Any, messages: list[dict[str, str]]) -> Any:
+        try:
+            return tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                 return_tensors="pt", return_dict=True)["input_ids"]
+        except Exception:  # a template that rejects role "tool": pass results as user turns
+            fixed = [m if m["role"] != "tool" else {"role": "user", "content": f"Tool result: {m['content']}"}
+                     for m in messages]
+            return tokenizer.apply_chat_template(fixed, add_generation_prompt=True,
+                                                 return_tensors="pt", return_dict=True)["input_ids"]
+
+    def _generate(self, loaded: LocalModel, request: DraftRequest, stop: threading.Event) -> list[str]:
+        import torch
+        from transformers import StoppingCriteriaList
+
+        n = max(1, int(request.samples))
+        ids = self.prompt_ids(loaded, request)
+        sample = n > 1 and self.temperature > 0
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": self.max_new_tokens,
+            "num_return_sequences": n,
+            "do_sample": sample,
+            "stopping_criteria": StoppingCriteriaList([_Cancelled(stop)]),
+        }
+        if sample:
+            kwargs.update(temperature=self.temperature, top_p=self.top_p)
+        eos = _eos_ids(loaded)
+        if self.constrained:
+            grammar = loaded.constraint(self.max_string_length, self.max_calls)
+            kwargs["logits_processor"] = [grammar.processor(request.tools, n)]
+            eos = sorted(set(eos) | set(grammar.stop_token_ids))
+        kwargs["eos_token_id"] = eos
+        kwargs["pad_token_id"] = eos[0] if eos else 0
+        with loaded.lock, torch.inference_mode():
+            if stop.is_set():
+                return []
+            start = time.perf_counter()
+            out = loaded.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
+            self.last_generate_s = time.perf_counter() - start
+        texts = loaded.tokenizer.batch_decode(out[:, ids.shape[-1]:], skip_special_tokens=True)
+        self.last_texts = texts
+        return texts
+
+
+def _eos_ids(loaded: LocalModel) -> list[int]:
+    found: set[int] = set()
+    for value in (getattr(loaded.model.generation_config, "eos_token_id", None),
+                  loaded.tokenizer.eos_token_id):
+        if isinstance(value, int):
+            found.add(value)
+        elif isinstance(value, (list, tuple)):
+            found.update(int(v) for v in value)
+    return sorted(found)
