@@ -27,20 +27,25 @@ from ._speculator import DraftCounters, Speculator, Turn
 from ._sync import SyncSpeculator
 from ._tools import Effect, Toolbox, ToolSpec, tool, tool_spec
 from ._types import Drafter, DraftRequest, ToolCall
+from .drafters import CombinedDrafter, EndpointDrafter, HistoryDrafter, LocalDrafter
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AgentResult",
     "CacheCounters",
+    "CombinedDrafter",
     "ConfigError",
     "DraftCounters",
     "DraftRequest",
     "Drafter",
     "DrafterError",
     "Effect",
+    "EndpointDrafter",
     "EngineError",
     "EngineSink",
+    "HistoryDrafter",
+    "LocalDrafter",
     "ModelOutputError",
     "ModelRequest",
     "Outcome",
