@@ -1,0 +1,74 @@
+"""Drive an engine in-process without HTTP: one request at a time, collecting its events."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Callable
+
+from spectool_serving.requests import build_sequences
+
+
+def run_request(engine, body: dict, *, owner: str = "", before: Callable[[str], None] | None = None) -> dict:
+    """Run one choice to completion on the calling thread; returns its finish event."""
+    rid = f"chatcmpl-{uuid.uuid4().hex}"
+    seqs = build_sequences(body, engine, rid, owner)
+    if engine.toolcache is not None:
+        engine.toolcache.open(rid, owner, seqs[0].tools)
+    if before is not None:
+        before(rid)  # e.g. post speculative outputs, as a client would while the model runs
+    events: list[dict] = []
+    seqs[0].emit = events.append
+    engine.add(seqs[0])
+    engine.run_until_idle()
+    if engine.toolcache is not None:
+        engine.toolcache.close(rid)
+    finish = [e for e in events if e["type"] == "finish"][0]
+    streamed = "".join(e["text"] for e in events if e["type"] == "content")
+    return {**finish, "events": events, "streamed": streamed}
+
+
+def call_message(content: Any, call: dict) -> dict:
+    return {"role": "assistant", "content": content, "tool_calls": [call]}
+
+
+def transcript_of(finish: dict) -> list[dict]:
+    """Messages a client appends after one engine response (resolved calls expanded)."""
+    out: list[dict] = []
+    for rec in finish["resolved"]:
+        out.append(call_message(rec["content"], rec["tool_call"]))
+        out.append({"role": "tool", "tool_call_id": rec["tool_call"]["id"], "content": rec["output"]})
+    if finish["tool_call"]:
+        out.append(call_message(finish["content"] or None, finish["tool_call"]))
+    else:
+        out.append({"role": "assistant", "content": finish["content"]})
+    return out
+
+
+def normalized(messages: list[dict]) -> list[tuple]:
+    """Transcript without call ids (each path mints its own)."""
+    out = []
+    for m in messages:
+        calls = tuple((c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or ())
+        out.append((m["role"], m.get("content") or None, calls))
+    return out
+
+
+def agent(engine, body: dict, tool: Callable[[dict], str], *, turns: int,
+          speculate: Callable[[str, list], None] | None = None) -> tuple[list[dict], list[dict]]:
+    """The client-run loop: request, run the returned call, append, repeat (``turns`` requests
+    at most). ``speculate(rid, messages)`` may post outputs before the engine starts."""
+    messages = list(body["messages"])
+    finishes = []
+    for _ in range(turns):
+        fin = run_request(engine, {**body, "messages": messages},
+                          before=(lambda rid: speculate(rid, messages)) if speculate else None)
+        finishes.append(fin)
+        new = transcript_of(fin)
+        messages += new
+        if not fin["tool_call"]:
+            break
+        call = fin["tool_call"]
+        messages.append({"role": "tool", "tool_call_id": call["id"],
+                         "content": tool(json.loads(call["function"]["arguments"]))})
+    return messages, finishes
