@@ -26,6 +26,9 @@ __all__ = ["HistoryDrafter"]
 
 _START = "<s>"
 _WORD = re.compile(r"[a-z0-9]+")
+# Words too common in requests and tool names to say which tool is meant.
+_STOP = frozenset("a an and are as at be by can do does for from get give i in is it me my of on "
+                  "or please set show tell the this to what which with you".split())
 
 
 class HistoryDrafter:
@@ -63,7 +66,9 @@ class HistoryDrafter:
                    for c in assistant_calls(m)]
         names = [c.name for c in history]
         session = _session_key(request.messages)
-        ranked = self.rank_tools(names, _latest_user_text(request.messages), tools, session)
+        turn_start = bool(request.messages) and request.messages[-1].get("role") == "user"
+        ranked = self.rank_tools(names, _latest_user_text(request.messages), tools, session,
+                                 word_weight=3.0 if turn_start else 1.0)
         if self.remember and session is not None and names:
             self._sessions[session] = names
             self._sessions.move_to_end(session)
@@ -81,8 +86,12 @@ class HistoryDrafter:
         return out
 
     def rank_tools(self, names: Sequence[str], user_text: str, tools: Mapping[str, Any],
-                   session: str | None = None) -> list[str]:
-        """Offered tool names by score (n-gram backoff + word overlap), best first; ties by name."""
+                   session: str | None = None, word_weight: float = 1.0) -> list[str]:
+        """Offered tool names by score (n-gram backoff + word overlap), best first; ties by name.
+
+        ``word_weight`` scales the share of the request's words a tool's name and description
+        cover; at the start of a turn the request says more than the previous turns' order.
+        """
         sequences = [s for k, s in self._sessions.items() if k != session] + self._corpus
         sequences.append(list(names))
         context = [_START, *names]
@@ -95,12 +104,16 @@ class HistoryDrafter:
             for name, count in nexts.items():
                 if name in tools:
                     scores[name] += weight * count / total
-        words = set(_WORD.findall(user_text.lower()))
+        words = _words(user_text)
         for name, body in tools.items():
-            tool_words = set(_WORD.findall(f"{name} {body['description']}".lower().replace("_", " ")))
-            if words and tool_words:
-                scores[name] += 0.05 * len(words & tool_words) / len(tool_words)
+            tool_words = _words(f"{name} {body['description']}".replace("_", " "))
+            if words and tool_words:  # the request's own words: decisive when history is thin
+                scores[name] += word_weight * len(words & tool_words) / len(tool_words)
         return sorted((n for n in tools if scores[n] > 0), key=lambda n: (-scores[n], n))
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
 
 
 def _next_counts(sequences: Sequence[Sequence[str]], tail: tuple[str, ...]) -> Counter[str]:
@@ -125,7 +138,11 @@ def _fillings(name: str, params: Mapping[str, Any], evidence: Evidence, variants
         options = evidence.candidates(pname, pschema if isinstance(pschema, Mapping) else {}, taken)
         if pname in required and not options:
             return []
-        strong = [o for o in options if o.strength >= 2] if pname not in required else options
+        # Optional parameters take named evidence, or a number the user wrote and nobody used.
+        strong = options if pname in required else [
+            o for o in options if o.strength >= 2 or (
+                o.literal_id is not None and isinstance(o.value, (int, float))
+                and not isinstance(o.value, bool))]
         if strong:
             chosen[pname] = [o.value for o in strong]
             if strong[0].literal_id is not None:

@@ -1,0 +1,95 @@
+"""CombinedDrafter: concurrent drafters, merged and deduplicated; failures stay contained."""
+
+import time
+
+import anyio
+import pytest
+
+from spectool import ConfigError, DraftRequest, DrafterError, Toolbox, ToolCall, tool
+from spectool.drafters import CombinedDrafter, HistoryDrafter
+
+pytestmark = pytest.mark.anyio
+
+TOOLS = [{"type": "function", "function": {"name": "add", "description": "", "parameters": {
+    "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number", "default": 0}},
+    "required": ["a"]}}}]
+REQ = DraftRequest([{"role": "user", "content": "add 2 and 3"}], TOOLS, samples=3)
+
+
+class Fixed:
+    def __init__(self, calls, delay=0.0):
+        self.calls, self.delay, self.seen = calls, delay, 0
+
+    async def propose(self, request):
+        self.seen += 1
+        await anyio.sleep(self.delay)
+        return self.calls
+
+
+class Raises:
+    async def propose(self, request):
+        raise RuntimeError("drafter bug")
+
+
+class Garbage:
+    async def propose(self, request):
+        return ["not a call", None, ToolCall("add", {"a": 9})]
+
+
+async def test_merges_in_order_and_dedupes_by_canonical_key():
+    a = Fixed([ToolCall("add", {"a": 1, "b": 0}), ToolCall("add", {"a": 2})])
+    b = Fixed([ToolCall("add", {"a": 1.0}), ToolCall("add", {"b": 0, "a": 2.0}), ToolCall("add", {"a": 3})])
+    calls = await CombinedDrafter([a, b]).propose(REQ)
+    # {"a": 1.0} equals {"a": 1, "b": 0} under the schema (number type, default filled).
+    assert calls == [ToolCall("add", {"a": 1, "b": 0}), ToolCall("add", {"a": 2}), ToolCall("add", {"a": 3})]
+
+
+async def test_runs_concurrently_and_a_hang_only_costs_its_own_timeout():
+    slow = Fixed([ToolCall("add", {"a": 5})], delay=0.3)
+    hang = Fixed([ToolCall("add", {"a": 6})], delay=60)
+    combined = CombinedDrafter([slow, (hang, 0.2), Fixed([ToolCall("add", {"a": 7})], delay=0.3)], timeout=2)
+    start = time.perf_counter()
+    calls = await combined.propose(REQ)
+    elapsed = time.perf_counter() - start
+    assert calls == [ToolCall("add", {"a": 5}), ToolCall("add", {"a": 7})]
+    assert elapsed < 0.55  # 0.3 s drafters ran side by side; the hang was cut at 0.2 s
+    assert [s.timeouts for s in combined.stats] == [0, 1, 0]
+
+
+async def test_failures_and_garbage_never_break_the_others():
+    combined = CombinedDrafter([Raises(), Garbage(), Fixed(None), Fixed([ToolCall("add", {"a": 1})])])
+    assert await combined.propose(REQ) == [ToolCall("add", {"a": 9}), ToolCall("add", {"a": 1})]
+    assert [s.failures for s in combined.stats] == [1, 0, 1, 0]  # None is not iterable: a failure
+
+
+async def test_all_failing_raises_drafter_error():
+    with pytest.raises(DrafterError, match="all 2 drafters failed"):
+        await CombinedDrafter([Raises(), Raises()]).propose(REQ)
+
+
+async def test_toolbox_key_function_and_cap():
+    @tool(effect="pure", key=lambda args: args["a"] % 10)
+    def add(a: int, b: int = 0) -> int:
+        return a + b
+
+    box = Toolbox([add])
+    drafter = CombinedDrafter([Fixed([ToolCall("add", {"a": 1}), ToolCall("add", {"a": 11}),
+                                      ToolCall("add", {"a": 2}), ToolCall("add", {"a": 3})])],
+                              toolbox=box, max_calls=2)
+    assert await drafter.propose(REQ) == [ToolCall("add", {"a": 1}), ToolCall("add", {"a": 2})]
+
+
+async def test_with_a_real_history_drafter():
+    combined = CombinedDrafter([HistoryDrafter(), Fixed([ToolCall("add", {"a": 2, "b": 3})])])
+    calls = await combined.propose(REQ)
+    assert calls[0] == ToolCall("add", {"a": 2, "b": 3})  # history's best; the fixed one deduped
+    assert calls.count(ToolCall("add", {"a": 2, "b": 3})) == 1 and len(calls) <= 3
+
+
+def test_bad_configuration():
+    with pytest.raises(ConfigError):
+        CombinedDrafter([])
+    with pytest.raises(ConfigError):
+        CombinedDrafter([object()])
+    with pytest.raises(ConfigError):
+        CombinedDrafter([(HistoryDrafter(), 0)])
