@@ -139,9 +139,16 @@ class SpeculativeStream:
         return self._chat.message() if self.api == "chat" else self.response
 
 
+# Only ``create`` speculates; everything else on these resources (``parse``, ``stream``,
+# ``with_raw_response`` …) is the SDK's own, reached by delegation.
+
+
 class _Completions:
     def __init__(self, owner: "SpeculativeOpenAI") -> None:
         self._owner = owner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._owner.client.chat.completions, name)
 
     async def create(self, **kwargs: Any) -> Any:
         return await self._owner._send("chat", kwargs)
@@ -149,12 +156,19 @@ class _Completions:
 
 class _Chat:
     def __init__(self, owner: "SpeculativeOpenAI") -> None:
+        self._owner = owner
         self.completions = _Completions(owner)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._owner.client.chat, name)
 
 
 class _Responses:
     def __init__(self, owner: "SpeculativeOpenAI") -> None:
         self._owner = owner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._owner.client.responses, name)
 
     async def create(self, **kwargs: Any) -> Any:
         return await self._owner._send("responses", kwargs)

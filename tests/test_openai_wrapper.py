@@ -156,6 +156,9 @@ async def test_wrapper_needs_async_with_and_delegates_the_rest() -> None:
     async with c:
         models = await c.models.list()  # not wrapped: delegated to the SDK
         assert [m.id for m in models.data] == ["scripted"]
+        raw = await c.chat.completions.with_raw_response.create(  # the SDK's own, unwrapped
+            model="m", messages=[{"role": "user", "content": "x"}])
+        assert raw.http_response.status_code == 200 and raw.parse().choices[0].message.content == "x"
         twin = c.with_options(timeout=5)
         assert twin.speculator is c.speculator
         await twin.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
