@@ -1,0 +1,53 @@
+"""spectool on a stock vLLM: the tool cache endpoint, O2 drafting and O3 continuation as plugins.
+
+Nothing here imports vLLM until vLLM itself loads a piece (entry points, ``custom_class``
+proposer, worker extension), so ``import spectool_serving.vllm`` is safe without vLLM.
+
+Pieces and where vLLM loads them:
+
+* ``vllm.endpoint_plugins`` entry ``spectool`` → :func:`endpoint_plugin` (API server
+  process): ``POST /cache-tool-output/{response_id}``, ``GET /spectool/stats`` and a
+  replacement ``POST /v1/chat/completions`` that continues cached tool calls (O3). Opt-in:
+  loaded only when ``VLLM_PLUGINS`` names ``spectool``.
+* ``vllm.general_plugins`` entry ``spectool`` → :func:`register` (every vLLM process): checks
+  the version pin and logs that no vLLM code is patched.
+* ``--worker-extension-cls spectool_serving.vllm.worker.ToolCacheWorkerExtension``: the
+  worker-side RPC methods the endpoint calls to mirror cached calls next to the proposer.
+* ``--speculative-config '{"method": "custom_class", "model":
+  "spectool_serving.vllm.proposer.ToolCacheProposer", ...}'``: O2.
+
+:func:`serve` (``spectool serve --backend vllm``) starts vLLM's OpenAI server with all four.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._compat import SUPPORTED_VLLM, check_vllm_version
+
+__all__ = ["SUPPORTED_VLLM", "check_vllm_version", "endpoint_plugin", "register", "serve"]
+
+
+def register() -> None:
+    """``vllm.general_plugins`` hook: version gate; spectool patches nothing in vLLM."""
+    import logging
+
+    check_vllm_version()
+    logging.getLogger("spectool.vllm").info(
+        "spectool plugin loaded: vLLM patches applied: none (endpoint plugin, custom_class "
+        "proposer and worker extension use vLLM's own extension points)")
+
+
+def endpoint_plugin() -> Any:
+    """``vllm.endpoint_plugins`` factory."""
+    from ._endpoint import SpectoolEndpoint
+
+    check_vllm_version()
+    return SpectoolEndpoint()
+
+
+def serve(args: Any) -> int:
+    """``spectool serve --backend vllm``: run vLLM's OpenAI server with spectool loaded."""
+    from .serve import run
+
+    return run(args)

@@ -1,0 +1,178 @@
+"""The endpoint plugin: tool cache routes and the O3 chat route, in vLLM's API server process.
+
+Routes (added through vLLM's ``EndpointPlugin`` contract; the chat route replaces vLLM's
+``POST /v1/chat/completions`` the way that contract allows and calls vLLM's own handler):
+
+* ``POST /cache-tool-output/{response_id}``: body ``[{name, params?, output, keep_alive?}]``
+  → ``200 {"cached": n}``; 404 unknown id, 403 another tenant's, 410 finished, 422 malformed.
+  Same :class:`~spectool_serving.toolcache.ToolCache` and tenancy as the torch backend: the
+  tenant is the bearer token.
+* ``GET /spectool/stats``: tool-cache, O2 (tool vs text drafts) and O3 counters.
+* ``POST /v1/chat/completions``: vLLM's handler, plus: the response id is fixed before the
+  engine sees the request (so posts can arrive while it streams), the id is opened in the
+  store, O3 continues cached calls, and the store (and the worker mirror) is closed at the end.
+"""
+
+# no `from __future__ import annotations`: FastAPI must see the route annotations as classes
+
+import json
+import logging
+import os
+import time
+import uuid
+from typing import Any
+
+from spectool._errors import ToolCacheError
+
+from ..toolcache import ToolCache
+from . import _continue
+
+__all__ = ["SpectoolEndpoint"]
+
+log = logging.getLogger("spectool.vllm")
+
+# --tool-call-parser -> the shared prompt format whose call layout that parser reads
+_PARSER_FORMATS = {"hermes": "chatml", "xlam": "xlam", "llama3_json": "llama3"}
+
+
+def _owner(request: Any) -> str:
+    auth = request.headers.get("authorization", "")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+
+
+def _error(status: int, message: str) -> Any:
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse({"error": {"message": message, "type": "invalid_request_error",
+                                   "param": None, "code": status}}, status_code=status)
+
+
+class SpectoolEndpoint:
+    name = "spectool"
+    required_tasks = ("generate",)
+
+    def __init__(self) -> None:
+        self.cache = ToolCache(ttl=float(os.environ.get("SPECTOOL_TOOLCACHE_TTL", "300")))
+        self.max_hops = int(os.environ.get("SPECTOOL_VLLM_MAX_HOPS", "8"))
+        self.o3 = os.environ.get("SPECTOOL_VLLM_O3", "1") != "0"
+        self.engine: Any = None
+        self.o2 = False
+        self.stats = {"posts": 0, "entries": 0, "o3_hits": 0, "o3_round_trips_saved": 0,
+                      "o3_responses": 0}
+
+    # -- EndpointPlugin ---------------------------------------------------------------------
+    def attach_router(self, app: Any) -> None:
+        from fastapi import APIRouter, Request
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+        router = APIRouter()
+        plugin = self
+
+        @router.post("/cache-tool-output/{response_id}")
+        async def cache_tool_output(response_id: str, raw_request: Request):
+            return await plugin.post(response_id, raw_request)
+
+        @router.get("/spectool/stats")
+        async def stats():
+            return await plugin.collect_stats()
+
+        @router.post("/v1/chat/completions")
+        async def chat(request: ChatCompletionRequest, raw_request: Request):
+            return await plugin.chat(request, raw_request)
+
+        app.include_router(router)
+
+    async def init_state(self, engine_client: Any, state: Any, args: Any) -> None:
+        self.engine = engine_client
+        fmt = _PARSER_FORMATS.get(getattr(args, "tool_call_parser", None) or "hermes", "chatml")
+        try:
+            self.o2 = any(await engine_client.collective_rpc("spectool_attach", args=(fmt,)))
+        except Exception as exc:  # no worker extension configured: O2 stays off, rest works
+            log.warning("spectool: O2 drafting off (worker extension not loaded: %s)", exc)
+        log.info("spectool: endpoint ready (O2 %s, O3 %s, format %s)", self.o2, self.o3, fmt)
+
+    # -- routes -----------------------------------------------------------------------------
+    async def post(self, response_id: str, raw_request: Any) -> Any:
+        try:
+            items = json.loads(await raw_request.body())
+        except ValueError as exc:
+            return _error(400, f"body is not valid JSON: {exc}")
+        try:
+            n = self.cache.post(response_id, _owner(raw_request), items)
+        except ToolCacheError as exc:
+            return _error(exc.status_code or 400, str(exc))
+        self.stats["posts"] += 1
+        self.stats["entries"] += n
+        if self.o2:
+            now, ttl = time.time(), self.cache.ttl
+            mirrored = [(response_id, it["name"], json.dumps(it.get("params") or {}, ensure_ascii=False),
+                         now + min(ttl, it.get("keep_alive") or ttl)) for it in items]
+            try:
+                await self.engine.collective_rpc("spectool_put", args=(mirrored,))
+            except Exception:
+                log.exception("spectool: could not mirror entries to the proposer")
+        return {"cached": n}
+
+    async def collect_stats(self) -> dict:
+        workers = []
+        if self.engine is not None:
+            try:
+                workers = await self.engine.collective_rpc("spectool_stats")
+            except Exception as exc:
+                workers = [{"o2": False, "error": str(exc)}]
+        return {"endpoint": dict(self.stats), "o2": workers}
+
+    async def chat(self, request: Any, raw_request: Any) -> Any:
+        from fastapi.responses import JSONResponse, StreamingResponse
+
+        handler = raw_request.app.state.openai_serving_chat
+        base = raw_request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        request.request_id = base
+        rid = f"chatcmpl-{base}"
+        tools = [t.model_dump() for t in (request.tools or [])]
+        self.cache.open(rid, _owner(raw_request), tools)
+
+        async def run(req: Any) -> Any:
+            return await handler.create_chat_completion(req, raw_request)
+
+        def lookup(name: str, arguments: str) -> Any:
+            return self.cache.get(rid, name, arguments) if self.o3 else None
+
+        if request.stream:
+            first = await run(request)
+            if not hasattr(first, "__aiter__"):
+                await self._close(rid)
+                return JSONResponse(first.model_dump(), status_code=first.error.code)
+            return StreamingResponse(self._streamed(run, request, rid, base, lookup, first),
+                                     media_type="text/event-stream")
+        try:
+            body = await _continue.complete(run, request, rid, base, lookup, self.max_hops)
+        finally:
+            await self._close(rid)
+        if not isinstance(body, dict):
+            return JSONResponse(body.model_dump(), status_code=body.error.code)
+        self._count(len(body["choices"][0]["spectool_resolved_calls"]), body["spectool"]["round_trips_saved"])
+        return JSONResponse(body)
+
+    async def _streamed(self, run, request, rid, base, lookup, first):
+        report: dict = {}
+        try:
+            async for chunk in _continue.stream(run, request, rid, base, lookup, self.max_hops, first,
+                                                report):
+                yield chunk
+        finally:
+            await self._close(rid)
+            self._count(report.get("hits", 0), report.get("round_trips_saved", 0))
+
+    def _count(self, hits: int, saved: int) -> None:
+        self.stats["o3_responses"] += 1
+        self.stats["o3_hits"] += hits
+        self.stats["o3_round_trips_saved"] += saved
+
+    async def _close(self, rid: str) -> None:
+        self.cache.close(rid)
+        if self.o2:
+            try:
+                await self.engine.collective_rpc("spectool_drop", args=(rid,))
+            except Exception:
+                log.exception("spectool: could not drop mirrored entries")
