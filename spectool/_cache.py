@@ -228,15 +228,18 @@ class ToolCache:
             return False
         try:
             key = spec.key(call.arguments)
-            spec.validate(call.arguments)
         except SpectoolError:
             return False
         now = self._clock()
         entry = self._entries.get(key)
+        if entry is not None and self._valid(entry, now):
+            self.counters.duplicate_proposals += 1  # λ samples agreeing: join, no re-validation
+            return True
+        try:
+            spec.validate(call.arguments)  # never start a tool with arguments it would refuse
+        except SpectoolError:
+            return False
         if entry is not None:
-            if self._valid(entry, now):
-                self.counters.duplicate_proposals += 1
-                return True
             if entry.spec.effect is Effect.READ_ONLY and not entry.used:
                 self.counters.stale_discards += 1
             self._discard(key)

@@ -179,26 +179,18 @@ class Speculator:
         for raw in proposals[: self.max_proposals]:
             self.draft_counters.proposals += 1
             call = as_tool_call(raw)
-            if call is None or not self._admissible(call):
+            spec = self.toolbox._specs.get(call.name) if call is not None else None
+            if call is None or spec is None or not spec.speculable:
                 self.draft_counters.rejected += 1
                 continue
             turn.proposals.append(call)
-            if self.cache.speculate(call):
+            skipped = self.cache.counters.skipped_proposals
+            if self.cache.speculate(call):  # validates the arguments of new entries
                 self.draft_counters.admitted += 1
                 turn.admitted.append(call)
+            elif self.cache.counters.skipped_proposals == skipped:
+                self.draft_counters.rejected += 1  # malformed arguments
         self.draft_counters.rejected += max(0, len(proposals) - self.max_proposals)
-
-    def _admissible(self, call: ToolCall) -> bool:
-        if call.name not in self.toolbox:
-            return False
-        spec = self.toolbox.get(call.name)
-        if not spec.speculable:
-            return False
-        try:
-            spec.validate(call.arguments)
-        except SpectoolError:
-            return False
-        return True
 
     # -- main path --------------------------------------------------------------------------
 

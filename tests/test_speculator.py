@@ -18,7 +18,8 @@ def _oracle(calls):
 
 async def test_admits_speculable_proposals_only() -> None:
     world = KeyValueWorld()
-    proposals = [call("get", key="a"), call("put", key="a", value="9"), call("add", a=1, b=2)]
+    proposals = [call("get", key="a"), call("put", key="a", value="9"), call("add", a=1, b=2),
+                 call("get", path="a")]  # the last one: arguments get() would refuse
     async with Speculator(world.toolbox, ScriptedDrafter(_oracle(proposals)), samples=2) as spec:
         turn = spec.start_turn(MESSAGES)
         await turn.wait()
@@ -26,7 +27,7 @@ async def test_admits_speculable_proposals_only() -> None:
         assert world.data["a"] == "1"  # the mutating proposal never ran
         assert sorted(c.name for c in turn.admitted) == ["add", "add", "get", "get"]
     d = spec.draft_counters
-    assert (d.drafts, d.proposals, d.admitted, d.rejected) == (1, 6, 4, 2)
+    assert (d.drafts, d.proposals, d.admitted, d.rejected) == (1, 8, 4, 4)
     assert spec.counters.speculative_started == 2 and spec.counters.duplicate_proposals == 2
     assert world.log.names().count("put") == 0
 
