@@ -212,3 +212,28 @@ def test_older_openai_majors_work(spec, major) -> None:
     version, _, results = out.stdout.strip().partition(" ")
     assert version.split(".")[0] == major
     assert results.count("'done'") == 5 and "2)" in results  # every path answered; hits happened
+
+
+def test_engine_mode_finds_its_sink_through_the_engine_client_seam(monkeypatch) -> None:
+    import types
+
+    made = []
+
+    class Sink:
+        def prepare(self, request): ...
+        def on_response_id(self, rid): ...
+        async def on_tool_output(self, call, key, outcome): ...
+        async def aclose(self): ...
+
+    fake = types.ModuleType("spectool._engine_client")  # stands in for the serving helper's module
+    fake.create_sink = lambda client, **options: made.append((client, options)) or Sink()
+    monkeypatch.setitem(sys.modules, "spectool._engine_client", fake)
+    monkeypatch.setattr(spectool, "_engine_client", fake, raising=False)
+    wrapped = spectool.speculative("sdk-client", [], mode="engine", engine_options={"post_timeout": 1})
+    assert isinstance(wrapped.sink, Sink) and made == [("sdk-client", {"post_timeout": 1})]
+    assert wrapped.speculator.cache.on_complete == wrapped.sink.on_tool_output
+
+    monkeypatch.setitem(sys.modules, "spectool._engine_client", None)  # import now fails
+    monkeypatch.delattr(spectool, "_engine_client")
+    with pytest.raises(ConfigError, match="engine"):
+        spectool.speculative("sdk-client", [], mode="engine")
