@@ -1,0 +1,208 @@
+"""The HTTP layer on the real model: routes, every tool-cache error, streaming, concurrency,
+a stock ``openai`` client and a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from .conftest import WEATHER
+
+pytestmark = pytest.mark.model
+
+SHORT = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "temperature": 0, "max_tokens": 6}
+
+
+@pytest.fixture(scope="module")
+def app(smol):
+    from spectool_serving import create_app
+    from spectool_serving.server import build_engine
+
+    engine = build_engine(loaded=smol)
+    app = create_app(engine, api_keys={"key-a", "key-b"}, max_body_bytes=4096)
+    yield app
+    engine.stop()
+
+
+@pytest.fixture(scope="module")
+def live(app):
+    """The same app on a real socket (ASGITransport buffers whole responses, so live
+    interleaving of a stream and posts needs a server)."""
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 60
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+def _client(app, key="key-a"):
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+                             headers={"Authorization": f"Bearer {key}"} if key else {}, timeout=600)
+
+
+async def _open_stream(client, body):
+    """Start a streamed completion; returns (response id, remaining line iterator, response cm)."""
+    cm = client.stream("POST", "/v1/chat/completions", json={**body, "stream": True})
+    resp = await cm.__aenter__()
+    assert resp.status_code == 200
+    lines = resp.aiter_lines()
+    async for line in lines:
+        if line.startswith("data: "):
+            return json.loads(line[6:])["id"], lines, cm
+
+
+async def _drain(lines) -> list[dict]:
+    chunks = []
+    async for line in lines:
+        if line.startswith("data: ") and line != "data: [DONE]":
+            chunks.append(json.loads(line[6:]))
+    return chunks
+
+
+def test_health_models_and_auth(app):
+    async def go():
+        async with _client(app) as c:
+            assert (await c.get("/health")).json()["status"] == "ok"
+            assert (await c.get("/v1/models")).json()["data"][0]["object"] == "model"
+        async with _client(app, key="nope") as c:
+            r = await c.post("/v1/chat/completions", json=SHORT)
+            assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+    asyncio.run(go())
+
+
+def test_bad_requests_are_400(app):
+    async def go():
+        async with _client(app) as c:
+            for body, param in [({"messages": []}, "messages"), ({**SHORT, "n": 99}, "n"),
+                                ({**SHORT, "tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+                                ({**SHORT, "stop": 5}, "stop")]:
+                r = await c.post("/v1/chat/completions", json=body)
+                assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+            r = await c.post("/v1/chat/completions", content=b"{not json")
+            assert r.status_code == 400
+    asyncio.run(go())
+
+
+def test_tool_cache_endpoint_errors_and_tenants(app):
+    toolcache = app.state.engine.toolcache
+    rid = "chatcmpl-open-for-test"
+    toolcache.open(rid, "key-a", [WEATHER])  # what the chat route does when a request starts
+
+    async def go():
+        async with _client(app) as a, _client(app, "key-b") as b:
+            r = await a.post("/cache-tool-output/chatcmpl-unknown", json=[])
+            assert r.status_code == 404 and "unknown" in r.json()["error"]["message"]
+            item = {"name": "get_weather", "params": {"city": "Paris"}, "output": "sunny"}
+            ok = await a.post(f"/cache-tool-output/{rid}", json=[item, {**item, "keep_alive": 5}])
+            assert ok.status_code == 200 and ok.json() == {"cached": 2}
+            assert (await b.post(f"/cache-tool-output/{rid}", json=[item])).status_code == 403
+            # tenant isolation: key-b's own response never sees key-a's entries
+            toolcache.open("chatcmpl-b", "key-b", [WEATHER])
+            assert toolcache.get("chatcmpl-b", "get_weather", {"city": "Paris"}) is None
+            assert toolcache.get(rid, "get_weather", {"city": "Paris"}).output == "sunny"
+            for bad in [{"x": 1}, [{"params": {}}], [{"name": "f"}], [{"name": "f", "params": [1], "output": 1}],
+                        [{"name": "f", "output": 1, "keep_alive": -1}], [{"name": "f", "output": 1, "extra": 1}]]:
+                r = await a.post(f"/cache-tool-output/{rid}", json=bad)
+                assert r.status_code == 422, (bad, r.text)
+            big = [{"name": "f", "output": "x" * 5000}]
+            assert (await a.post(f"/cache-tool-output/{rid}", json=big)).status_code == 413
+            assert (await a.post(f"/cache-tool-output/{rid}", content=b"[{")).status_code == 400
+            async with _client(app, key=None) as anon:
+                assert (await anon.post(f"/cache-tool-output/{rid}", json=[item])).status_code == 401
+            toolcache.close(rid)
+            r = await a.post(f"/cache-tool-output/{rid}", json=[item])
+            assert r.status_code == 410 and "finished" in r.json()["error"]["message"]
+    asyncio.run(go())
+
+
+def test_post_during_a_live_stream(live):
+    """Over a real socket: learn the id from the first chunk, post while the model runs."""
+    async def go():
+        async with httpx.AsyncClient(base_url=live, headers={"Authorization": "Bearer key-a"}, timeout=600) as c:
+            rid, lines, cm = await _open_stream(c, {**SHORT, "max_tokens": 24, "tools": [WEATHER]})
+            r = await c.post(f"/cache-tool-output/{rid}", json=[{"name": "get_weather", "output": 1}])
+            assert r.status_code == 200 and r.json() == {"cached": 1}
+            chunks = await _drain(lines)
+            await cm.__aexit__(None, None, None)
+            assert all(ch["id"] == rid for ch in chunks)
+    asyncio.run(go())
+
+
+def test_stream_first_chunk_has_id_and_usage(app):
+    async def go():
+        async with _client(app) as c:
+            rid, lines, cm = await _open_stream(c, {**SHORT, "stream_options": {"include_usage": True}})
+            chunks = await _drain(lines)
+            await cm.__aexit__(None, None, None)
+            assert rid.startswith("chatcmpl-") and all(ch["id"] == rid for ch in chunks)
+            assert chunks[-1]["usage"]["completion_tokens"] >= 1
+            finals = [ch for ch in chunks if ch["choices"] and ch["choices"][0]["finish_reason"]]
+            assert finals and finals[0]["choices"][0]["spectool_resolved_calls"] == []
+            r = (await c.post("/v1/chat/completions", json={**SHORT, "n": 2})).json()
+            assert [ch["index"] for ch in r["choices"]] == [0, 1]
+            text = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks if ch["choices"])
+            assert text == r["choices"][0]["message"]["content"]  # greedy: stream == non-stream
+    asyncio.run(go())
+
+
+def test_eight_streamed_agents_share_the_batch(app, live):
+    engine = app.state.engine
+    before = engine.counters()
+
+    async def one(i):
+        async with httpx.AsyncClient(base_url=live, headers={"Authorization": "Bearer key-a"}, timeout=600) as c:
+            body = {**SHORT, "messages": [{"role": "user", "content": f"Count to {i + 2}."}], "max_tokens": 8}
+            rid, lines, cm = await _open_stream(c, body)
+            chunks = await _drain(lines)
+            await cm.__aexit__(None, None, None)
+            return rid, chunks
+
+    async def go():
+        return await asyncio.gather(*(one(i) for i in range(8)))
+
+    results = asyncio.run(go())
+    assert len({rid for rid, _ in results}) == 8
+    assert all(any(ch["choices"] and ch["choices"][0]["finish_reason"] for ch in chunks) for _, chunks in results)
+    after = engine.counters()
+    steps, rows = after["decode_steps"] - before["decode_steps"], after["decode_rows"] - before["decode_rows"]
+    assert rows > steps  # decode steps were batched across sequences
+
+
+def test_stock_openai_client_with_tools(app):
+    import openai
+
+    async def go():
+        client = openai.AsyncOpenAI(api_key="key-a", base_url="http://t/v1",
+                                    http_client=httpx.AsyncClient(transport=httpx.ASGITransport(app=app), timeout=600))
+        r = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER],
+            tool_choice="required", temperature=0, max_tokens=40)
+        call = r.choices[0].message.tool_calls[0]
+        assert r.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+        assert "city" in json.loads(call.function.arguments)
+        stream = await client.chat.completions.create(model="m", messages=SHORT["messages"], max_tokens=4,
+                                                      temperature=0, stream=True)
+        ids = {chunk.id async for chunk in stream}
+        assert len(ids) == 1
+    asyncio.run(go())
+
+
+def test_metrics_over_the_socket(live):
+    metrics = httpx.get(f"{live}/metrics").text
+    assert "spectool_engine_prefill_tokens_total" in metrics and "spectool_engine_o3_hits_total" in metrics
+    assert "spectool_engine_running" in metrics
