@@ -247,13 +247,15 @@ class SpeculativeOpenAI:
         if not self.speculator.cache.is_open:
             raise ConfigError("open the session first: `async with spectool.speculative(...) as client:`")
         request = ModelRequest(api, dict(kwargs))
-        request.kwargs.setdefault("tools", self.toolbox.openai_tools(api))
+        if len(self.toolbox) and "tools" not in request.kwargs:  # an empty list is a 400 upstream
+            request.kwargs["tools"] = self.toolbox.openai_tools(api)
         for hook in self.hooks:
             await hook.before_request(request)
         if self.sink is not None:
             self.sink.prepare(request)
         request.messages = self._chat_view(request)
-        self.speculator.start_turn(request.messages, request.kwargs.get("tools"))
+        offered = request.kwargs.get("tools")  # may be the SDK's NOT_GIVEN sentinel
+        self.speculator.start_turn(request.messages, offered if isinstance(offered, list) else None)
         result = await self._call_chain(0, request)
         if request.kwargs.get("stream"):
             result = SpeculativeStream(result, api, self._on_response_id, request)

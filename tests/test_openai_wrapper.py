@@ -94,6 +94,7 @@ async def test_hooks_run_in_order_and_can_edit_requests_and_responses() -> None:
         await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     assert order == ["before:a", "before:b", "wrap:a", "wrap:b", "after:b", "after:a"]
     assert model.requests[0]["metadata"] == {"tag": "b"}
+    assert "tools" not in model.requests[0]  # no tools registered: none sent (an empty list is a 400)
 
 
 async def test_engine_mode_calls_the_sink_with_ids_and_finished_outputs() -> None:

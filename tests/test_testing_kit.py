@@ -30,6 +30,9 @@ async def test_chat_tool_calls_through_the_sdk_in_process() -> None:
     assert r2.choices[0].message.content == "bye" and r2.choices[0].finish_reason == "stop"
     r3 = await client.chat.completions.create(model="m", messages=USER)
     assert r3.model_dump() == r.model_dump()  # stateless and deterministic
+    r4 = await client.chat.completions.create(model="m", messages=USER, n=3)  # λ samples by n
+    assert [c.index for c in r4.choices] == [0, 1, 2]
+    assert all(c.message == msg for c in r4.choices)
 
 
 async def test_streamed_tool_call_deltas_reassemble_over_a_socket() -> None:

@@ -132,8 +132,10 @@ class ScriptedModel:
             message = {"role": "assistant", "content": reply.text, "refusal": None}
             if calls:
                 message["tool_calls"] = calls
+            n = max(1, int(req.get("n") or 1))  # λ samples by `n`: the script is deterministic
             yield {**base, "object": "chat.completion", "usage": usage, "choices": [
-                {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}]}
+                {"index": i, "message": message, "finish_reason": finish, "logprobs": None}
+                for i in range(n)]}
             return
 
         def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
