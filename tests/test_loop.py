@@ -113,3 +113,29 @@ async def test_max_turns_stops_the_loop() -> None:
     assert capped.stop_reason == "max_turns" and capped.turns == 2 and capped.final_text is None
     with pytest.raises(spectool.ConfigError):
         await spectool.run_agent(c, model="m", messages="go", max_turns=0)
+
+
+async def test_concurrent_agents_keep_separate_sessions_and_stay_lossless() -> None:
+    # Eight agents on one scripted server at once, each with its own world and session.
+    script = [[call("get", key="b")], [call("put", key="a", value="v")], [call("get", key="a")], say("ok")]
+    model = ScriptedModel(script, first_token_latency=0.02)
+
+    async def agent(drafter):
+        world = KeyValueWorld(latency=0.02)
+        async with spectool.speculative(openai_client(model), world.toolbox, drafter) as c:
+            r = await spectool.run_agent(c, model="m", messages="go")
+        return r.transcript_json(), world.data, r.stats
+
+    results = {}
+
+    async def both(i):
+        results[i] = (await agent(None), await agent(LookaheadDrafter(script)))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(8):
+            tg.start_soon(both, i)
+    for base, spec in results.values():
+        assert spec[0] == base[0] and spec[1] == base[1] == {"a": "v", "b": "2"}
+        # get(a) and a re-drafted get(b), both started before put(a), were caught as stale
+        assert spec[2]["stale_discards"] == 2
+        assert spec[2]["hits"] + spec[2]["joins"] == 2
