@@ -206,3 +206,38 @@ def test_metrics_over_the_socket(live):
     metrics = httpx.get(f"{live}/metrics").text
     assert "spectool_engine_prefill_tokens_total" in metrics and "spectool_engine_o3_hits_total" in metrics
     assert "spectool_engine_running" in metrics
+
+
+def test_engine_client_posts_and_degrades(live, app):
+    """Algorithm 4 client half against the live engine, and against a server without the
+    endpoint (plain FastAPI app) where it must switch itself off."""
+    from fastapi import FastAPI
+
+    from spectool._cache import Outcome
+    from spectool._engine_client import EngineClient, resolved_messages
+    from spectool._types import ToolCall
+
+    toolcache = app.state.engine.toolcache
+
+    async def go():
+        sink = EngineClient(f"{live}/v1", "key-a")
+        call = ToolCall("get_weather", {"city": "Paris"})
+        await sink.on_tool_output(call, "k", Outcome(value={"temp": 3}))  # before any id: kept
+        toolcache.open("chatcmpl-sink", "key-a", [WEATHER])
+        sink.on_response_id("chatcmpl-sink")  # replays the finished output
+        await sink.aclose()
+        entry = toolcache.get("chatcmpl-sink", "get_weather", {"city": "Paris"})
+        assert entry is not None and entry.output == '{"temp": 3}' and sink.counters["cached"] == 1
+
+        bare = EngineClient("http://t/v1", http_client=httpx.AsyncClient(transport=httpx.ASGITransport(app=FastAPI())))
+        bare.on_response_id("chatcmpl-x")
+        await bare.on_tool_output(call, "k", Outcome(value=1))
+        assert bare.enabled is False  # degraded to client-side mode
+        await bare.on_tool_output(call, "k", Outcome(value=1))
+        assert bare.counters["posted"] == 1
+
+    asyncio.run(go())
+    rec = {"content": None, "tool_call": {"id": "c1", "type": "function",
+                                          "function": {"name": "get_weather", "arguments": "{}"}}, "output": "x"}
+    msgs = resolved_messages({"spectool_resolved_calls": [rec]})
+    assert [m["role"] for m in msgs] == ["assistant", "tool"] and msgs[1]["tool_call_id"] == "c1"
