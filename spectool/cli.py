@@ -11,6 +11,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("spectool._bench_cli", "BFCL multi-agent benchmark of speculative tool calling"),
     "model": ("spectool._model_cli", "the performance model: calculator and Figure 3"),
     "overhead": ("spectool._overhead", "middleware overhead per turn and time saved (scripted)"),
+    "serve": ("spectool._serve_cli", "serve a model with the engine-side tool cache (OpenAI API)"),
 }
 
 
