@@ -198,8 +198,15 @@ def _old_sdk(spec: str) -> Path:
     root = Path(os.environ.get("SPECTOOL_CACHE", Path.home() / ".cache" / "spectool")) / "sdk"
     target = root / spec.replace(">", "").replace("<", "-").replace(",", "_").replace("=", "")
     if not (target / "openai").is_dir():
+        import shutil
+        import tempfile
+
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=root))  # install aside, then rename: never half a package
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        "--no-deps", "--target", str(target), spec], check=True, timeout=240)
+                        "--no-deps", "--target", str(tmp), spec], check=True, timeout=240)
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
     return target
 
 
