@@ -34,7 +34,7 @@ async def test_proposal_starts_once_duplicates_join_and_a_hit_awaits_it() -> Non
     assert log.count("pure_add") == 1
     c = cache.counters
     assert (c.speculative_started, c.duplicate_proposals, c.joins, c.hits, c.misses) == (1, 1, 1, 1, 0)
-    assert 0.01 < c.time_saved < 0.05  # the part of the run that overlapped generation
+    assert 0.015 < c.time_saved <= outcome.duration  # the part that overlapped generation
 
 
 async def test_a_finished_entry_is_a_hit_and_an_unknown_call_is_a_miss() -> None:
