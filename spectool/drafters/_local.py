@@ -116,7 +116,7 @@ class LocalDrafter:
     def __init__(self, model: Any = DEFAULT_LOCAL_MODEL, *, constrained: bool = True,
                  examples: Sequence[WorkedExample] = DEFAULT_EXAMPLES, max_new_tokens: int = 96,
                  temperature: float = 0.8, top_p: float = 0.95, dtype: str = "float32",
-                 max_string_length: int = 64, max_calls: int = 4,
+                 max_string_length: int = 64, max_calls: int = 3,
                  max_prompt_tokens: int = 2048) -> None:
         if max_new_tokens < 1 or temperature < 0:
             raise ConfigError("max_new_tokens must be ≥ 1 and temperature ≥ 0")

