@@ -30,12 +30,13 @@ __all__ = ["SUPPORTED_VLLM", "check_vllm_version", "endpoint_plugin", "register"
 
 def register() -> None:
     """``vllm.general_plugins`` hook: version gate; spectool patches nothing in vLLM."""
-    import logging
+    from vllm.logger import init_logger
 
-    check_vllm_version()
-    logging.getLogger("spectool.vllm").info(
-        "spectool plugin loaded: vLLM patches applied: none (endpoint plugin, custom_class "
-        "proposer and worker extension use vLLM's own extension points)")
+    version = check_vllm_version()
+    init_logger("vllm.spectool").info(
+        "spectool plugin loaded on vLLM %s; "
+        "vLLM patches applied: none (endpoint plugin, custom_class "
+        "proposer and worker extension use vLLM's own extension points)", version)
 
 
 def endpoint_plugin() -> Any:

@@ -178,4 +178,8 @@ def _add_usage(total: dict | None, usage: dict | None) -> dict | None:
         return dict(usage)
     for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
         total[k] = total.get(k, 0) + usage.get(k, 0)
+    if total.get("prompt_tokens_details") and usage.get("prompt_tokens_details"):
+        a, b = total["prompt_tokens_details"], usage["prompt_tokens_details"]
+        total["prompt_tokens_details"] = {**a, "cached_tokens": (a.get("cached_tokens") or 0)
+                                          + (b.get("cached_tokens") or 0)}
     return total

@@ -10,7 +10,8 @@ Routes (added through vLLM's ``EndpointPlugin`` contract; the chat route replace
 * ``GET /spectool/stats``: tool-cache, O2 (tool vs text drafts) and O3 counters.
 * ``POST /v1/chat/completions``: vLLM's handler, plus: the response id is fixed before the
   engine sees the request (so posts can arrive while it streams), the id is opened in the
-  store, O3 continues cached calls, and the store (and the worker mirror) is closed at the end.
+  store, O3 continues cached calls (a request opts out with header ``x-spectool-o3: off``),
+  and the store (and the worker mirror) is closed at the end.
 """
 
 # no `from __future__ import annotations`: FastAPI must see the route annotations as classes
@@ -29,7 +30,7 @@ from . import _continue
 
 __all__ = ["SpectoolEndpoint"]
 
-log = logging.getLogger("spectool.vllm")
+log = logging.getLogger("vllm.spectool")  # under "vllm": vLLM's handlers print it
 
 # --tool-call-parser -> the shared prompt format whose call layout that parser reads
 _PARSER_FORMATS = {"hermes": "chatml", "xlam": "xlam", "llama3_json": "llama3"}
@@ -135,8 +136,10 @@ class SpectoolEndpoint:
         async def run(req: Any) -> Any:
             return await handler.create_chat_completion(req, raw_request)
 
+        o3 = self.o3 and raw_request.headers.get("x-spectool-o3", "on").lower() not in ("off", "0")
+
         def lookup(name: str, arguments: str) -> Any:
-            return self.cache.get(rid, name, arguments) if self.o3 else None
+            return self.cache.get(rid, name, arguments) if o3 else None
 
         if request.stream:
             first = await run(request)

@@ -27,7 +27,7 @@ from ._mirror import DraftCounters, DraftMirror
 
 __all__ = ["ToolCacheProposer"]
 
-log = logging.getLogger("spectool.vllm")
+log = logging.getLogger("vllm.spectool")  # under "vllm": vLLM's handlers print it
 _TAIL = 384  # output tokens decoded to find the open call (a call longer than this gets no draft)
 
 
