@@ -24,9 +24,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", action="append", default=None,
                    help="accepted API key (repeatable); each key is its own tenant")
     p.add_argument("--no-tool-cache", action="store_true", help="plain engine (no O2/O3)")
+    p.add_argument("--backend", default="torch", choices=["torch", "vllm"],
+                   help="torch: spectool's engine; vllm: vLLM's server with spectool's plugins "
+                        "(needs .venv-vllm: bash scripts/setup-vllm.sh; see docs/vllm.md)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.backend == "vllm":
+        try:
+            from spectool_serving.vllm import serve as serve_vllm
+        except ImportError as exc:
+            raise missing_extra("spectool_serving", "serve") from exc
+        return serve_vllm(args)
     try:
         from spectool_serving.server import build_server, serve
     except ImportError as exc:

@@ -142,15 +142,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    extra = [a for a in (getattr(args, "vllm_args", None) or []) if a != "--"]
-    cmd = build_command(args.model, port=args.port, host=args.host, dtype=args.dtype,
-                        num_draft_tokens=args.num_draft_tokens, o2=not args.no_o2,
-                        eager=not args.compile, tool_parser=args.tool_call_parser,
-                        chat_template=args.chat_template, extra=extra)
-    if args.print_command:
+    """Also takes ``spectool serve --backend vllm`` arguments (missing options get defaults)."""
+    opt = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+    extra = [a for a in (opt("vllm_args") or []) if a != "--"]
+    if opt("api_key"):
+        extra += ["--api-key", *args.api_key]
+    cmd = build_command(opt("model") or "embedded", port=opt("port", 8000), host=opt("host", "127.0.0.1"),
+                        dtype=opt("dtype", "auto"), num_draft_tokens=opt("num_draft_tokens", 8),
+                        o2=not (opt("no_o2") or opt("no_tool_cache")), eager=not opt("compile"),
+                        tool_parser=opt("tool_call_parser", "hermes"),
+                        chat_template=opt("chat_template"), extra=extra)
+    if opt("print_command"):
         print(" ".join(cmd))
         return 0
-    if not Path(cmd[0]).exists() and cmd[0] != sys.executable:
+    if not Path(cmd[0]).exists():
         raise ConfigError(f"no vLLM interpreter at {cmd[0]}; run: bash scripts/setup-vllm.sh")
     return subprocess.call(cmd, env=server_env())
 
