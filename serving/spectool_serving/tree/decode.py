@@ -91,7 +91,8 @@ def _warm_store(drafter: TreeDrafter, logits: torch.Tensor, prompts: list[list[i
 def decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: str = "unispec",
            *, drafter: TreeDrafter | None = None, g: int = 16, cast: Any = None,
            temperature: float = 0.0, eos: int | None = None, min_width: int | None = None,
-           generator: torch.Generator | None = None) -> DecodeResult:
+           generator: torch.Generator | None = None,
+           on_step: Any = None) -> DecodeResult:
     """Decode ``max_new_tokens`` per prompt with ``policy``; returns outputs and metrics.
 
     ``min_width`` pads every tree forward to at least this many tokens (default 4 in fp32,
@@ -131,6 +132,8 @@ def decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: st
                     drafter.learn(t, p)
                     if hasattr(drafter.shaper, "observe"):
                         drafter.shaper.observe(t, p)
+                    if on_step is not None:
+                        on_step(t, p)
         res.steps += 1
         res.verify_s += t2 - t1
         res.draft_s += t1 - t0

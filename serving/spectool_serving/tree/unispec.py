@@ -120,9 +120,9 @@ class TreeDrafter:
             self._add_context(tree, where, seq)
         frontier = self._merge(tree, where, 0, level, self.shaper.level_keep(1, level[1], 1))
         for d in range(2, self.depth + 1):
-            frontier = self._expand(tree, where, frontier, d)
             if not frontier:
                 break
+            frontier = self._expand(tree, where, frontier, d)
         return self._select(tree)
 
     def _first_level(self, root: int, prev: int) -> tuple[np.ndarray, np.ndarray]:
