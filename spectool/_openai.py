@@ -18,6 +18,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Literal, Protocol, Sequence
 
+import anyio.lowlevel
+
 from ._cache import CacheCounters, Outcome
 from ._errors import ConfigError
 from ._speculator import Speculator
@@ -256,6 +258,9 @@ class SpeculativeOpenAI:
         request.messages = self._chat_view(request)
         offered = request.kwargs.get("tools")  # may be the SDK's NOT_GIVEN sentinel
         self.speculator.start_turn(request.messages, offered if isinstance(offered, list) else None)
+        # Let the draft task send its request first: an SDK call that completes without
+        # suspending (in-process, cached) would otherwise finish before drafting even began.
+        await anyio.lowlevel.checkpoint()
         result = await self._call_chain(0, request)
         if request.kwargs.get("stream"):
             result = SpeculativeStream(result, api, self._on_response_id, request)

@@ -39,65 +39,71 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
+def _now() -> tuple[float, float]:
+    """(wall, CPU of this thread): CPU time is immune to the OS preempting us on a busy box."""
+    return time.perf_counter(), time.thread_time()
+
+
 class _SdkTimer(RequestHook):
     """Times the SDK call itself, so the wrapper's own time per turn can be separated."""
 
     def __init__(self) -> None:
-        self.last = 0.0
+        self.last = (0.0, 0.0)
 
     async def wrap_request(self, request: Any, call_next: Any) -> Any:
-        t0 = time.perf_counter()
+        t0 = _now()
         try:
             return await call_next(request)
         finally:
-            self.last = time.perf_counter() - t0
+            t1 = _now()
+            self.last = (t1[0] - t0[0], t1[1] - t0[1])
+
+
+def _summary(samples: dict[str, list[float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, xs in samples.items():
+        out[f"{name}_p50_ms"] = _pct(xs, 0.5) * 1000
+        out[f"{name}_p99_ms"] = _pct(xs, 0.99) * 1000
+    for clock in ("", "cpu_"):
+        for q in ("p50", "p99"):
+            out[f"{clock}overhead_{q}_ms"] = out[f"{clock}wrapped_{q}_ms"] - out[f"{clock}bare_{q}_ms"]
+    return out
 
 
 async def measure_overhead(turns: int, samples: int) -> dict[str, Any]:
-    """Interleaved turns, bare vs wrapped; total per turn and time outside the SDK call."""
+    """Interleaved turns, bare vs wrapped: wall and CPU time per turn, and outside the SDK call."""
     weather = fake_tool("weather", effect="read_only", result="sunny")
     model = ScriptedModel([call("weather", city="Paris")])
     bare = openai_client(model)
     tools = [weather.openai_chat()]
     timer = _SdkTimer()
-    base: list[float] = []
-    wrapped: list[float] = []
-    base_self: list[float] = []
-    wrapped_self: list[float] = []
-    drafter = ScriptedDrafter(model)
-    async with speculative(openai_client(model), [weather], drafter, samples=samples,
-                           hooks=[timer]) as spec:
+    names = ("bare", "wrapped", "cpu_bare", "cpu_wrapped", "self_bare", "self_wrapped",
+             "cpu_self_bare", "cpu_self_wrapped")
+    got: dict[str, list[float]] = {n: [] for n in names}
+    async with speculative(openai_client(model), [weather], ScriptedDrafter(model),
+                           samples=samples, hooks=[timer]) as spec:
         for i in range(turns + 50):  # the first 50 of each side warm up
-            t0 = time.perf_counter()
+            t0 = _now()
             r = await bare.chat.completions.create(model="m", messages=USER, tools=tools)
-            sdk = time.perf_counter() - t0
+            t_sdk = _now()
             tc = r.choices[0].message.tool_calls[0]
             out = await weather.invoke(tc.function.arguments)
             _ = {"role": "tool", "tool_call_id": tc.id, "content": out}
-            t1 = time.perf_counter()
+            t1 = _now()
             r = await spec.chat.completions.create(model="m", messages=USER)
             _ = await spec.run_tool_calls(r)
-            t2 = time.perf_counter()
-            if i >= 50:
-                base.append(t1 - t0)
-                wrapped.append(t2 - t1)
-                base_self.append(t1 - t0 - sdk)
-                wrapped_self.append(t2 - t1 - timer.last)
+            t2 = _now()
+            if i < 50:
+                continue
+            for c, prefix in ((0, ""), (1, "cpu_")):
+                got[prefix + "bare"].append(t1[c] - t0[c])
+                got[prefix + "wrapped"].append(t2[c] - t1[c])
+                got[prefix + "self_bare"].append(t1[c] - t_sdk[c])
+                got[prefix + "self_wrapped"].append(t2[c] - t1[c] - timer.last[c])
         stats = spec.stats()
-    ms = 1000.0
-    out = {
-        "turns": turns, "samples": samples,
-        "bare_p50_ms": _pct(base, 0.5) * ms, "bare_p99_ms": _pct(base, 0.99) * ms,
-        "wrapped_p50_ms": _pct(wrapped, 0.5) * ms, "wrapped_p99_ms": _pct(wrapped, 0.99) * ms,
-        "overhead_mean_ms": (statistics.fmean(wrapped) - statistics.fmean(base)) * ms,
-        "self_bare_p50_ms": _pct(base_self, 0.5) * ms, "self_bare_p99_ms": _pct(base_self, 0.99) * ms,
-        "self_wrapped_p50_ms": _pct(wrapped_self, 0.5) * ms,
-        "self_wrapped_p99_ms": _pct(wrapped_self, 0.99) * ms,
-        "hits_or_joins": stats["hits"] + stats["joins"],
-    }
-    out["overhead_p50_ms"] = out["wrapped_p50_ms"] - out["bare_p50_ms"]
-    out["overhead_p99_ms"] = out["wrapped_p99_ms"] - out["bare_p99_ms"]
-    return out
+    return {"turns": turns, "samples": samples, **_summary(got),
+            "overhead_mean_ms": (statistics.fmean(got["wrapped"]) - statistics.fmean(got["bare"])) * 1000,
+            "hits_or_joins": stats["hits"] + stats["joins"]}
 
 
 async def measure_time_saved(latency: float, agent_turns: int, repeats: int, samples: int,
@@ -150,16 +156,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     o = result["overhead"]
     print(f"Middleware overhead per turn (0-latency scripted model, in-process, λ={o['samples']}, "
-          f"{o['turns']} turns each side, interleaved):")
-    print(f"  bare AsyncOpenAI   p50 {o['bare_p50_ms']:.3f} ms   p99 {o['bare_p99_ms']:.3f} ms")
-    print(f"  SpeculativeOpenAI  p50 {o['wrapped_p50_ms']:.3f} ms   p99 {o['wrapped_p99_ms']:.3f} ms")
-    print(f"  overhead           p50 {o['overhead_p50_ms']:+.3f} ms   p99 {o['overhead_p99_ms']:+.3f} ms"
-          f"   mean {o['overhead_mean_ms']:+.3f} ms")
-    print(f"  time outside the SDK call: bare p50 {o['self_bare_p50_ms']:.3f} ms p99 "
-          f"{o['self_bare_p99_ms']:.3f} ms; wrapped p50 {o['self_wrapped_p50_ms']:.3f} ms p99 "
-          f"{o['self_wrapped_p99_ms']:.3f} ms (drafting runs during the SDK call)")
+          f"{o['turns']} turns each side, interleaved), ms:")
+    print("                         wall p50  wall p99   CPU p50   CPU p99")
+    for label, key in (("bare AsyncOpenAI", "bare"), ("SpeculativeOpenAI", "wrapped"),
+                       ("overhead", "overhead"), ("outside SDK, bare", "self_bare"),
+                       ("outside SDK, wrapped", "self_wrapped")):
+        print(f"  {label:<21} {o[key + '_p50_ms']:9.3f} {o[key + '_p99_ms']:9.3f} "
+              f"{o['cpu_' + key + '_p50_ms']:9.3f} {o['cpu_' + key + '_p99_ms']:9.3f}")
     share = 100 * o["overhead_p50_ms"] / o["bare_p50_ms"]
-    print(f"  = {share:.1f}% of a 0-latency turn; {o['overhead_p50_ms'] / 10:.2f}% of a 100 ms turn")
+    print(f"  p50 overhead = {share:.1f}% of a 0-latency turn, "
+          f"{o['overhead_p50_ms'] / 10:.2f}% of a 100 ms turn (CPU includes drafting during the call)")
     for s in result["time_saved"]:
         print(f"Time saved, G = T = {s['latency_s']:.2f} s, g = G/10, per-sample hit rate "
               f"{s['hit_rate_setting']:.1f}, λ={s['samples']} → α={s['alpha_measured']:.2f}: "

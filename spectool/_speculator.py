@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Mapping
+from typing import Any, Iterable, Sequence
 
 import anyio
 
@@ -86,7 +87,8 @@ class Turn:
         self.admitted: list[ToolCall] = []
 
     def cancel(self) -> None:
-        self.scope.cancel()
+        if not self.finished.is_set():  # a finished turn has nothing to cancel (and it is cheaper)
+            self.scope.cancel()
 
     async def wait(self) -> None:
         """Wait until drafting for this turn is over (done, failed, timed out or cancelled)."""
@@ -176,6 +178,7 @@ class Speculator:
         if not isinstance(proposals, (list, tuple)):
             self.draft_counters.draft_errors += 1
             return
+        decided: list[tuple[ToolCall, str]] = []  # λ samples often agree: decide each call once
         for raw in proposals[: self.max_proposals]:
             self.draft_counters.proposals += 1
             call = as_tool_call(raw)
@@ -184,13 +187,28 @@ class Speculator:
                 self.draft_counters.rejected += 1
                 continue
             turn.proposals.append(call)
-            skipped = self.cache.counters.skipped_proposals
-            if self.cache.speculate(call):  # validates the arguments of new entries
+            verdict = next((v for prev, v in decided
+                            if prev.name == call.name and prev.arguments == call.arguments), None)
+            if verdict is None:
+                verdict = self._decide(call)
+                decided.append((call, verdict))
+            elif verdict == "admitted":
+                self.cache.counters.duplicate_proposals += 1
+            elif verdict == "skipped":
+                self.cache.counters.skipped_proposals += 1
+            if verdict == "admitted":
                 self.draft_counters.admitted += 1
                 turn.admitted.append(call)
-            elif self.cache.counters.skipped_proposals == skipped:
-                self.draft_counters.rejected += 1  # malformed arguments
+            elif verdict == "rejected":
+                self.draft_counters.rejected += 1
         self.draft_counters.rejected += max(0, len(proposals) - self.max_proposals)
+
+    def _decide(self, call: ToolCall) -> str:
+        """Hand one new proposal to the cache: "admitted", "skipped" (a bound) or "rejected"."""
+        skipped = self.cache.counters.skipped_proposals
+        if self.cache.speculate(call):  # validates the arguments of new entries
+            return "admitted"
+        return "rejected" if self.cache.counters.skipped_proposals == skipped else "skipped"
 
     # -- main path --------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ wrapper, the agent loop and the sync façade share one reading of Chat Completio
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from collections.abc import Mapping
+from typing import Any, Iterable
 
 from ._errors import ToolArgumentsError
 from ._keys import parse_arguments
@@ -37,7 +38,7 @@ def as_dict(obj: Any) -> Any:
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
+    if isinstance(obj, dict) or isinstance(obj, Mapping):  # dict first: the ABC check is slow
         return obj.get(name, default)
     return getattr(obj, name, default)
 

@@ -139,3 +139,21 @@ async def test_concurrent_agents_keep_separate_sessions_and_stay_lossless() -> N
         # get(a) and a re-drafted get(b), both started before put(a), were caught as stale
         assert spec[2]["stale_discards"] == 2
         assert spec[2]["hits"] + spec[2]["joins"] == 2
+
+
+def test_overhead_command_runs_and_reports_both_figures() -> None:
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "spectool.cli", "overhead", "--turns", "20",
+                          "--latency", "0.05", "--agent-turns", "2", "--repeats", "1", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    over = result["overhead"]
+    assert over["turns"] == 20 and over["hits_or_joins"] == 70  # 50 warm-up + 20 measured
+    assert over["wrapped_p50_ms"] > 0 and "cpu_overhead_p99_ms" in over
+    saved = result["time_saved"]
+    assert [s["samples"] for s in saved] == [3, 1, 3] and saved[0]["alpha_measured"] == 1.0
+    assert all(s["transcripts_identical"] for s in saved) and saved[0]["time_saved_pct"] > 10
