@@ -145,7 +145,12 @@ class Speculator:
     def start_turn(
         self, messages: Sequence[Mapping[str, Any]], tools: Iterable[Mapping[str, Any]] | None = None
     ) -> Turn:
-        """Start drafting for a model request with these messages; returns at once."""
+        """Start drafting for a model request with these messages; returns at once.
+
+        The draft task runs from the caller's next checkpoint: ``await
+        anyio.lowlevel.checkpoint()`` before a main call that might complete without
+        suspending (the OpenAI wrapper does this), so the drafter's request goes out first.
+        """
         if self._turn is not None:
             self._turn.cancel()
         turn = self._turn = Turn()
