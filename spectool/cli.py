@@ -9,6 +9,8 @@ import sys
 # subcommand -> (module with `add_arguments(parser)` and `run(args) -> int`, help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("spectool._bench_cli", "BFCL multi-agent benchmark of speculative tool calling"),
+    "calibrate": ("spectool._decode_cli", "re-measure tree-decoding cost tables and draft size g*"),
+    "decode-bench": ("spectool._decode_cli", "tree speculative decoding vs autoregressive and prompt lookup"),
     "model": ("spectool._model_cli", "the performance model: calculator and Figure 3"),
     "overhead": ("spectool._overhead", "middleware overhead per turn and time saved (scripted)"),
     "serve": ("spectool._serve_cli", "serve a model with the engine-side tool cache (OpenAI API)"),

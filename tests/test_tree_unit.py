@@ -215,3 +215,31 @@ def test_sliding_window_tree_matches_full_forward():
     with torch.no_grad():
         full = model(torch.tensor([prompt + [9, 11, 3]])).logits[0, -1]
     assert torch.allclose(full, after[0, 0], atol=1e-4)
+
+
+def test_shipped_prompt_set_covers_categories_and_languages():
+    from spectool_serving.tree.bench import load_prompts
+
+    items = load_prompts()
+    cats = {i["category"] for i in items}
+    assert cats == {"chat", "translation", "summarization", "qa", "math", "rag", "code"}
+    assert [i["category"] for i in load_prompts(quick=True)] == sorted(cats, key=[
+        i["category"] for i in items].index)
+    assert any(len(i["messages"]) > 1 for i in items)  # multi-turn
+    text = " ".join(m["content"] for i in items for m in i["messages"])
+    assert "资料" in text and "fährt" in text and "¿" in text  # multilingual items
+
+
+def test_bench_summary_geometric_mean_over_categories():
+    from spectool_serving.tree.bench import _summarize
+
+    def row(cat, ar, pl3, pl10, us):
+        mk = lambda t: {"tok_s": t, "identical": True}  # noqa: E731
+        return {"category": cat, "batch": 1, "methods": {
+            "ar": mk(ar), "pl3": mk(pl3), "pl10": mk(pl10),
+            "unispec": {**mk(us), "tau": 2.0, "draft": 8.0}}}
+
+    s = _summarize([row("a", 10, 20, 10, 40), row("b", 10, 10, 10, 10)])["batch1"]
+    assert s["speedup_vs_ar"]["unispec"] == pytest.approx(2.0)  # sqrt(4 * 1)
+    assert s["best_prompt_lookup"] == "pl3"
+    assert s["speedup_vs_best_pl"]["unispec"] == pytest.approx(2.0 / 2 ** 0.5)

@@ -114,7 +114,7 @@ def truncated_path_len(tree: Any, path: list[int], g: int) -> int:
 
 
 def measure_tau(model: Any, prompts: list[list[int]], gs: list[int], max_new_tokens: int,
-                eos: int | None = None) -> list[float]:
+                eos: int | set[int] | None = None) -> list[float]:
     """τ(g) for every g in one greedy run at g = max(gs): greedy decoding follows the same
     trajectory whatever the tree, so each step's accepted path can be cut to any top-g."""
     from .decode import decode
@@ -132,7 +132,7 @@ def measure_tau(model: Any, prompts: list[list[int]], gs: list[int], max_new_tok
 
 def calibrate(model: Any, model_name: str, prompts: list[list[int]], *, batch: int = 1,
               gs: list[int] | None = None, max_new_tokens: int = 48, ctx: int = 256,
-              eos: int | None = None, table: Any = None) -> Calibration:
+              eos: int | set[int] | None = None, table: Any = None) -> Calibration:
     """Measure s(g) (cost table at ``ctx``) and τ(g), fit, and store the result."""
     from .cast import measure_cost_table
 

@@ -90,7 +90,7 @@ def _warm_store(drafter: TreeDrafter, logits: torch.Tensor, prompts: list[list[i
 
 def decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: str = "unispec",
            *, drafter: TreeDrafter | None = None, g: int = 16, cast: Any = None,
-           temperature: float = 0.0, eos: int | None = None, min_width: int | None = None,
+           temperature: float = 0.0, eos: int | set[int] | None = None, min_width: int | None = None,
            generator: torch.Generator | None = None,
            on_step: Any = None) -> DecodeResult:
     """Decode ``max_new_tokens`` per prompt with ``policy``; returns outputs and metrics.
@@ -99,6 +99,7 @@ def decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: st
     where 2-3 token forwards cost more than 4 on CPU math libraries).
     """
     t_start = time.perf_counter()
+    stops = {eos} if isinstance(eos, int) else set(eos or ())
     if drafter is None and policy != "ar":
         drafter = make_drafter(policy, model.config.vocab_size, g=g, cast=cast)
     if min_width is None:
@@ -146,7 +147,7 @@ def decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: st
             seqs[b].extend(new)
             for tok in new:
                 outs[b].append(tok)
-                if (eos is not None and tok == eos) or len(outs[b]) >= max_new_tokens:
+                if tok in stops or len(outs[b]) >= max_new_tokens:
                     done[b] = True
                     break
     res.total_s = time.perf_counter() - t_start
