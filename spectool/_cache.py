@@ -320,6 +320,29 @@ class ToolCache:
 
     # -- main path --------------------------------------------------------------------------
 
+    def consume(self, call: ToolCall) -> bool:
+        """Record that ``call`` was answered elsewhere (a spectool engine spliced in the output
+        this cache posted): count it as a hit and consume a read_only entry, as a main-path
+        use would. False if no finished, valid entry matches."""
+        spec = self.toolbox._specs.get(call.name)
+        if spec is None or not spec.speculable:
+            return False
+        try:
+            key = spec.key(call.arguments)
+        except SpectoolError:
+            return False
+        entry = self._entries.get(key)
+        now = self._clock()
+        if entry is None or entry.outcome is None or not self._valid(entry, now):
+            return False
+        if entry.speculative and not entry.used:
+            self.counters.time_saved += entry.outcome.duration
+        entry.used = True
+        self.counters.hits += 1
+        if spec.effect is Effect.READ_ONLY:
+            self._entries.pop(key, None)
+        return True
+
     async def resolve(self, call: ToolCall) -> Outcome:
         """The outcome of ``call`` as the main model asked for it: cached if valid, else run.
 

@@ -105,6 +105,7 @@ async def _chat_turn(client: SpeculativeOpenAI, transcript: list[dict[str, Any]]
         message = _assistant(response.final_message())
     else:
         message = _assistant(response.choices[0].message)
+    transcript.extend(client.engine_resolved(response))  # calls an engine answered in place
     transcript.append(message)
     if not message.get("tool_calls"):
         return True, message.get("content")

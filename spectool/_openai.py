@@ -25,7 +25,8 @@ from ._errors import ConfigError
 from ._speculator import Speculator
 from ._tools import Toolbox
 from ._types import Drafter, ToolCall
-from ._wire import ChatAccumulator, as_dict, extract_calls, format_output, responses_input_to_messages
+from ._wire import (ChatAccumulator, as_dict, engine_resolved, extract_calls, format_output,
+                    responses_input_to_messages)
 
 __all__ = ["EngineSink", "ModelRequest", "RequestHook", "SpeculativeOpenAI", "SpeculativeStream",
            "speculative"]
@@ -322,6 +323,26 @@ class SpeculativeOpenAI:
                 call_id, outcome = p[0], Outcome(error=p[2])
             results.append(self._tool_result(api, call_id, outcome))
         return results
+
+    def engine_resolved(self, response: Any) -> list[dict[str, Any]]:
+        """Messages for the calls a spectool engine resolved inside ``response`` (engine mode;
+        empty otherwise): an assistant message with the call, then its tool message, each in
+        order, to insert before the response's final message. Their cache entries count as
+        used. A stream must be drained first."""
+        messages: list[dict[str, Any]] = []
+        for rec in engine_resolved(response):
+            tc = rec.get("tool_call") or {}
+            fn = tc.get("function") or {}
+            _, parsed = extract_calls([tc])
+            if parsed and isinstance(parsed[0], ToolCall):
+                self.speculator.cache.consume(parsed[0])
+            messages.append({"role": "assistant", "content": rec.get("content"),
+                             "tool_calls": [{"id": tc.get("id"), "type": "function",
+                                             "function": {"name": fn.get("name"),
+                                                          "arguments": fn.get("arguments") or ""}}]})
+            messages.append({"role": "tool", "tool_call_id": tc.get("id"),
+                             "content": format_output(rec.get("output"))})
+        return messages
 
     def _remember_stream(self, stream: SpeculativeStream) -> None:
         if stream.response is not None:

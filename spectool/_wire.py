@@ -18,6 +18,7 @@ __all__ = [
     "ChatAccumulator",
     "ParsedCall",
     "as_dict",
+    "engine_resolved",
     "extract_calls",
     "format_output",
     "responses_input_to_messages",
@@ -86,6 +87,20 @@ def _responses_calls(items: Iterable[Any]) -> list[Any]:
     ]
 
 
+#: Extra choice field of a spectool engine: ``[{content, tool_call, output}]`` resolved in place.
+RESOLVED = "spectool_resolved_calls"
+
+
+def engine_resolved(response: Any) -> list[Any]:
+    """The records of calls a spectool engine resolved inside a response (else empty)."""
+    acc = getattr(response, "_chat", None)
+    if isinstance(acc, ChatAccumulator):  # a SpeculativeStream
+        return list(acc.resolved)
+    choices = _get(response, "choices")
+    choice = choices[0] if choices else response
+    return list(_get(choice, RESOLVED) or ())
+
+
 def format_output(value: Any) -> str:
     """A tool's return value as the text the model reads (strings as-is, else JSON)."""
     if isinstance(value, str):
@@ -136,6 +151,8 @@ class ChatAccumulator:
         self.content: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
+        #: calls a spectool engine resolved inside this response (its final chunk lists them)
+        self.resolved: list[Any] = []
 
     def add(self, chunk: Any) -> None:
         self.id = self.id or _get(chunk, "id")
@@ -143,6 +160,7 @@ class ChatAccumulator:
             if _get(choice, "index", 0) != 0:
                 continue
             self.finish_reason = _get(choice, "finish_reason") or self.finish_reason
+            self.resolved = _get(choice, RESOLVED) or self.resolved
             delta = _get(choice, "delta") or {}
             text = _get(delta, "content")
             if text:

@@ -245,3 +245,49 @@ def test_engine_mode_finds_its_sink_through_the_engine_client_seam(monkeypatch) 
     monkeypatch.delattr(spectool, "_engine_client")
     with pytest.raises(ConfigError, match="engine"):
         spectool.speculative("sdk-client", [], mode="engine")
+
+
+def _engine_like(app, records):
+    """Wraps the scripted server so its first response carries ``spectool_resolved_calls``, as a
+    spectool engine's does after splicing posted outputs in (the real engine runs a model;
+    tests/serving covers it end to end)."""
+    served = []
+
+    async def wrapped(scope, receive, send):
+        async def patch(message):
+            body = message.get("body", b"")
+            if message["type"] == "http.response.body" and body and not served:
+                text = body.decode()
+                if text.startswith("{"):
+                    payload = json.loads(text)
+                    payload["choices"][0]["spectool_resolved_calls"] = records
+                    message = {**message, "body": json.dumps(payload).encode()}
+                    served.append(1)
+                elif '"finish_reason":"stop"' in text:
+                    payload = json.loads(text[len("data: "):])
+                    payload["choices"][0]["spectool_resolved_calls"] = records
+                    message = {**message, "body": f"data: {json.dumps(payload)}\n\n".encode()}
+                    served.append(1)
+            await send(message)
+        await app(scope, receive, patch)
+    return wrapped
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_calls_an_engine_resolved_in_place_enter_the_transcript_and_count(stream) -> None:
+    tool_call = {"id": "call_0", "type": "function", "function": {"name": "get", "arguments": '{"key": "a"}'}}
+    records = [{"content": None, "tool_call": tool_call, "output": "1"}]
+    engine = ScriptedModel([say("a is 1")])  # what the model says after the engine spliced get(a)
+    drafter = ScriptedDrafter(lambda messages: [call("get", key="a")])
+    world = KeyValueWorld(latency=0.01)
+    async with spectool.speculative(openai_client(_engine_like(engine, records)), world.toolbox,
+                                    drafter) as c:
+        turn = c.speculator.start_turn([{"role": "user", "content": "q"}])
+        await turn.wait()
+        await anyio.sleep(0.03)  # the speculative get(a) finished (and would have been posted)
+        result = await spectool.run_agent(c, model="m", messages="q", stream=stream)
+    assert [m["role"] for m in result.transcript] == ["user", "assistant", "tool", "assistant"]
+    assert result.transcript[1]["tool_calls"][0]["function"]["name"] == "get"
+    assert result.transcript[2] == {"role": "tool", "tool_call_id": "call_0", "content": "1"}
+    assert result.final_text == "a is 1" and result.turns == 1
+    assert result.stats["hits"] == 1 and world.log.count("get") == 1  # consumed, not re-run
