@@ -7,6 +7,9 @@ vLLM's; the prefix cache holds the history, so only the new tail is prefilled. T
 gets one response under the first hop's id; ``spectool_resolved_calls`` on the choice lists
 ``{content, tool_call, output}`` per resolved call (the torch backend's field), and
 ``spectool`` carries per-hop prompt/cached token counts and the round trips saved.
+``then_tool_choice`` (header ``x-spectool-then-tool-choice``) is the ``tool_choice`` of later
+hops, for agents that force the first call and let the model answer after it — the client
+sends the same on its own later turns, so the transcripts stay equal.
 """
 
 from __future__ import annotations
@@ -47,8 +50,15 @@ def _hop_info(usage: dict | None) -> dict:
             "completion_tokens": usage.get("completion_tokens", 0)}
 
 
+def _next_request(request: Any, messages: list, request_id: str, tool_choice: str | None) -> Any:
+    update: dict = {"messages": messages, "request_id": request_id}
+    if tool_choice:
+        update["tool_choice"] = tool_choice
+    return request.model_copy(update=update)
+
+
 async def complete(run: Callable[[Any], Any], request: Any, rid: str, base: str, lookup: Lookup,
-                   max_hops: int) -> dict | Any:
+                   max_hops: int, then_tool_choice: str | None = None) -> dict | Any:
     """Non-streamed: returns the final response as a dict (or vLLM's error object)."""
     resolved: list[dict] = []
     hops: list[dict] = []
@@ -73,7 +83,7 @@ async def complete(run: Callable[[Any], Any], request: Any, rid: str, base: str,
             resolved.append({"content": content, "tool_call": c, "output": o})
             content = None
         messages = _next_messages(messages, choice["message"].get("content"), calls, outputs)
-        req = request.model_copy(update={"messages": messages, "request_id": f"{base}.h{len(hops)}"})
+        req = _next_request(request, messages, f"{base}.h{len(hops)}", then_tool_choice)
     body["id"] = rid
     for ch in body["choices"]:
         ch["spectool_resolved_calls"] = resolved
@@ -109,7 +119,8 @@ def _merge_call_delta(calls: dict[int, dict], delta: dict) -> None:
 
 
 async def stream(run: Callable[[Any], Any], request: Any, rid: str, base: str, lookup: Lookup,
-                 max_hops: int, first: Any, report: dict | None = None) -> AsyncIterator[str]:
+                 max_hops: int, first: Any, report: dict | None = None,
+                 then_tool_choice: str | None = None) -> AsyncIterator[str]:
     """Streamed: content passes through at once; a hop's tool-call chunks are held until the
     hop ends, then either replaced by ``spectool_resolved_call`` chunks (all cached: the
     next hop streams on under the same id) or released unchanged (the client runs them)."""
@@ -160,7 +171,7 @@ async def stream(run: Callable[[Any], Any], request: Any, rid: str, base: str, l
             yield _sse({"id": rid, "object": "chat.completion.chunk", "choices": [
                 {"index": 0, "delta": {}, "finish_reason": None, "spectool_resolved_call": record}]})
         messages = _next_messages(messages, hop_content, ordered, outputs)
-        req = request.model_copy(update={"messages": messages, "request_id": f"{base}.h{hops}"})
+        req = _next_request(request, messages, f"{base}.h{hops}", then_tool_choice)
         gen = await run(req)
         if not hasattr(gen, "__aiter__"):
             yield _sse({"error": gen.model_dump() if hasattr(gen, "model_dump") else str(gen)})

@@ -136,6 +136,7 @@ class SpectoolEndpoint:
         async def run(req: Any) -> Any:
             return await handler.create_chat_completion(req, raw_request)
 
+        then = raw_request.headers.get("x-spectool-then-tool-choice") or None
         o3 = self.o3 and raw_request.headers.get("x-spectool-o3", "on").lower() not in ("off", "0")
 
         def lookup(name: str, arguments: str) -> Any:
@@ -146,10 +147,10 @@ class SpectoolEndpoint:
             if not hasattr(first, "__aiter__"):
                 await self._close(rid)
                 return JSONResponse(first.model_dump(), status_code=first.error.code)
-            return StreamingResponse(self._streamed(run, request, rid, base, lookup, first),
+            return StreamingResponse(self._streamed(run, request, rid, base, lookup, first, then),
                                      media_type="text/event-stream")
         try:
-            body = await _continue.complete(run, request, rid, base, lookup, self.max_hops)
+            body = await _continue.complete(run, request, rid, base, lookup, self.max_hops, then)
         finally:
             await self._close(rid)
         if not isinstance(body, dict):
@@ -157,11 +158,11 @@ class SpectoolEndpoint:
         self._count(len(body["choices"][0]["spectool_resolved_calls"]), body["spectool"]["round_trips_saved"])
         return JSONResponse(body)
 
-    async def _streamed(self, run, request, rid, base, lookup, first):
+    async def _streamed(self, run, request, rid, base, lookup, first, then):
         report: dict = {}
         try:
             async for chunk in _continue.stream(run, request, rid, base, lookup, self.max_hops, first,
-                                                report):
+                                                report, then):
                 yield chunk
         finally:
             await self._close(rid)
