@@ -243,3 +243,20 @@ def test_bench_summary_geometric_mean_over_categories():
     assert s["speedup_vs_ar"]["unispec"] == pytest.approx(2.0)  # sqrt(4 * 1)
     assert s["best_prompt_lookup"] == "pl3"
     assert s["speedup_vs_best_pl"]["unispec"] == pytest.approx(2.0 / 2 ** 0.5)
+
+
+def test_decoding_policy_drafts_chains_and_learns_from_logits():
+    from spectool_serving.tree.policy import DecodingPolicy, best_chain
+
+    t = _tree()
+    assert best_chain(t) == [11, 12]
+    pol = DecodingPolicy("unispec", vocab=40, g=8)
+    assert pol.draft("r", [1, 2, 3]) == []  # empty store, no context match
+    logits = torch.full((3, 40), -10.0)
+    logits[0, 4] = logits[1, 5] = logits[2, 6] = 10.0  # after 3 -> 4, after 4 -> 5, 5 -> 6
+    pol.observe("r", [3, 4, 5], logits, n_accepted=2)
+    assert pol.draft("r", [1, 2, 3]) == [4, 5, 6]
+    assert pol.stats.tau == 3.0
+    assert DecodingPolicy("off", vocab=40).draft("r", [1, 2, 3]) == []
+    with pytest.raises(ValueError):
+        DecodingPolicy("fast", vocab=40)

@@ -1,0 +1,115 @@
+"""A per-server decoding policy for ordinary text, shaped for an engine that verifies chains.
+
+The serving engine verifies one linear draft per row (its O2 tool-call drafts). This object
+gives it text drafts when O2 has none: the drafter builds a tree and the engine gets the
+tree's best chain (highest cumulative confidence, up to the node budget); after its forward
+the engine hands back the verifier's logits so the n-gram store stays fresh. Tool-cache (O2)
+drafts take precedence: call :meth:`draft` only when the tool-cache proposer returned nothing.
+
+Hook (engine side, three lines)::
+
+    draft = propose_draft(seq, ctx) or policy.draft(seq.seq_id, seq.tokens)
+    ...
+    policy.observe(seq.seq_id, root_and_draft_tokens, logits_for_them, n_accepted, verify_s)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from .cast import CastShaper, CostTable
+from .tree import DraftTree
+from .unispec import ContextIndex, NGramStore, TopG, TreeDrafter
+
+__all__ = ["DecodingPolicy", "PolicyStats"]
+
+MODES = ("off", "unispec", "cast", "both")
+
+
+@dataclass
+class PolicyStats:
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    verify_s: float = 0.0
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens emitted per verification (accepted drafts + 1)."""
+        return (self.accepted + self.steps) / self.steps if self.steps else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"tree_steps": self.steps, "tree_drafted": self.drafted,
+                "tree_accepted": self.accepted, "tree_tau": self.tau,
+                "tree_mean_draft": self.drafted / self.steps if self.steps else 0.0,
+                "tree_verify_s": self.verify_s}
+
+
+@dataclass
+class DecodingPolicy:
+    """``mode``: off | unispec | cast | both; one store per server (shared by its rows)."""
+
+    mode: str
+    vocab: int
+    g: int = 16
+    table: CostTable | None = None
+    stats: PolicyStats = field(default_factory=PolicyStats)
+    _drafter: TreeDrafter | None = field(default=None, init=False, repr=False)
+    _ctx: dict[Any, ContextIndex] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"decoding policy must be one of {MODES}; got {self.mode!r}")
+        if self.mode == "off":
+            return
+        if self.mode in ("cast", "both") and self.table is None:
+            raise ValueError(f"policy {self.mode!r} needs a cost table")
+        shaper = CastShaper(self.table) if self.mode in ("cast", "both") else TopG(g=self.g)
+        full = self.mode in ("unispec", "both")
+        self._drafter = TreeDrafter(NGramStore(self.vocab), shaper, use_context=full,
+                                    use_next_next=full)
+
+    def draft(self, row: Any, tokens: list[int], batch: int = 1) -> list[int]:
+        """A linear draft continuing ``tokens`` (their last token is the root)."""
+        if self._drafter is None or len(tokens) < 2:
+            return []
+        ctx = self._ctx.get(row)
+        if ctx is None or ctx.seq != tokens[:len(ctx.seq)]:
+            ctx = self._ctx[row] = ContextIndex(tokens)
+        else:
+            ctx.extend(tokens[len(ctx.seq):])
+        if hasattr(self._drafter.shaper, "begin_step"):
+            self._drafter.shaper.begin_step(batch, len(tokens))
+        return best_chain(self._drafter.draft(ctx))
+
+    def observe(self, row: Any, fed: list[int], logits: torch.Tensor, n_accepted: int,
+                verify_s: float = 0.0) -> None:
+        """fed: [d+1] root + draft tokens; logits: [d+1, V] the verifier's outputs for them."""
+        if self._drafter is None:
+            return
+        probs = torch.softmax(logits.float(), dim=-1)
+        conf, ids = probs.topk(self._drafter.store.k, dim=-1)
+        prev = self._ctx[row].seq[-2] if row in self._ctx and len(self._ctx[row].seq) > 1 else -1
+        parents = np.asarray([prev] + fed[:-1])
+        self._drafter.store.update(np.asarray(fed), parents, ids.numpy(), conf.numpy())
+        self.stats.steps += 1
+        self.stats.drafted += len(fed) - 1
+        self.stats.accepted += n_accepted
+        self.stats.verify_s += verify_s
+
+    def forget(self, row: Any) -> None:
+        self._ctx.pop(row, None)
+
+
+def best_chain(tree: DraftTree) -> list[int]:
+    """Tokens of the root-to-node path ending at the deepest best-scored leaf (root excluded)."""
+    kids = tree.children()
+    node, out = 0, []
+    while kids[node]:
+        node = max(kids[node], key=lambda i: tree.conf[i])
+        out.append(tree.tokens[node])
+    return out
