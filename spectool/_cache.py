@@ -358,16 +358,9 @@ class ToolCache:
             now = self._clock()
             self.counters.misses += 1
             return Outcome(error=exc, started=now, finished=now)
-        now = self._clock()
-        entry = self._entries.get(key)
-        if entry is not None and self._valid(entry, now):
-            outcome = await self._use(entry, now)
-            if not outcome.cancelled:
-                return outcome
-        elif entry is not None:
-            if entry.speculative and not entry.used and entry.spec.effect is Effect.READ_ONLY:
-                self.counters.stale_discards += 1
-            self._discard(key)
+        outcome = await self._cached(key)
+        if outcome is not None:
+            return outcome
         self.counters.misses += 1
         outcome = await self._execute(call, spec, speculative=False)
         if spec.effect is Effect.PURE and outcome.ok and self._make_room(self._clock()):
@@ -376,6 +369,36 @@ class ToolCache:
             fresh.done.set()
             self._entries[key] = fresh
         return outcome
+
+    async def lookup(self, call: ToolCall) -> Outcome | None:
+        """Like :meth:`resolve`, but never runs the tool: the outcome of a valid entry (awaited
+        if still running; a hit or a join, a read_only entry consumed), else None and the
+        caller runs the call its own way (counted as a miss). Unknown or mutating tools: None,
+        uncounted (the caller runs them, and bumps the scope of a mutating one with
+        :meth:`invalidate`)."""
+        spec = self.toolbox._specs.get(call.name) if isinstance(call.name, str) else None
+        if spec is None or not spec.speculable:
+            return None
+        try:
+            outcome = await self._cached(spec.key(call.arguments))
+        except SpectoolError:  # malformed arguments: no entry can match
+            outcome = None
+        if outcome is None:
+            self.counters.misses += 1
+        return outcome
+
+    async def _cached(self, key: str) -> Outcome | None:
+        """A valid entry's finished outcome (awaited), or None; stale entries are dropped."""
+        now = self._clock()
+        entry = self._entries.get(key)
+        if entry is not None and self._valid(entry, now):
+            outcome = await self._use(entry, now)
+            return None if outcome.cancelled else outcome
+        if entry is not None:
+            if entry.speculative and not entry.used and entry.spec.effect is Effect.READ_ONLY:
+                self.counters.stale_discards += 1
+            self._discard(key)
+        return None
 
     async def _use(self, entry: _Entry, now: float) -> Outcome:
         in_flight = entry.outcome is None

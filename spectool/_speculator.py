@@ -224,6 +224,15 @@ class Speculator:
         except SpectoolError as exc:  # unknown tool: an outcome, as running it would be
             return Outcome(error=exc)
 
+    async def lookup(self, call: ToolCall) -> Outcome | None:
+        """The outcome of a call the drafts already ran (or are running), else None: the
+        caller runs it itself. Never runs a tool (see :meth:`ToolCache.lookup`)."""
+        return await self.cache.lookup(call)
+
+    def invalidate(self, scope: str = "default") -> None:
+        """State in ``scope`` changed outside spectool (a mutating call the caller ran)."""
+        self.cache.invalidate(scope)
+
     async def resolve_all(self, calls: Sequence[ToolCall]) -> list[Outcome]:
         """Resolve one response's calls concurrently, with in-order state semantics.
 

@@ -94,6 +94,18 @@ class SyncSpeculator:
         """Block until the outcome of one call the model made (cached if valid, else run)."""
         return self._call(self.speculator.resolve, call)
 
+    def lookup(self, call: ToolCall) -> Outcome | None:
+        """Block until the outcome of a call the drafts ran; None: run it yourself."""
+        return self._call(self.speculator.lookup, call)
+
+    def invalidate(self, scope: str = "default") -> None:
+        """State in ``scope`` changed outside spectool: its early reads go stale."""
+        self._call(self.speculator.invalidate, scope)
+
+    def cancel_turn(self, turn: Turn) -> None:
+        """The model answered: stop the turn's drafts still running (on the session's loop)."""
+        self._call(turn.cancel)
+
     def resolve_all(self, calls: Sequence[ToolCall]) -> list[Outcome]:
         return self._call(self.speculator.resolve_all, list(calls))
 

@@ -113,6 +113,28 @@ async def test_read_only_results_are_used_once_and_invalidate_works() -> None:
     assert (first.speculative, second.speculative, third.speculative) == (True, False, False)
 
 
+async def test_lookup_serves_drafted_calls_and_never_runs_a_tool() -> None:
+    log = ToolLog()
+    async with ToolCache(_box(log, latency=0.05)) as cache:
+        cache.speculate(ToolCall("read", {"x": 1}))
+        cache.speculate(ToolCall("pure_add", {"a": 1}))
+        joined = await cache.lookup(ToolCall("read", {"x": 1}))  # still running: a join
+        assert await cache.lookup(ToolCall("read", {"x": 1})) is None  # read_only: used once
+        hit = await cache.lookup(ToolCall("pure_add", {"a": 1}))  # finished by now: a hit
+        assert await cache.lookup(ToolCall("read", {"x": 2})) is None  # never drafted
+        assert await cache.lookup(ToolCall("read", "{broken")) is None  # type: ignore[arg-type]
+        assert await cache.lookup(ToolCall("write", {})) is None  # mutating: caller's run
+        assert await cache.lookup(ToolCall("nope", {})) is None  # unknown: caller's error
+        cache.speculate(ToolCall("other_read", {}))
+        await anyio.sleep(0.06)
+        cache.invalidate("t")  # the caller ran a write of scope t itself
+        assert await cache.lookup(ToolCall("other_read", {})) is None
+    assert (joined.value, joined.speculative, hit.value) == ("r", True, 1)
+    assert sorted(log.names()) == ["other_read", "pure_add", "read"]  # drafts only
+    c = cache.counters
+    assert (c.joins, c.hits, c.misses, c.stale_discards) == (1, 1, 4, 1)
+
+
 async def test_pure_results_expire_after_their_ttl() -> None:
     now = [0.0]
     log = ToolLog()

@@ -145,3 +145,25 @@ def test_sync_facade_is_thread_safe_and_shares_the_core() -> None:
     assert len(log.runs) == 4 and stats["hits"] + stats["joins"] == 4
     with pytest.raises(ConfigError):
         spec.run(ToolCall("t0", {}))  # closed
+
+
+def test_sync_facade_looks_up_drafted_calls_without_running_others() -> None:
+    # An integration runs misses its own way: lookup() only ever serves what drafts started,
+    # invalidate() makes early reads of a scope stale, cancel_turn() stops late drafts.
+    log = ToolLog()
+    tools = [fake_tool(n, effect="read_only", latency=0.05, log=log, result=n) for n in "ab"]
+    slow = ScriptedDrafter(_oracle([ToolCall("b", {})]), failure="hang")
+    with SyncSpeculator(tools, ScriptedDrafter(_oracle([ToolCall("a", {}), ToolCall("b", {})]))) as spec:
+        spec.wait_turn(spec.start_turn(MESSAGES))
+        assert spec.lookup(ToolCall("a", {})).value == "a"
+        assert spec.lookup(ToolCall("a", {"other": 1})) is None
+        spec.invalidate("default")
+        assert spec.lookup(ToolCall("b", {})) is None  # its early read is stale now
+        spec.speculator.drafter = slow
+        turn = spec.start_turn(MESSAGES)
+        spec.cancel_turn(turn)
+        spec.wait_turn(turn)
+        stats = spec.stats()
+    assert sorted(log.names()) == ["a", "b"]
+    assert (stats["hits"] + stats["joins"], stats["misses"], stats["stale_discards"]) == (1, 2, 1)
+    assert stats["draft_timeouts"] == 0 and stats["drafts"] == 2
