@@ -14,8 +14,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ToolCallRequest
 from langchain_core.tools import BaseTool
 
-from spectool import Drafter, ToolSpec, Toolbox
-from spectool._speculator import Speculator
+from spectool import Drafter, Speculator, SyncSpeculator, ToolSpec
 
 from ._convert import conversation_key, draft_messages, draft_tools, to_spectool_call
 from ._effects import to_tool_spec
@@ -42,10 +41,13 @@ class _Speculation:
     def __init__(self, drafter: Drafter | str | None, options: Mapping[str, Any], max_sessions: int):
         self.drafter = _drafter(drafter)
         self.options = dict(options)
-        self.sessions = Sessions(self._speculator, max_sessions=max_sessions)
+        self.sessions = Sessions(self._speculator, self._sync_speculator, max_sessions)
 
-    def _speculator(self, tools: Toolbox) -> Speculator:
+    def _speculator(self, tools: list[ToolSpec]) -> Speculator:
         return Speculator(tools, self.drafter, **self.options)
+
+    def _sync_speculator(self, tools: list[ToolSpec]) -> SyncSpeculator:
+        return SyncSpeculator(tools, self.drafter, **self.options)
 
     # -- sync -------------------------------------------------------------------------------
 
@@ -70,7 +72,7 @@ class _Speculation:
             with session.mutating(spec.scope):
                 return run(tool)
         try:
-            outcome = session.resolve(to_spectool_call(call))
+            outcome = session.lookup(to_spectool_call(call))
         except Exception:
             log.warning("spectool: cache lookup failed; running the tool", exc_info=True)
             outcome = None
@@ -98,7 +100,7 @@ class _Speculation:
             with session.mutating(spec.scope):
                 return await run(tool)
         try:
-            outcome = await session.resolve(to_spectool_call(call))
+            outcome = await session.lookup(to_spectool_call(call))
         except Exception:
             log.warning("spectool: cache lookup failed; running the tool", exc_info=True)
             outcome = None
@@ -164,7 +166,8 @@ class SpeculativeToolMiddleware(AgentMiddleware):
         return self._spec.sessions.stats()
 
     def close(self) -> None:
-        """Stop the background loop that serves ``invoke()`` (also done at interpreter exit)."""
+        """Close the conversations ``invoke()`` left open and their loop threads (also done at
+        interpreter exit)."""
         self._spec.sessions.close()
 
     # -- model ------------------------------------------------------------------------------

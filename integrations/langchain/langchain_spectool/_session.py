@@ -1,13 +1,12 @@
-"""One conversation's speculation, driven from the agent's event loop or from any thread.
+"""One conversation's speculation, on spectool's core, from the agent's loop or any thread.
 
-``ainvoke()`` runs speculation on the agent's own loop (an owner task holds the speculator's
-task group open), so async tools run where they would have run. ``invoke()`` runs it on one
-background loop per :class:`Sessions` (an anyio blocking portal), which every sync hook, from
-any thread (ToolNode's pool), reaches through the portal: the core is single-threaded, so it
-needs no locks of its own.
+``invoke()`` uses spectool's :class:`~spectool.SyncSpeculator` (thread-safe: ToolNode's pool
+threads call it at once). ``ainvoke()`` uses the async :class:`~spectool.Speculator` on the
+agent's own loop, so async tool bodies run where they would have run; the hooks are separate
+calls, so a small owner task holds its ``async with`` open between them.
 
-Only calls the drafter proposed in this conversation go through the cache; any other call
-runs through LangChain as it would have without spectool.
+Only calls the drafts ran are served (``lookup``, which never runs a tool); every other call
+runs through LangChain exactly as without spectool.
 """
 
 from __future__ import annotations
@@ -18,120 +17,83 @@ import logging
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-import anyio.from_thread
-
-from spectool import Effect, SpectoolError, Toolbox, ToolCall, ToolSpec
-from spectool._speculator import Speculator
+from spectool import Outcome, SpectoolError, Speculator, SyncSpeculator, ToolCall, ToolSpec, Turn
 
 log = logging.getLogger("langchain_spectool")
 
-__all__ = ["AsyncSession", "Sessions", "ThreadSession"]
+__all__ = ["AsyncSession", "Sessions", "SyncSession"]
+
+Drafts = list[dict[str, Any]]
 
 
-class _Core:
-    """A speculator plus the keys its drafts admitted. Runs on the speculator's loop only."""
+def _served(outcome: Outcome | None) -> Outcome | None:
+    """The tool's own outcome, or None: spectool's argument check failing is not the tool's
+    result, so LangChain runs (and validates) the call itself."""
+    if outcome is None or isinstance(outcome.error, SpectoolError):
+        return None
+    return outcome
 
-    def __init__(self, speculator: Speculator) -> None:
-        self.speculator = speculator
-        self.admitted: set[str] = set()
-        self._turn: Any = None
+
+def _spec(speculator: Speculator, name: str) -> ToolSpec | None:
+    box = speculator.toolbox
+    return box.get(name) if name in box else None
+
+
+class SyncSession:
+    """A conversation driven by sync hooks: a :class:`SyncSpeculator` plus the open turn."""
+
+    def __init__(self, core: SyncSpeculator) -> None:
+        self.core = core.open()
+        self._turn: Turn | None = None
 
     def spec(self, name: str) -> ToolSpec | None:
-        box = self.speculator.toolbox
-        return box.get(name) if name in box else None
+        return _spec(self.core.speculator, name)
 
-    def start_turn(self, messages: Sequence[Mapping[str, Any]], tools: list[dict[str, Any]]) -> None:
-        self._turn = self.speculator.start_turn(messages, tools or None)
+    def start_turn(self, messages: Sequence[Mapping[str, Any]], tools: Drafts) -> None:
+        self._turn = self.core.start_turn(messages, tools or None)
 
     def end_turn(self) -> None:
-        """The model answered: note what the drafts admitted, stop drafts still running."""
         turn, self._turn = self._turn, None
-        if turn is None:
-            return
-        for call in turn.admitted:
-            spec = self.spec(call.name)
-            if spec is not None:
-                self.admitted.add(spec.key(call.arguments))
-        turn.cancel()
+        if turn is not None:
+            self.core.cancel_turn(turn)  # the model answered: late drafts are moot
 
-    async def resolve(self, call: ToolCall) -> Any:
-        """The cached outcome of a call the drafts admitted; None means: run it for real."""
-        spec = self.spec(call.name)
-        if spec is None or not spec.speculable:
-            return None
-        try:
-            key = spec.key(call.arguments)
-        except SpectoolError:
-            return None
-        if key not in self.admitted:
-            return None
-        if spec.effect is Effect.READ_ONLY:
-            self.admitted.discard(key)  # a read_only result serves one call
-        outcome = await self.speculator.resolve(call)
-        if outcome.cancelled or isinstance(outcome.error, SpectoolError):
-            return None  # not the tool's own result: let LangChain run it
-        return outcome
-
-    def mutation(self, scope: str) -> None:
-        self.speculator.cache.invalidate(scope)
-
-    def stats(self) -> dict[str, Any]:
-        return self.speculator.stats()
-
-
-class ThreadSession:
-    """A conversation driven by sync hooks, through the shared background loop."""
-
-    def __init__(self, core: _Core, portal: anyio.from_thread.BlockingPortal) -> None:
-        self.core, self._portal = core, portal
-        self._cm = portal.wrap_async_context_manager(core.speculator)
-        self._cm.__enter__()
-
-    def spec(self, name: str) -> ToolSpec | None:
-        return self.core.spec(name)
-
-    def start_turn(self, messages: Sequence[Mapping[str, Any]], tools: list[dict[str, Any]]) -> None:
-        self._portal.call(self.core.start_turn, messages, tools)
-
-    def end_turn(self) -> None:
-        self._portal.call(self.core.end_turn)
-
-    def resolve(self, call: ToolCall) -> Any:
-        return self._portal.call(self.core.resolve, call)
+    def lookup(self, call: ToolCall) -> Outcome | None:
+        return _served(self.core.lookup(call))
 
     @contextmanager
     def mutating(self, scope: str) -> Iterator[None]:
-        # Bump before and after, as spectool does for its own mutating runs.
-        self._portal.call(self.core.mutation, scope)
+        # Bump before and after, as spectool does for the mutating runs it makes itself.
+        self.core.invalidate(scope)
         try:
             yield
         finally:
-            self._portal.call(self.core.mutation, scope)
+            self.core.invalidate(scope)
 
     def stats(self) -> dict[str, Any]:
-        return self._portal.call(self.core.stats)
+        return self.core.stats()
 
     def close(self) -> None:
-        self._cm.__exit__(None, None, None)
+        self.core.close()
 
 
 class AsyncSession:
-    """A conversation driven by async hooks, on the agent's own event loop."""
+    """A conversation driven by async hooks: a :class:`Speculator` on the agent's loop."""
 
-    def __init__(self, core: _Core) -> None:
+    def __init__(self, core: Speculator) -> None:
         self.core = core
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
+        self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._turn: Turn | None = None
 
     async def open(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self._stop, ready = asyncio.Event(), asyncio.Event()
+        ready = asyncio.Event()
 
-        async def own() -> None:  # enters and exits the task group in one task, as anyio needs
-            async with self.core.speculator:
+        async def own() -> None:  # anyio's task group enters and exits in one task
+            async with self.core:
                 ready.set()
                 await self._stop.wait()
 
@@ -151,30 +113,32 @@ class AsyncSession:
         return self._task is not None and not self._task.done() and running is self.loop
 
     def spec(self, name: str) -> ToolSpec | None:
-        return self.core.spec(name)
+        return _spec(self.core, name)
 
-    def start_turn(self, messages: Sequence[Mapping[str, Any]], tools: list[dict[str, Any]]) -> None:
-        self.core.start_turn(messages, tools)
+    def start_turn(self, messages: Sequence[Mapping[str, Any]], tools: Drafts) -> None:
+        self._turn = self.core.start_turn(messages, tools or None)
 
     def end_turn(self) -> None:
-        self.core.end_turn()
+        turn, self._turn = self._turn, None
+        if turn is not None:
+            turn.cancel()
 
-    async def resolve(self, call: ToolCall) -> Any:
-        return await self.core.resolve(call)
+    async def lookup(self, call: ToolCall) -> Outcome | None:
+        return _served(await self.core.lookup(call))
 
     @contextmanager
     def mutating(self, scope: str) -> Iterator[None]:
-        self.core.mutation(scope)
+        self.core.invalidate(scope)
         try:
             yield
         finally:
-            self.core.mutation(scope)
+            self.core.invalidate(scope)
 
     def stats(self) -> dict[str, Any]:
         return self.core.stats()
 
     async def aclose(self) -> None:
-        if self._stop is not None and self._task is not None and not self._task.done():
+        if self._task is not None and not self._task.done():
             self._stop.set()
             await self._task
 
@@ -186,38 +150,38 @@ def _merge(total: dict[str, Any], part: Mapping[str, Any]) -> None:
 
 
 class Sessions:
-    """Conversations by key, at most ``max_sessions`` of each kind (oldest closed first)."""
+    """Conversations by key, at most ``max_sessions`` of each kind (oldest closed first).
 
-    def __init__(self, make: Callable[[Toolbox], Speculator], max_sessions: int = 64) -> None:
-        self._make, self._max = make, max_sessions
-        self._sync: OrderedDict[str, ThreadSession] = OrderedDict()
+    ``make(tool_specs)`` builds a conversation's :class:`Speculator`; the sync path wraps it
+    in a :class:`SyncSpeculator` built by ``make_sync(tool_specs)``.
+    """
+
+    def __init__(self, make: Callable[[list[ToolSpec]], Speculator],
+                 make_sync: Callable[[list[ToolSpec]], SyncSpeculator],
+                 max_sessions: int = 64) -> None:
+        self._make, self._make_sync, self._max = make, make_sync, max_sessions
+        self._sync: OrderedDict[str, SyncSession] = OrderedDict()
         self._async: OrderedDict[str, AsyncSession] = OrderedDict()
         self._lock = threading.Lock()
-        self._portal_cm: Any = None
-        self._portal: anyio.from_thread.BlockingPortal | None = None
+        self._atexit = False
         self.totals: dict[str, Any] = {}
 
     # -- sync -------------------------------------------------------------------------------
 
-    def _portal_now(self) -> anyio.from_thread.BlockingPortal:
-        if self._portal is None:
-            self._portal_cm = anyio.from_thread.start_blocking_portal()
-            self._portal = self._portal_cm.__enter__()
-            atexit.register(self.close)  # the portal's thread would block interpreter exit
-        return self._portal
-
-    def open_sync(self, key: str, tools: Iterable[ToolSpec]) -> ThreadSession:
+    def open_sync(self, key: str, tools: list[ToolSpec]) -> SyncSession:
         with self._lock:
             session = self._sync.get(key)
             if session is None:
-                session = ThreadSession(_Core(self._make(Toolbox(tools))), self._portal_now())
-                self._sync[key] = session
+                if not self._atexit:  # a session's loop thread would block interpreter exit
+                    atexit.register(self.close)
+                    self._atexit = True
+                session = self._sync[key] = SyncSession(self._make_sync(tools))
                 while len(self._sync) > self._max:
                     self._retire(self._sync.popitem(last=False)[1])
             self._sync.move_to_end(key)
             return session
 
-    def find_sync(self, key: str) -> ThreadSession | None:
+    def find_sync(self, key: str) -> SyncSession | None:
         with self._lock:
             return self._sync.get(key)
 
@@ -227,7 +191,7 @@ class Sessions:
             if session is not None:
                 self._retire(session)
 
-    def _retire(self, session: ThreadSession) -> None:
+    def _retire(self, session: SyncSession) -> None:
         try:
             _merge(self.totals, session.stats())
             session.close()
@@ -236,14 +200,14 @@ class Sessions:
 
     # -- async ------------------------------------------------------------------------------
 
-    async def open_async(self, key: str, tools: Iterable[ToolSpec]) -> AsyncSession:
+    async def open_async(self, key: str, tools: list[ToolSpec]) -> AsyncSession:
         session = self._async.get(key)
         if session is not None and session.alive:
             self._async.move_to_end(key)
             return session
         if session is not None:
             _merge(self.totals, session.stats())  # its loop is gone; so are its runs
-        session = AsyncSession(_Core(self._make(Toolbox(tools))))
+        session = AsyncSession(self._make(tools))
         await session.open()
         self._async[key] = session
         while len(self._async) > self._max:
@@ -280,10 +244,7 @@ class Sessions:
         return total
 
     def close(self) -> None:
-        """Close every sync session and the background loop (async ones end with their loop)."""
+        """Close every sync session and its loop thread (async ones end with their loop)."""
         with self._lock:
             while self._sync:
                 self._retire(self._sync.popitem(last=False)[1])
-            if self._portal_cm is not None:
-                cm, self._portal_cm, self._portal = self._portal_cm, None, None
-                cm.__exit__(None, None, None)
