@@ -24,6 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", action="append", default=None,
                    help="accepted API key (repeatable); each key is its own tenant")
     p.add_argument("--no-tool-cache", action="store_true", help="plain engine (no O2/O3)")
+    p.add_argument("--decoding", default="off", choices=["off", "unispec", "cast", "both"],
+                   help="tree-drafted text decoding (docs/tree-decoding.md); O2 drafts first")
     p.add_argument("--backend", default="torch", choices=["torch", "vllm"],
                    help="torch: spectool's engine; vllm: vLLM's server with spectool's plugins "
                         "(needs .venv-vllm: bash scripts/setup-vllm.sh; see docs/vllm.md)")
@@ -42,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
         raise missing_extra("spectool_serving", "serve") from exc
     app = build_server(args.model, api_keys=set(args.api_key) if args.api_key else None,
                        dtype=args.dtype, device=args.device, prompt_format=args.prompt_format,
-                       max_batch=args.max_batch, kv_slots=args.kv_slots, tool_cache=not args.no_tool_cache)
+                       max_batch=args.max_batch, kv_slots=args.kv_slots, tool_cache=not args.no_tool_cache,
+                       decoding=args.decoding)
     print(f"spectool serve: {app.state.engine.model_name} on http://{args.host}:{args.port}/v1")
     serve(app, args.host, args.port)
     return 0

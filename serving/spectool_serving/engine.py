@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, AsyncIterator
@@ -55,8 +56,9 @@ class EngineStats:
 class Engine:
     def __init__(self, runner: Runner, tokenizer: Any, fmt: PromptFormat, *,
                  toolcache: ToolCache | None = None, scheduler: Scheduler | None = None,
-                 model_name: str = "model") -> None:
+                 model_name: str = "model", decoding: Any = None) -> None:
         self.runner, self.tokenizer, self.fmt, self.model_name = runner, tokenizer, fmt, model_name
+        self.decoding = decoding  # tree.policy.DecodingPolicy for ordinary text, or None
         self.toolcache = toolcache
         self.scheduler = scheduler or Scheduler()
         self.kv = BatchKV()
@@ -115,6 +117,10 @@ class Engine:
     def _decode(self, batch: list[Sequence]) -> None:
         by_id = {s.seq_id: s for s in batch}
         drafts = {s.seq_id: propose_draft(s, self.ctx) for s in batch}
+        text = {i for i, d in drafts.items() if not d and self.decoding is not None
+                and by_id[i].phase is Phase.TEXT and by_id[i].pending}
+        for i in text:  # O2 tool-cache drafts take precedence; text drafts fill the rest
+            drafts[i] = self.decoding.draft(i, by_id[i].tokens, len(batch))
         rows = [by_id[i] for i in self.kv.rows]
         counts = [len(s.pending) + len(drafts[s.seq_id]) for s in rows]
         g = max(counts)
@@ -127,14 +133,19 @@ class Engine:
         for b, s in enumerate(rows):
             ids[b, : counts[b]] = torch.tensor(s.pending + drafts[s.seq_id])
         positions, mask = self.kv.step_inputs(counts, self.runner.dtype)
+        t_fwd = time.perf_counter()
         logits = self.runner.forward(ids, positions, mask, self.kv.cache)
+        t_fwd = time.perf_counter() - t_fwd
         self.stats.decode_steps += 1
         self.stats.decode_rows += len(rows)
         kept = []
         for b, s in enumerate(rows):
             p, draft = len(s.pending), drafts[s.seq_id]
+            fed = [s.tokens[s.n_cached + p - 1], *draft]  # root (last pending) + draft
             n_acc = self._accept(s, logits[b, p - 1: p + len(draft)], draft, pending=p)
             kept.append(p + n_acc)
+            if s.seq_id in text:
+                self.decoding.observe(s.seq_id, fed, logits[b, p - 1: p + len(draft)], n_acc, t_fwd)
         self.kv.commit(kept, g)
         for s in rows:
             if s.finish_reason is not None:
@@ -173,6 +184,8 @@ class Engine:
             self.kv.leave({seq.seq_id})
             self.stats.left_batch += 1
         self.scheduler.finish(seq)
+        if self.decoding is not None:
+            self.decoding.forget(seq.seq_id)
         self._recent.append((tuple(seq.tokens), seq.prompt_len))
         seq.emit({"type": "finish", "reason": seq.finish_reason, "content": seq.content,
                   "tool_call": seq.final_call, "resolved": list(seq.resolved),

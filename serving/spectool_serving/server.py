@@ -16,11 +16,24 @@ __all__ = ["build_engine", "build_server", "serve"]
 
 def build_engine(source: str | None = None, *, dtype: str = "float32", device: str = "cpu",
                  prompt_format: str | None = None, max_batch: int = 16, kv_slots: int = 65536,
-                 tool_cache: bool = True, loaded: Any = None) -> Engine:
+                 tool_cache: bool = True, loaded: Any = None, decoding: str = "off") -> Engine:
     lm = loaded or load_model(source, dtype=dtype, device=device, prompt_format=prompt_format)
     return Engine(Runner(lm.model, lm.device), lm.tokenizer, lm.fmt,
                   toolcache=ToolCache() if tool_cache else None,
-                  scheduler=Scheduler(max_batch=max_batch, max_slots=kv_slots), model_name=lm.name)
+                  scheduler=Scheduler(max_batch=max_batch, max_slots=kv_slots), model_name=lm.name,
+                  decoding=_decoding_policy(decoding, lm))
+
+
+def _decoding_policy(mode: str, lm: Any) -> Any:
+    """off | unispec | cast | both (tree drafts for ordinary text; see docs/tree-decoding.md)."""
+    if mode == "off":
+        return None
+    from .tree.bench import cost_table
+    from .tree.policy import DecodingPolicy
+
+    dtype = str(lm.model.dtype).removeprefix("torch.")
+    table = cost_table(lm.model, dtype, [1, 4], name=lm.name) if mode in ("cast", "both") else None
+    return DecodingPolicy(mode, lm.model.config.vocab_size, g=8, table=table)
 
 
 def build_server(source: str | None = None, *, api_keys: set[str] | None = None, **kwargs: Any):

@@ -42,11 +42,13 @@ def _geomean(xs: list[float]) -> float:
     return float(math.exp(np.mean(np.log(xs)))) if xs else float("nan")
 
 
-def cost_table(model: Any, dtype: str, batches: list[int], refresh: bool = False) -> CostTable:
+def cost_table(model: Any, dtype: str, batches: list[int], refresh: bool = False,
+               name: str = MODEL_NAME) -> CostTable:
     """Measured f(B, c, n), cached per (device, model, dtype) in the spectool cache dir."""
     from spectool._embedded import cache_dir
 
-    path = cache_dir() / "tree-calibration" / f"costs-{device_name()}-{MODEL_NAME}-{dtype}.json"
+    safe = name.replace("/", "_")
+    path = cache_dir() / "tree-calibration" / f"costs-{device_name()}-{safe}-{dtype}.json"
     if path.exists() and not refresh:
         table = CostTable.from_json(path.read_text())
         if set(batches) <= set(table.batches):
