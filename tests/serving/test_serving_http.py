@@ -241,3 +241,51 @@ def test_engine_client_posts_and_degrades(live, app):
                                           "function": {"name": "get_weather", "arguments": "{}"}}, "output": "x"}
     msgs = resolved_messages({"spectool_resolved_calls": [rec]})
     assert [m["role"] for m in msgs] == ["assistant", "tool"] and msgs[1]["tool_call_id"] == "c1"
+
+
+def test_wrapper_engine_mode_end_to_end(live, app):
+    """SpeculativeOpenAI(mode="engine") on the live engine: the drafter's call runs early, its
+    output is posted on the stream's id, the engine resolves the call in place (O3), and the
+    next call comes back resolved from the client cache."""
+    import openai
+
+    import spectool
+    from spectool._engine_client import resolved_messages
+    from spectool._types import ToolCall
+
+    @spectool.tool(effect="pure")
+    def get_weather(city: str) -> str:
+        """Current weather of a city."""
+        return f"{city}: 21C, clear"
+
+    class GuessParis:  # a deterministic drafter: the real ones need a second model server
+        async def propose(self, request):
+            return [ToolCall("get_weather", {"city": "Paris"})]
+
+    engine = app.state.engine
+    engine.ctx.max_rounds = 1
+    hits_before = engine.counters()["o3_hits"]
+
+    async def go():
+        client = openai.AsyncOpenAI(api_key="key-a", base_url=f"{live}/v1", timeout=600)
+        async with spectool.speculative(client, [get_weather], GuessParis(), mode="engine", samples=1) as agent:
+            stream = await agent.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "Weather in Paris?"}],
+                tool_choice="required", temperature=0, max_tokens=40, stream=True)
+            mine = []
+            async for chunk in stream:
+                for ch in chunk.choices:
+                    mine += resolved_messages(ch) if ch.finish_reason else []
+            resolved = agent.engine_resolved(stream)  # the wrapper's reading of the same field
+            assert [m["role"] for m in resolved] == [m["role"] for m in mine]
+            results = await agent.run_tool_calls(stream)
+            return resolved, results, agent.sink.counters
+
+    try:
+        resolved, results, counters = asyncio.run(go())
+    finally:
+        engine.ctx.max_rounds = 16
+    assert counters["cached"] >= 1
+    assert engine.counters()["o3_hits"] == hits_before + 1
+    assert [m["role"] for m in resolved] == ["assistant", "tool"] and resolved[1]["content"] == "Paris: 21C, clear"
+    assert results and results[0]["role"] == "tool"
