@@ -50,7 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--oracle-delay", type=float, help="oracle delay g (s)")
     p.add_argument("--repeats", type=int)
     p.add_argument("--seed", type=int)
-    p.add_argument("--main", choices=("replay", "endpoint"), help="main model (default: replay)")
+    p.add_argument("--main", choices=("embedded", "replay", "endpoint"),
+                   help="main model: embedded (the serving engine on SmolLM2; default of --quick/--full), "
+                        "replay (BFCL ground truth with a token-rate clock; default of --validate), endpoint")
     p.add_argument("--base-url", help="OpenAI-compatible main model endpoint (--main endpoint)")
     p.add_argument("--model", help="main model name")
     p.add_argument("--drafter-base-url")
@@ -59,6 +61,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decode-rate", type=float, help="replay model decode tok/s")
     p.add_argument("--reasoning-tokens", type=int, help="replay model reasoning tokens per step")
     p.add_argument("--overhead", type=float, help="replay model per-request overhead (s)")
+    p.add_argument("--task-ids", type=_words, help="BFCL task ids to run, e.g. multi_turn_base_3")
+    p.add_argument("--max-turns", type=int, help="user turns per task")
+    p.add_argument("--max-steps", type=int, help="model messages per user turn")
+    p.add_argument("--max-tokens", type=int, help="max_tokens per model message (real models)")
+    p.add_argument("--tool-choice", choices=("auto", "required"), help="tool_choice sent to real models")
+    p.add_argument("--threads", type=int, help="torch CPU threads of the embedded engine (1 on a busy, shared CPU)")
     p.add_argument("--price-main", type=float, help="USD per 1M main-model tokens")
     p.add_argument("--price-drafter", type=float, help="USD per 1M drafter tokens")
     p.add_argument("--no-progress", action="store_true")
@@ -77,14 +85,21 @@ def validate_plan():
 
 
 def build_plan(args: argparse.Namespace):
-    from .bench._sweep import full_plan, quick_plan
+    from .bench._sweep import full_plan, quick_plan, replay_plan
 
-    plan = full_plan() if args.full else validate_plan() if args.validate else quick_plan()
+    if args.full:
+        plan = full_plan()
+    elif args.validate:
+        plan = validate_plan()
+    else:  # --quick: the embedded engine; --quick --main replay: the controlled replay grid
+        plan = replay_plan() if args.main == "replay" else quick_plan()
     simple = {"categories": "categories", "agents": "agents", "tasks_per_agent": "tasks_per_agent",
               "latencies": "latencies", "latency_cv": "latency_cv", "samples": "samples", "configs": "configs",
               "drafters": "drafters", "alphas": "oracle_alphas", "oracle_delay": "oracle_delay",
               "repeats": "repeats", "seed": "seed", "main": "main", "base_url": "base_url", "model": "model",
-              "drafter_base_url": "drafter_base_url", "drafter_model": "drafter_model"}
+              "drafter_base_url": "drafter_base_url", "drafter_model": "drafter_model", "task_ids": "task_ids",
+              "max_turns": "max_turns", "max_steps": "max_steps_per_turn", "max_tokens": "max_tokens",
+              "tool_choice": "tool_choice", "threads": "threads"}
     changes = {field: getattr(args, a) for a, field in simple.items() if getattr(args, a, None) is not None}
     plan = replace(plan, **changes)
     rate_args = {"prefill_tok_s": args.prefill_rate, "decode_tok_s": args.decode_rate,
@@ -98,8 +113,12 @@ def build_plan(args: argparse.Namespace):
     if bad:
         raise ConfigError(f"unknown config(s) {sorted(bad)}: use client and/or engine (baseline always runs)")
     if "engine" in plan.configs and plan.main == "replay":
-        raise ConfigError("the engine-side config needs the serving engine as main model (--main endpoint "
-                          "--base-url …); the replay model has no tool cache")
+        raise ConfigError("the engine-side config needs a serving engine as main model (--main embedded, or "
+                          "--main endpoint --base-url …); the replay model has no tool cache")
+    if plan.main == "endpoint" and not plan.base_url:
+        raise ConfigError("--main endpoint needs --base-url")
+    if plan.main == "replay" and plan.model == "smollm2":
+        plan = replace(plan, model="replay")
     return plan
 
 

@@ -115,4 +115,4 @@ def test_cli_tiny_run_writes_results_and_plots(tmp_path, capsys):
     assert runs[2]["hit_rate"] == 1.0 and runs[2]["measured_speedup"] > 1.1
     for name in ("time_saved_vs_latency.png", "throughput_vs_hit_rate.png", "measured_vs_predicted.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
-    assert main(["bench", "--configs", "engine", "--out", str(out)]) == 1  # replay has no tool cache
+    assert main(["bench", "--main", "replay", "--configs", "engine", "--out", str(out)]) == 1  # no tool cache

@@ -55,7 +55,10 @@ class Setup:
     latency: Latency = field(default_factory=lambda: Latency(0.0))
     mode: str = "client"
     engine_options: dict[str, Any] = field(default_factory=dict)
-    max_steps_per_turn: int = 20
+    max_steps_per_turn: int = 20  # model messages (engine-resolved calls included) per user turn
+    max_turns: int | None = None  # user turns per task (None: all)
+    stream: bool = False  # the engine config needs streaming (the response id comes first)
+    request_options: dict[str, Any] = field(default_factory=dict)  # temperature, max_tokens, tool_choice …
     on_step: Callable[[], None] | None = None  # progress callback
 
 
@@ -74,6 +77,9 @@ class AgentResult:
     draft_seconds: list[float] = field(default_factory=list)
     drafter_tokens: int = 0
     transcript: list[list[dict[str, Any]]] = field(default_factory=list)
+    engine_resolved: int = 0  # calls the engine resolved in place (O3)
+    #: per request: {"turn", "prompt", "completion", "calls", "G", "T"} (for the engine model)
+    requests: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def hit_rate(self) -> float:
@@ -89,6 +95,69 @@ def _assistant_dict(message: Any) -> dict[str, Any]:
     return out
 
 
+@dataclass
+class _Reply:
+    messages: list[dict[str, Any]]  # engine-resolved (assistant, tool) pairs, then the final message
+    final: Any  # what run_tool_calls takes
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+async def _reply(response: Any, stream: bool) -> _Reply:
+    """The messages of one response; a stream is read to the end (resolved calls, usage)."""
+    from .._engine_client import resolved_messages
+
+    if not stream:
+        usage = getattr(response, "usage", None)
+        return _Reply([_assistant_dict(response.choices[0].message)], response,
+                      getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0)
+    out = _Reply([], response)
+    async for chunk in response:
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            out.prompt_tokens, out.completion_tokens = usage.prompt_tokens, usage.completion_tokens
+        for choice in getattr(chunk, "choices", None) or ():
+            if choice.index == 0:
+                out.messages.extend(resolved_messages(choice))
+    final = response.final_message()
+    out.messages.append({"role": "assistant", "content": final.get("content"),
+                         **({"tool_calls": final["tool_calls"]} if final.get("tool_calls") else {})})
+    return out
+
+
+async def _run_turn(spec: Any, task: Task, setup: Setup, messages: list, result: AgentResult, turn: int) -> None:
+    left = setup.max_steps_per_turn
+    while left > 0:
+        t0 = time.perf_counter()
+        response = await spec.chat.completions.create(model=setup.model, messages=messages, tools=list(task.tools),
+                                                      **setup.request_options)
+        reply = await _reply(response, setup.stream)
+        t1 = time.perf_counter()
+        # Resolved calls count as steps: past the cap the baseline would have stopped there.
+        resolved = reply.messages[:-1][: 2 * left]
+        final = reply.messages[-1] if len(resolved) < 2 * left else None
+        messages.extend(resolved)
+        left -= len(resolved) // 2 + (final is not None)
+        result.engine_resolved += len(resolved) // 2
+        result.calls += len(resolved) // 2
+        result.completion_tokens += reply.completion_tokens
+        result.steps += len(resolved) // 2 + (final is not None)
+        result.G.append(t1 - t0)
+        if setup.on_step:
+            setup.on_step()
+        calls = (final or {}).get("tool_calls") or []
+        if final is not None:
+            messages.append(final)
+        if calls:
+            messages.extend(await spec.run_tool_calls(reply.final))
+            result.calls += len(calls)
+        result.T.append(time.perf_counter() - t1 if calls else 0.0)
+        result.requests.append({"task": len(result.transcript), "turn": turn, "prompt": reply.prompt_tokens, "completion": reply.completion_tokens,
+                                "calls": len(calls) + len(resolved) // 2, "G": t1 - t0, "T": result.T[-1]})
+        if not calls:
+            return
+
+
 async def _run_task(client: Any, task: Task, setup: Setup, result: AgentResult, drafter: Drafter | None) -> None:
     from .._openai import speculative  # the client-side core
 
@@ -98,29 +167,14 @@ async def _run_task(client: Any, task: Task, setup: Setup, result: AgentResult, 
     if drafter is not None and setup.mode == "engine":
         options.update(mode="engine", engine_options=setup.engine_options)
     messages: list[dict[str, Any]] = []
+    resolved_before = result.engine_resolved
     async with speculative(client, box, drafter, **options) as spec:
-        for turn in task.turns:
+        for i, turn in enumerate(task.turns[: setup.max_turns]):
             messages.extend(dict(m) for m in turn)
-            for _ in range(setup.max_steps_per_turn):
-                t0 = time.perf_counter()
-                response = await spec.chat.completions.create(model=setup.model, messages=messages, tools=list(task.tools))
-                t1 = time.perf_counter()
-                usage = getattr(response, "usage", None)
-                result.completion_tokens += getattr(usage, "completion_tokens", 0) or 0
-                message = response.choices[0].message
-                messages.append(_assistant_dict(message))
-                result.steps += 1
-                result.G.append(t1 - t0)
-                if setup.on_step:
-                    setup.on_step()
-                if not getattr(message, "tool_calls", None):
-                    result.T.append(0.0)
-                    break
-                messages.extend(await spec.run_tool_calls(response))
-                result.T.append(time.perf_counter() - t1)
-                result.calls += len(message.tool_calls)
+            await _run_turn(spec, task, setup, messages, result, i)
         c = spec.counters
         result.hits += c.hits + c.joins
+    result.hits += result.engine_resolved - resolved_before
     result.tool_runs += stats.runs
     result.tool_seconds += stats.seconds
     result.transcript.append(messages)

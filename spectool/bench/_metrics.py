@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from ._harness import AgentResult
 
-__all__ = ["PRICES", "predicted_speedup", "run_row"]
+__all__ = ["PRICES", "engine_prediction", "predicted_speedup", "run_row"]
 
 #: USD per million tokens, overridable (``--price main=…,drafter=…``).
 PRICES = {"main": 0.0, "drafter": 0.0}
@@ -28,13 +28,66 @@ def predicted_speedup(base: AgentResult, alpha: float, g: float) -> float:
     return std / pred if pred > 0 else 1.0
 
 
+def _episodes(requests: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """Requests grouped per (task, user turn): each group is one episode of the engine model."""
+    groups: list[list[Mapping[str, Any]]] = []
+    for r in requests:
+        if groups and (groups[-1][0]["task"], groups[-1][0]["turn"]) == (r["task"], r["turn"]):
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+def engine_prediction(base: AgentResult, alpha: float, phi: float, delta: float) -> dict[str, float]:
+    """Eq. 4 (vanilla engine = the baseline) and Eq. 6 (engine-side) for one agent, from the
+    baseline's measured requests: per user turn X_1 = first prompt, t_i = tokens generated for
+    call i, t_o,i = growth of the next prompt beyond t_i (tool result + template), T_i = tool wait.
+    φ, δ come from the engine's calibration; the per-request overhead 2o is the mean residual
+    G − φX − δn of the baseline's requests (clamped at 0); R_i = 0 (no reasoning tokens: text
+    before a call counts in t_i). The closing text request adds 2o + δn (+ φX in Eq. 4 only:
+    Eq. 6 prefills the context once). ``eq6_no_o1_s`` is Eq. 6 for an engine without a prefix
+    cache (the serving engine here): after a miss the next request re-prefills its context; it
+    is the one ``speedup`` uses."""
+    from ..model import EngineWorkload, engine_times
+
+    reqs = base.requests
+    if not reqs:
+        return {"eq4_s": 0.0, "eq6_s": 0.0, "eq6_no_o1_s": 0.0, "speedup": 1.0, "overhead_s": 0.0}
+    o2 = max(0.0, _mean([r["G"] - phi * r["prompt"] - delta * r["completion"] for r in reqs]))
+    vanilla = spec = spec_o1 = 0.0
+    for ep in _episodes(reqs):
+        tool_steps = [i for i, r in enumerate(ep) if r["calls"]]
+        to = [max(0, ep[i + 1]["prompt"] - ep[i]["prompt"] - ep[i]["completion"]) if i + 1 < len(ep) else 0
+              for i in tool_steps]
+        w = EngineWorkload(prompt_tokens=ep[0]["prompt"], reasoning_tokens=[0] * len(tool_steps),
+                           call_tokens=[ep[i]["completion"] for i in tool_steps], output_tokens=to,
+                           tool_times=[ep[i]["T"] for i in tool_steps], overhead=o2 / 2,
+                           prefill_s_per_token=phi, decode_s_per_token=delta)
+        times = engine_times(w, alpha)
+        # Without a prefix cache (this engine) a miss re-prefills the next request's context.
+        grown = [alpha * (ep[i]["completion"] + t) + (1 - alpha) * ep[i + 1]["prompt"] if i + 1 < len(ep) else 0.0
+                 for i, t in zip(tool_steps, to)]
+        no_o1 = phi * (ep[0]["prompt"] + sum(grown)) - times.parts["speculative"]["prefill"]
+        vanilla, spec_o1 = vanilla + times.vanilla, spec_o1 + times.speculative
+        spec += times.speculative + no_o1
+        last = ep[-1]
+        if not last["calls"]:
+            vanilla += o2 + phi * last["prompt"] + delta * last["completion"]
+            spec, spec_o1 = spec + o2 + delta * last["completion"], spec_o1 + o2 + delta * last["completion"]
+    return {"eq4_s": vanilla, "eq6_s": spec_o1, "eq6_no_o1_s": spec,
+            "speedup": vanilla / spec if spec > 0 else 1.0, "overhead_s": o2}
+
+
 def _mean(xs: Sequence[float]) -> float:
     return fmean(xs) if xs else 0.0
 
 
 def run_row(meta: Mapping[str, Any], base: Sequence[AgentResult], spec: Sequence[AgentResult],
-            prices: Mapping[str, float] = PRICES) -> dict[str, Any]:
-    """One results.json run: ``meta`` (config, agents, samples, drafter, …) plus the metrics."""
+            prices: Mapping[str, float] = PRICES, calibration: Any = None) -> dict[str, Any]:
+    """One results.json run: ``meta`` (config, agents, samples, drafter, …) plus the metrics.
+    With an engine ``calibration`` (φ, δ) every row also carries the engine model's Eq. 4 / Eq. 6
+    prediction; for ``config == "engine"`` that is the row's ``predicted_speedup``."""
     saved, measured, predicted, alphas, gs = [], [], [], [], []
     for b, s in zip(base, spec):
         g = _mean(s.draft_seconds)
@@ -48,7 +101,7 @@ def run_row(meta: Mapping[str, Any], base: Sequence[AgentResult], spec: Sequence
     main_tokens = sum(s.completion_tokens for s in spec)
     drafter_tokens = sum(s.drafter_tokens for s in spec)
     cost = (main_tokens * prices.get("main", 0.0) + drafter_tokens * prices.get("drafter", 0.0)) / 1e6
-    return {
+    row = {
         **meta,
         "time_saved_pct": _mean(saved),
         "throughput_tok_s": _mean([s.completion_tokens / s.wall_s for s in spec if s.wall_s]),
@@ -68,6 +121,30 @@ def run_row(meta: Mapping[str, Any], base: Sequence[AgentResult], spec: Sequence
         "extra_drafter_tokens": drafter_tokens,
         "cost_per_100_turns_usd": 100.0 * cost / turns,
         "same_transcripts": all(_same(b, s) for b, s in zip(base, spec)),
+        "engine_resolved_calls": sum(s.engine_resolved for s in spec),
+    }
+    if calibration is not None:
+        row.update(_engine_fields(base, spec, calibration))
+        if meta.get("config") == "engine":
+            row["predicted_client_speedup"] = row["predicted_speedup"]
+            row["predicted_speedup"] = row["predicted_engine_speedup"]
+            row["measured_over_predicted"] = row["measured_speedup"] / row["predicted_speedup"]
+    return row
+
+
+def _engine_fields(base: Sequence[AgentResult], spec: Sequence[AgentResult], cal: Any) -> dict[str, Any]:
+    """Eq. 4/6 per agent with α_engine = calls the engine resolved in place / all calls."""
+    alphas = [s.engine_resolved / s.calls if s.calls else 0.0 for s in spec]
+    preds = [engine_prediction(b, a, cal.prefill_s_per_token, cal.decode_s_per_token) for b, a in zip(base, alphas)]
+    return {
+        "engine_hit_rate": _mean(alphas),
+        "predicted_engine_speedup": _mean([p["speedup"] for p in preds]),
+        "eq4_base_s": _mean([p["eq4_s"] for p in preds]),
+        "eq6_engine_s": _mean([p["eq6_s"] for p in preds]),
+        "eq6_no_prefix_cache_s": _mean([p["eq6_no_o1_s"] for p in preds]),
+        "request_overhead_s": _mean([p["overhead_s"] for p in preds]),
+        "phi_s_per_token": cal.prefill_s_per_token,
+        "delta_s_per_token": cal.decode_s_per_token,
     }
 
 

@@ -20,8 +20,14 @@ _COLUMNS = [
 ]
 
 
+_OPTIONAL = [("engine_hit_rate", "α_eng", "{:.2f}"), ("same_transcripts", "same", "{}")]
+
+
 def summary_table(runs: Sequence[Mapping[str, Any]]) -> str:
-    """Runs averaged over repeats, one line per (config, M, λ, drafter, latency)."""
+    """Runs averaged over repeats, one line per (config, M, λ, drafter, latency). ``α_eng`` (calls
+    the engine resolved in place) appears when an engine calibration is present; ``same`` says
+    whether every speculative transcript equals its baseline's."""
+    columns = _COLUMNS + [c for c in _OPTIONAL if runs and all(c[0] in r for r in runs)]
     groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
     for r in runs:
         groups[(r["config"], r["agents"], r["samples"], r["drafter"], r["tool_latency_mean"])].append(r)
@@ -29,9 +35,10 @@ def summary_table(runs: Sequence[Mapping[str, Any]]) -> str:
     for key in sorted(groups, key=lambda k: (k[0] != "baseline", k[1], k[4], k[3], k[2], k[0])):
         rs = groups[key]
         avg = {c: (sum(r[c] for r in rs) / len(rs) if isinstance(rs[0][c], (int, float)) and not isinstance(rs[0][c], bool)
-                   else rs[0][c]) for c, _, _ in _COLUMNS}
-        rows.append([fmt.format(round(avg[c]) if c == "wasted_tool_runs" else avg[c]) for c, _, fmt in _COLUMNS])
-    heads = [h for _, h, _ in _COLUMNS]
+                   else all(r[c] for r in rs) if isinstance(rs[0][c], bool) else rs[0][c]) for c, _, _ in columns}
+        rows.append([fmt.format(round(avg[c]) if c == "wasted_tool_runs" else "yes" if avg[c] is True
+                                else "NO" if avg[c] is False else avg[c]) for c, _, fmt in columns])
+    heads = [h for _, h, _ in columns]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
     line = lambda cells: "  ".join(c.rjust(w) if i > 3 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
     return "\n".join([line(heads), line(["-" * w for w in widths]), *(line(r) for r in rows)])
@@ -88,7 +95,7 @@ def write_plots(runs: Sequence[Mapping[str, Any]], out: Path, title: str = "") -
     lo, hi = min(xs + ys + [1.0]) * 0.98, max(xs + ys + [1.0]) * 1.02
     ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="measured = predicted")
     ax.plot([lo, hi], [0.95 * lo, 0.95 * hi], ":", color="grey", lw=0.8, label="0.95 × predicted")
-    ax.set(xlabel="predicted speedup (Eq. 2 from measured G, g, T, α)", ylabel="measured speedup",
+    ax.set(xlabel="predicted speedup (client: Eq. 2; engine: Eq. 4/Eq. 6)", ylabel="measured speedup",
            title=f"Measured vs predicted {title}", xlim=(lo, hi), ylim=(lo, hi))
     ax.legend(fontsize=7)
     paths.append(_save(fig, out / "measured_vs_predicted.png", plt))

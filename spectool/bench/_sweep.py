@@ -17,7 +17,7 @@ from ._metrics import PRICES, run_row
 from ._oracle import OracleDrafter
 from ._replay import ReplayModel, TokenRates
 
-__all__ = ["Plan", "full_plan", "quick_plan", "run_plan"]
+__all__ = ["Plan", "full_plan", "quick_plan", "replay_plan", "run_plan"]
 
 
 @dataclass
@@ -34,9 +34,15 @@ class Plan:
     seed: int = 0
     oracle_alphas: tuple[float, ...] = (0.8,)
     oracle_delay: float = 0.05
-    main: str = "replay"  # replay | endpoint
+    main: str = "replay"  # replay | endpoint | embedded
     base_url: str | None = None
     model: str = "replay"
+    task_ids: tuple[str, ...] | None = None  # pick these tasks (in this order) instead of the first ones
+    max_turns: int | None = None  # user turns per task
+    max_steps_per_turn: int = 20  # model messages per user turn
+    max_tokens: int | None = None  # per model message (request option)
+    tool_choice: str | None = None  # request option: auto / required
+    threads: int | None = None  # torch threads of the embedded engine (None: torch's default)
     drafter_base_url: str | None = None
     drafter_model: str | None = None
     rates: TokenRates = field(default_factory=TokenRates)
@@ -44,24 +50,63 @@ class Plan:
 
 
 def quick_plan() -> Plan:
+    """The main job: the embedded SmolLM2 engine as main model, BFCL's executable tools.
+
+    One agent, a BFCL multi-turn task with one of the shortest prompts (≈ 2.6k tokens: the 17
+    tools of BFCL's file system class), two user turns, two tool calls per turn
+    (``tool_choice="required"``: the 135M model rarely calls a tool on its own), ≤ 64 tokens per
+    message, greedy; history drafter λ = 1; baseline vs client-side vs engine-side."""
+    return Plan(main="embedded", model="smollm2", task_ids=("multi_turn_base_3",), agents=(1,),
+                latencies=(1.0,), samples=(1,), drafters=("history",), configs=("client", "engine"),
+                max_turns=2, max_steps_per_turn=2, max_tokens=64, tool_choice="required")
+
+
+def replay_plan() -> Plan:
+    """The controlled experiment on the replay model (``--main replay``): M ∈ {1, 4}."""
     return Plan()
 
 
 def full_plan() -> Plan:
-    """The paper's grid: M ∈ {1, 8, 32}, 32 tasks each, λ ∈ {1,3,5,7,9}, both sweeps, 5 repeats."""
-    return Plan(tasks_per_agent=32, agents=(1, 8, 32), latencies=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0),
-                samples=(1, 3, 5, 7, 9), repeats=5, drafters=("oracle", "history", "local"))
+    """The paper's grid on the embedded engine: M ∈ {1, 8, 32}, 32 tasks each, λ ∈ {1,3,5,7,9},
+    both sweeps, 5 repeats, client- and engine-side (days on a 2-core CPU; meant for a GPU box
+    or ``--main endpoint``)."""
+    return Plan(main="embedded", model="smollm2", tasks_per_agent=32, agents=(1, 8, 32),
+                latencies=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0), samples=(1, 3, 5, 7, 9),
+                repeats=5, drafters=("history", "local"), configs=("client", "engine"),
+                max_steps_per_turn=4, max_tokens=128, tool_choice="required")
 
 
-def _make_client(plan: Plan, replay: ReplayModel | None) -> Callable[[], Any]:
+def _make_client(plan: Plan, replay: ReplayModel | None, base_url: str | None) -> Callable[[], Any]:
     from openai import AsyncOpenAI
 
     if plan.main == "replay":
         assert replay is not None
         return lambda: AsyncOpenAI(api_key="replay", base_url="http://replay.local/v1", http_client=replay.http_client())
-    if not plan.base_url:
+    if not base_url:
         raise ConfigError("--main endpoint needs --base-url")
-    return lambda: AsyncOpenAI(api_key="EMPTY", base_url=plan.base_url)
+    return lambda: AsyncOpenAI(api_key="EMPTY", base_url=base_url, timeout=600.0)
+
+
+def _request_options(plan: Plan) -> dict[str, Any]:
+    if plan.main == "replay":
+        return {}
+    opts: dict[str, Any] = {"temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+    if plan.max_tokens is not None:
+        opts["max_tokens"] = plan.max_tokens
+    if plan.tool_choice is not None:
+        opts["tool_choice"] = plan.tool_choice
+    return opts
+
+
+def _select_tasks(plan: Plan) -> list:
+    tasks = [t for c in plan.categories for t in load_tasks(c)]
+    if not plan.task_ids:
+        return tasks
+    by_id = {t.id: t for t in tasks}
+    missing = [i for i in plan.task_ids if i not in by_id]
+    if missing:
+        raise ConfigError(f"unknown BFCL task id(s) {missing} in categories {list(plan.categories)}")
+    return [by_id[i] for i in plan.task_ids]
 
 
 def _drafters(plan: Plan, name: str, tasks: list, seed: int) -> list[tuple[Callable[[], Any], str]]:
@@ -132,42 +177,83 @@ class Progress:
 
 
 def run_plan(plan: Plan, progress: bool = True) -> dict[str, Any]:
-    return anyio.run(_run_plan, plan, progress)
+    if "engine" in plan.configs and plan.main == "replay":
+        raise ConfigError("the engine-side config needs a serving engine as main model (--main embedded, or "
+                          "--main endpoint --base-url …); the replay model has no tool cache")
+    if plan.main not in ("replay", "endpoint", "embedded"):
+        raise ConfigError(f"unknown main model {plan.main!r} (replay, endpoint, embedded)")
+    if plan.main != "embedded":
+        return anyio.run(_run_plan, plan, progress, plan.base_url, None)
+    from ._embedded_main import EmbeddedMain
+
+    if progress:
+        sys.stderr.write("starting the embedded engine (SmolLM2-135M-Instruct, CPU)…\n")
+    with EmbeddedMain(threads=plan.threads) as main:
+        calibration = main.calibrate()
+        main.engine.ctx.max_rounds = max(0, plan.max_steps_per_turn - 1)  # never resolve past the step cap
+        return anyio.run(_run_plan, plan, progress, main.base_url, calibration)
 
 
-async def _run_plan(plan: Plan, progress: bool) -> dict[str, Any]:
-    tasks = [t for c in plan.categories for t in load_tasks(c)]
-    replay = ReplayModel(tasks, plan.rates) if plan.main == "replay" else None
-    make_client = _make_client(plan, replay)
-    _warm_up(tasks[: max(plan.agents) * plan.tasks_per_agent])
+def _expected_steps(plan: Plan, tasks: list) -> int:
+    """Model requests the progress bar expects (an upper bound for a real model)."""
+    def per_task(t: Any) -> int:
+        turns = len(t.turns[: plan.max_turns])
+        return turns * plan.max_steps_per_turn if plan.main != "replay" else t.calls + turns
     runs_per_cell = 1 + sum(len(plan.samples) if d != "oracle" else len(plan.oracle_alphas)
                             for d in plan.drafters) * len(plan.configs)
-    steps = plan.repeats * len(plan.latencies) * runs_per_cell * sum(
-        t.calls + len(t.turns) for m in plan.agents for a in assign(tasks, m, plan.tasks_per_agent) for t in a)
-    bar = Progress(steps, progress)
+    return plan.repeats * len(plan.latencies) * runs_per_cell * sum(
+        per_task(t) for m in plan.agents for a in assign(tasks, m, plan.tasks_per_agent) for t in a)
+
+
+async def _warm_engine(make_client: Callable[[], Any], plan: Plan, task: Any) -> None:
+    """One short request so grammar compilation and first-call costs stay out of the baseline."""
+    opts = {**_request_options(plan), "max_tokens": 8}
+    stream = await make_client().chat.completions.create(model=plan.model, messages=[dict(m) for m in task.turns[0]],
+                                                         tools=list(task.tools), **opts)
+    async for _ in stream:
+        pass
+
+
+async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibration: Any) -> dict[str, Any]:
+    tasks = _select_tasks(plan)
+    replay = ReplayModel(tasks, plan.rates) if plan.main == "replay" else None
+    make_client = _make_client(plan, replay, base_url)
+    _warm_up(tasks[: max(plan.agents) * plan.tasks_per_agent])
+    if plan.main != "replay":
+        await _warm_engine(make_client, plan, tasks[0])
+    bar = Progress(_expected_steps(plan, tasks), progress)
+    main_label = {"replay": "replay (BFCL ground truth, token-rate model)",
+                  "embedded": "embedded (spectool serving engine, SmolLM2-135M-Instruct, CPU)"}.get(
+        plan.main, f"endpoint({plan.model})")
+    common = {"make_client": make_client, "model": plan.model, "on_step": bar.step, "max_turns": plan.max_turns,
+              "max_steps_per_turn": plan.max_steps_per_turn, "stream": plan.main != "replay",
+              "request_options": _request_options(plan)}
     rows: list[dict[str, Any]] = []
-    main_label = "replay (BFCL ground truth, token-rate model)" if replay else f"endpoint({plan.model})"
     for repeat in range(plan.repeats):
         seed = plan.seed + repeat
         for m in plan.agents:
             assignment = assign(tasks, m, plan.tasks_per_agent)
             for mean in plan.latencies:
                 latency = Latency(mean, plan.latency_cv, seed=seed)
-                base_setup = Setup(make_client=make_client, model=plan.model, latency=latency, on_step=bar.step)
                 bar.label = f"baseline M={m} T={mean}s"
-                base = await run_agents(assignment, base_setup)
+                base = await run_agents(assignment, Setup(latency=latency, **common))
                 meta = {"config": "baseline", "agents": m, "samples": 0, "drafter": "none",
                         "tool_latency_mean": mean, "main_model": main_label, "seed": seed, "repeat": repeat}
-                rows.append(run_row(meta, base, base, plan.prices))
+                rows.append(run_row(meta, base, base, plan.prices, calibration))
                 for name, (factory, label) in ((n, v) for n in plan.drafters for v in _drafters(plan, n, tasks, seed)):
                     # the oracle ignores λ: one run at the first λ
                     for lam in (plan.samples if name != "oracle" else plan.samples[:1]):
                         for config in plan.configs:
                             bar.label = f"{config} {label} λ={lam} M={m} T={mean}s"
-                            setup = Setup(make_client=make_client, model=plan.model, drafter=factory,
-                                          samples=lam, latency=latency, mode=config, on_step=bar.step)
+                            setup = Setup(drafter=factory, samples=lam, latency=latency, mode=config,
+                                          engine_options={"base_url": base_url} if config == "engine" else {},
+                                          **common)
                             spec = await run_agents(assignment, setup)
-                            rows.append(run_row({**meta, "config": config, "samples": lam, "drafter": label}, base, spec, plan.prices))
+                            rows.append(run_row({**meta, "config": config, "samples": lam, "drafter": label},
+                                                base, spec, plan.prices, calibration))
     bar.close()
-    return {"plan": {k: (asdict(v) if k == "rates" else v) for k, v in vars(plan).items()},
-            "main_model": main_label, "runs": rows}
+    out = {"plan": {k: (asdict(v) if k == "rates" else v) for k, v in vars(plan).items()},
+           "main_model": main_label, "runs": rows}
+    if calibration is not None:
+        out["engine_calibration"] = asdict(calibration)
+    return out

@@ -1,0 +1,135 @@
+"""The embedded main model: spectool's serving engine (SmolLM2 on CPU) on a localhost port.
+
+:class:`EmbeddedMain` builds the engine with ``spectool_serving``'s public factories, serves it
+with uvicorn on a free port in a background thread, waits for ``/health`` and shuts down on
+exit. The engine stays reachable as ``.engine`` (counters, and :meth:`calibrate`, which times
+one prefill and one decode for the engine-side model's φ and δ). Imports are lazy: the core
+never loads torch or FastAPI.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import ConfigError
+
+__all__ = ["Calibration", "EmbeddedMain"]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured on the idle engine: prefill s/token (φ) and decode s/token (δ), batch of one."""
+
+    prefill_s_per_token: float
+    decode_s_per_token: float
+    prefill_tokens: int
+    decode_tokens: int
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class EmbeddedMain:
+    """``with EmbeddedMain() as main: main.base_url`` — an OpenAI-compatible engine in-process."""
+
+    def __init__(self, source: str | None = None, *, max_batch: int = 16, threads: int | None = None,
+                 startup_timeout: float = 300.0) -> None:
+        self.source, self.max_batch, self.startup_timeout = source, max_batch, startup_timeout
+        self.threads = threads  # torch CPU threads; 1 avoids OpenMP spin-waits on a shared, busy CPU
+        self.app: Any = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self.base_url = ""
+        self.model_name = ""
+
+    @property
+    def engine(self) -> Any:
+        return self.app.state.engine
+
+    def __enter__(self) -> "EmbeddedMain":
+        try:
+            import uvicorn
+            from spectool_serving.server import build_server
+        except ImportError as exc:
+            from .._errors import missing_extra
+
+            raise missing_extra("spectool_serving", "serve") from exc
+        if self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)
+        self.app = build_server(self.source, max_batch=self.max_batch)
+        self.model_name = self.engine.model_name
+        port = _free_port()
+        self._server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning"))
+        self._thread = threading.Thread(target=self._server.run, name="spectool-bench-main", daemon=True)
+        self._thread.start()
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        try:
+            self._wait_healthy(port)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _wait_healthy(self, port: int) -> None:
+        import httpx
+
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self._thread is not None and not self._thread.is_alive():
+                raise ConfigError(f"the embedded engine's server on port {port} exited during startup")
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0)
+                if r.status_code == 200 and r.json().get("status") == "ok":
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise ConfigError(f"the embedded engine did not become healthy within {self.startup_timeout:.0f} s")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        if self.app is not None:
+            self.engine.stop()
+
+    def calibrate(self, prefill_tokens: int = 1024, decode_tokens: int = 32) -> Calibration:
+        """Time the engine through its own HTTP path before any other request: φ from two
+        one-token requests whose prompts differ by ≈ ``prefill_tokens``, δ from the streamed
+        chunks of a ``decode_tokens`` generation (after its first token)."""
+        import httpx
+
+        url = f"{self.base_url}/chat/completions"
+
+        def once(text: str, max_tokens: int) -> tuple[float, float, int, int]:
+            body = {"model": self.model_name, "messages": [{"role": "user", "content": text}], "temperature": 0,
+                    "max_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True}}
+            t0, first, usage = time.perf_counter(), None, {}
+            with httpx.stream("POST", url, json=body, timeout=600.0) as r:
+                for line in r.iter_lines():
+                    if not line.startswith("data: {"):
+                        continue
+                    chunk = __import__("json").loads(line[6:])
+                    if first is None and any(c["delta"].get("content") for c in chunk.get("choices", ())):
+                        first = time.perf_counter()
+                    usage = chunk.get("usage") or usage
+            end = time.perf_counter()
+            return end - t0, end - (first or end), usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+
+        once("Hi", 1)  # warm-up
+        short, _, x0, _ = once("Hi", 1)
+        long_, _, x1, _ = once("word " * prefill_tokens, 1)
+        _, tail, _, n = once("Count from 1 to 200, one number per line.", decode_tokens)
+        phi = max(long_ - short, 0.0) / max(x1 - x0, 1)
+        return Calibration(phi, tail / max(n - 1, 1), x1 - x0, n)
