@@ -115,7 +115,7 @@ async def test_one_batched_generate_gives_lambda_valid_calls(smol, monkeypatch):
         calls = await drafter.propose(DraftRequest(ASK, TOOLS, samples=3))
         elapsed = time.perf_counter() - start
         tg.cancel_scope.cancel()
-    assert len(calls_to_generate) == 1 and calls_to_generate[0]["num_return_sequences"] == 3
+    assert len(calls_to_generate) == 1 and calls_to_generate[0]["input_ids"].shape[0] == 3
     assert len(drafter.last_texts) == 3
     tools = tool_schemas(TOOLS)
     for text in drafter.last_texts:  # the grammar makes every sample a complete, valid call
@@ -123,6 +123,22 @@ async def test_one_batched_generate_gives_lambda_valid_calls(smol, monkeypatch):
         assert len(parsed) == 1 and valid(parsed[0], tools), text
     assert len(calls) == 3
     assert ticks >= 0.3 * elapsed / 0.01  # the event loop kept running during generation
+
+
+@pytest.mark.model
+def test_shared_prefill_gives_what_num_return_sequences_gives(smol):
+    import torch
+
+    from spectool.drafters._local import _shared_prefill
+
+    ids = smol.tokenizer("The capital of France is", return_tensors="pt")["input_ids"]
+    opts = {"max_new_tokens": 4, "do_sample": True, "top_k": 1, "pad_token_id": 0}
+    with torch.inference_mode():
+        plain = smol.model.generate(input_ids=ids, num_return_sequences=2, **opts)
+        batch, extra = _shared_prefill(smol.model, ids, 2)
+        assert "past_key_values" in extra  # the cache really was shared
+        shared = smol.model.generate(input_ids=batch, **extra, **opts)
+    assert torch.equal(plain, shared)
 
 
 @pytest.mark.model

@@ -10,6 +10,7 @@ figures in docs/drafters.md come from here.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from typing import Any, Mapping
 
@@ -109,14 +110,28 @@ def _parses(text: str) -> bool:
 
 async def _run(args: argparse.Namespace) -> None:
     n = len(CASES)
-    print(f"model={args.model} threads={args.threads} max_new_tokens={args.max_new_tokens} cases={n}")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"model={args.model} threads={args.threads} max_new_tokens={args.max_new_tokens} cases={n} "
+          f"load average={load:.1f} (other processes slow every figure)", flush=True)
+    if args.only in ("quality", "all"):
+        await _table(args)
+    if args.only in ("lambda", "all"):
+        await _lambdas(args)
+
+
+async def _table(args: argparse.Namespace) -> None:
+    n = len(CASES)
     print(f"{'examples':>8} {'constrained':>11} {'parsed':>7} {'valid':>6} {'correct':>8} {'gen s':>7}")
     for examples in (False, True):
         for constrained in (False, True):
             drafter = LocalDrafter(args.model, constrained=constrained, max_new_tokens=args.max_new_tokens,
                                    **({} if examples else {"examples": ()}))
             p, v, c, s = await _quality(drafter)
-            print(f"{examples!s:>8} {constrained!s:>11} {p:>4}/{n} {v:>3}/{n} {c:>5}/{n} {s:7.1f}")
+            print(f"{examples!s:>8} {constrained!s:>11} {p:>4}/{n} {v:>3}/{n} {c:>5}/{n} {s:7.1f}",
+                  flush=True)
+
+
+async def _lambdas(args: argparse.Namespace) -> None:
     drafter = LocalDrafter(args.model, constrained=True, max_new_tokens=args.max_new_tokens)
     tools = tool_schemas(TOOLS)
     print("\nλ-batch: one generate of λ samples (constrained, 2 examples), first 4 cases")
@@ -127,7 +142,7 @@ async def _run(args: argparse.Namespace) -> None:
             calls = await drafter.propose(DraftRequest([{"role": "user", "content": text}], TOOLS, lam))
             spent += drafter.last_generate_s or 0.0
             hits += any(_key(c, tools) == _key(expected, tools) for c in calls)
-        print(f"{lam:>3} {spent / 4:10.2f} {hits:>9}/4")
+        print(f"{lam:>3} {spent / 4:10.2f} {hits:>9}/4", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--lambdas", type=int, nargs="*", default=[1, 3, 5])
+    parser.add_argument("--only", choices=["quality", "lambda", "all"], default="all")
     args = parser.parse_args(argv)
     if args.threads:
         import torch

@@ -1,6 +1,6 @@
 """LocalDrafter: an in-process transformers model drafts tool calls.
 
-λ samples come from ONE batched ``generate`` (``num_return_sequences``); the calls are decoded
+λ samples come from ONE batched ``generate`` over one shared prefill; the calls are decoded
 under a JSON-schema grammar (see :mod:`._grammar`) so even a 135M model emits well-formed calls
 to offered tools. Generation runs in a worker thread, serialized per model, and stops early
 when the caller is cancelled (the speculator's timeout). torch/transformers load lazily.
@@ -188,12 +188,11 @@ class LocalDrafter:
         import torch
         from transformers import StoppingCriteriaList
 
-        n = max(1, int(request.samples))
         ids = self.prompt_ids(loaded, request)
-        sample = n > 1 and self.temperature > 0
+        sample = self.temperature > 0 and int(request.samples) > 1
+        n = max(1, int(request.samples)) if sample else 1  # greedy samples would all be equal
         kwargs: dict[str, Any] = {
             "max_new_tokens": self.max_new_tokens,
-            "num_return_sequences": n,
             "do_sample": sample,
             "stopping_criteria": StoppingCriteriaList([_Cancelled(stop)]),
         }
@@ -210,11 +209,32 @@ class LocalDrafter:
             if stop.is_set():
                 return []
             start = time.perf_counter()
-            out = loaded.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
+            batch, extra = _shared_prefill(loaded.model, ids, n)
+            out = loaded.model.generate(input_ids=batch, attention_mask=torch.ones_like(batch),
+                                        **extra, **kwargs)
             self.last_generate_s = time.perf_counter() - start
         texts = loaded.tokenizer.batch_decode(out[:, ids.shape[-1]:], skip_special_tokens=True)
         self.last_texts = texts
         return texts
+
+
+def _shared_prefill(model: Any, ids: Any, n: int) -> tuple[Any, dict[str, Any]]:
+    """λ rows that share ONE prefill: the prompt's KV cache is computed once and repeated.
+
+    ``num_return_sequences`` would prefill the prompt λ times; the outputs are the same.
+    Falls back to that for models whose cache cannot be repeated.
+    """
+    if n == 1:
+        return ids, {}
+    try:
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids[:, :-1], past_key_values=cache, use_cache=True)
+        cache.batch_repeat_interleave(n)
+    except (AttributeError, TypeError, NotImplementedError):
+        return ids, {"num_return_sequences": n}
+    return ids.repeat(n, 1), {"past_key_values": cache}
 
 
 def _eos_ids(loaded: LocalModel) -> list[int]:
