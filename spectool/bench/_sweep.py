@@ -55,8 +55,10 @@ def quick_plan() -> Plan:
     One agent, a BFCL multi-turn task with one of the shortest prompts (≈ 2.6k tokens: the 17
     tools of BFCL's file system class), two user turns, two tool calls per turn
     (``tool_choice="required"``: the 135M model rarely calls a tool on its own), ≤ 64 tokens per
-    message, greedy; history drafter λ = 1; baseline vs client-side vs engine-side."""
-    return Plan(main="embedded", model="smollm2", task_ids=("multi_turn_base_3",), agents=(1,),
+    message, greedy; history drafter λ = 1; baseline vs client-side vs engine-side. One torch
+    thread: the agents, tools and HTTP share the process, and on a busy 2-core box two OpenMP
+    threads spin-wait (decoding was ~14× slower); ``--threads 2`` on an idle machine."""
+    return Plan(main="embedded", model="smollm2", task_ids=("multi_turn_base_3",), agents=(1,), threads=1,
                 latencies=(1.0,), samples=(1,), drafters=("history",), configs=("client", "engine"),
                 max_turns=2, max_steps_per_turn=2, max_tokens=64, tool_choice="required")
 

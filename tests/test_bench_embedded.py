@@ -1,0 +1,47 @@
+"""The benchmark on the real embedded main model: spectool's serving engine running SmolLM2.
+
+One CLI run (one model load): one agent, one short single-turn BFCL task, two tool calls per
+turn, baseline vs client-side vs engine-side (``mode="engine"``, posting to the engine's tool
+cache). Checks results.json's fields, the engine model's columns and that speculation left the
+transcripts unchanged.
+"""
+
+import json
+
+import pytest
+
+from spectool.cli import main
+
+REQUIRED = {"config", "agents", "samples", "drafter", "tool_latency_mean", "time_saved_pct", "throughput_tok_s",
+            "hit_rate", "wasted_tool_runs", "predicted_speedup", "measured_speedup"}
+ENGINE_FIELDS = {"engine_hit_rate", "predicted_engine_speedup", "eq4_base_s", "eq6_engine_s", "phi_s_per_token",
+                 "delta_s_per_token", "request_overhead_s", "engine_resolved_calls", "same_transcripts"}
+
+
+@pytest.mark.model
+@pytest.mark.timeout(300)
+def test_embedded_main_baseline_client_engine(tmp_path, capsys):
+    out = tmp_path / "bench"
+    rc = main(["bench", "--main", "embedded", "--categories", "simple_python", "--task-ids", "simple_python_1",
+               "--agents", "1", "--latencies", "0.2", "--drafters", "history", "--samples", "1",
+               "--configs", "client,engine", "--max-steps", "2", "--max-tokens", "40", "--tool-choice", "required",
+               "--threads", "1", "--no-progress", "--no-plots", "--out", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "embedded" in printed and "α_eng" in printed
+    results = json.loads((out / "results.json").read_text())
+    assert results["main_model"].startswith("embedded")
+    cal = results["engine_calibration"]
+    assert 0 < cal["prefill_s_per_token"] < cal["decode_s_per_token"] < 5
+    runs = results["runs"]
+    assert [r["config"] for r in runs] == ["baseline", "client", "engine"]
+    for r in runs:
+        assert REQUIRED | ENGINE_FIELDS <= set(r), set(REQUIRED | ENGINE_FIELDS) - set(r)
+        assert r["same_transcripts"] is True  # speculation never changes what the agent sees
+        assert 1 <= r["calls"] <= 2 and r["steps"] == 2  # required: two calls, the step cap holds
+        assert 0.0 <= r["hit_rate"] <= 1.0 and r["wall_spec_s"] > 0
+        assert r["eq4_base_s"] > 0 and r["predicted_engine_speedup"] >= 1.0
+    base, client, engine = runs
+    assert base["engine_resolved_calls"] == client["engine_resolved_calls"] == 0  # only engine mode posts
+    assert engine["predicted_speedup"] == engine["predicted_engine_speedup"]
+    assert client["predicted_speedup"] >= 1.0 and engine["predicted_client_speedup"] >= 1.0
