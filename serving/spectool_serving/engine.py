@@ -82,6 +82,8 @@ class Engine:
         self._drain_inbox()
         for seq in self.scheduler.admit(self.kv.width):
             self._prefill(seq)
+            if seq.finish_reason is not None:  # done on its first token (EOS, max_tokens=1)
+                self._retire(seq)
         batch = [s for s in self.scheduler.running if s.n_cached > 0]
         if batch:
             self._decode(batch)

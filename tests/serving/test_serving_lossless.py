@@ -105,3 +105,6 @@ def test_streamed_content_equals_final_content(engine):
     fin = run_request(engine, {"messages": [{"role": "user", "content": "Say hello."}],
                                "temperature": 0, "max_tokens": 12})
     assert fin["reason"] in ("stop", "length") and fin["streamed"] == fin["content"]
+    one = run_request(engine, {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0})
+    assert one["reason"] == "length" and one["usage"]["completion_tokens"] == 1
+    assert engine.kv.rows == [] and engine.scheduler.running == []  # it left the batch at once
