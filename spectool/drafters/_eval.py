@@ -135,14 +135,15 @@ async def _lambdas(args: argparse.Namespace) -> None:
     drafter = LocalDrafter(args.model, constrained=True, max_new_tokens=args.max_new_tokens)
     tools = tool_schemas(TOOLS)
     print("\nλ-batch: one generate of λ samples (constrained, 2 examples), first 4 cases")
-    print(f"{'λ':>3} {'mean gen s':>10} {'any-correct':>12}")
+    print(f"{'λ':>3} {'mean gen s':>10} {'mean CPU s':>10} {'any-correct':>12}")
     for lam in args.lambdas:
-        spent, hits = 0.0, 0
+        spent, cpu, hits = 0.0, 0.0, 0
         for text, expected in CASES[:4]:
             calls = await drafter.propose(DraftRequest([{"role": "user", "content": text}], TOOLS, lam))
             spent += drafter.last_generate_s or 0.0
+            cpu += drafter.last_generate_cpu_s or 0.0
             hits += any(_key(c, tools) == _key(expected, tools) for c in calls)
-        print(f"{lam:>3} {spent / 4:10.2f} {hits:>9}/4", flush=True)
+        print(f"{lam:>3} {spent / 4:10.2f} {cpu / 4:10.2f} {hits:>9}/4", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
