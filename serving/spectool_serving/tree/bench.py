@@ -62,9 +62,9 @@ def get_calibration(model: Any, tok: Any, dtype: str, table: CostTable, batch: i
                     refresh: bool = False) -> Calibration:
     cal = None if refresh else load_calibration(device_name(), MODEL_NAME, dtype, batch)
     if cal is None:
-        items = load_prompts(quick=True)[1:4]  # translation, summarization, qa
+        items = load_prompts(quick=True)[1:3]  # translation, summarization: short and long
         prompts = [_ids(tok, i["messages"]) for i in items]
-        cal = calibrate(model, MODEL_NAME, prompts, batch=batch, max_new_tokens=32,
+        cal = calibrate(model, MODEL_NAME, prompts, batch=batch, max_new_tokens=24,
                         eos=_eos(model), table=table)
     return cal
 
