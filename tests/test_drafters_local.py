@@ -167,3 +167,14 @@ async def test_cancellation_returns_at_once_and_stops_the_worker(smol):
     await anyio.to_thread.run_sync(wait_lock)
     assert freed.is_set() and time.perf_counter() - start < 5
     assert load_shared(None) is smol  # loaded once, shared
+
+
+def test_greedy_row_keeps_only_the_best_token_of_row_zero():
+    import torch
+
+    from spectool.drafters._local import _GreedyRow
+
+    scores = torch.tensor([[0.25, 2.0, -1.0, float("-inf")], [0.25, 2.0, -1.0, 0.5]])
+    out = _GreedyRow()(None, scores.clone())
+    assert out[0].tolist() == [float("-inf"), 2.0, float("-inf"), float("-inf")]
+    assert out[1].tolist() == [0.25, 2.0, -1.0, 0.5]  # other rows stay sampled

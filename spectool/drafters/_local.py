@@ -105,19 +105,35 @@ class _Cancelled:
         return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool)
 
 
+class _GreedyRow:
+    """Row 0 of a sampled batch decodes greedily: its best token is the only one left.
+
+    The greedy answer is the single most likely call; sampling the other rows adds diversity
+    without losing it.
+    """
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        best = int(scores[0].argmax())
+        keep = scores[0, best].clone()
+        scores[0, :] = float("-inf")
+        scores[0, best] = keep
+        return scores
+
+
 class LocalDrafter:
     """Drafts calls with an in-process causal LM (default: xLAM-2-1b if cached, else SmolLM2).
 
     ``model``: None/"embedded", an HF id or folder, a ``.gguf`` path, or a loaded
     ``(model, tokenizer)`` pair. ``constrained`` decodes under the tools' JSON schema.
     ``examples`` are worked examples put before the conversation (``()`` for none).
+    With λ > 1 the rows are sampled at ``temperature``; ``greedy_first`` keeps row 0 greedy.
     """
 
     def __init__(self, model: Any = DEFAULT_LOCAL_MODEL, *, constrained: bool = True,
                  examples: Sequence[WorkedExample] = DEFAULT_EXAMPLES, max_new_tokens: int = 96,
                  temperature: float = 0.8, top_p: float = 0.95, dtype: str = "float32",
                  max_string_length: int = 64, max_calls: int = 3,
-                 max_prompt_tokens: int = 2048) -> None:
+                 max_prompt_tokens: int = 2048, greedy_first: bool = True) -> None:
         if max_new_tokens < 1 or temperature < 0:
             raise ConfigError("max_new_tokens must be ≥ 1 and temperature ≥ 0")
         self._source = model
@@ -133,6 +149,7 @@ class LocalDrafter:
         self.max_string_length = max_string_length
         self.max_calls = max_calls
         self.max_prompt_tokens = max_prompt_tokens
+        self.greedy_first = greedy_first
         #: Seconds the last batched generate took (for benchmarks).
         self.last_generate_s: float | None = None
         self.last_generate_cpu_s: float | None = None
@@ -200,10 +217,14 @@ class LocalDrafter:
         if sample:
             kwargs.update(temperature=self.temperature, top_p=self.top_p)
         eos = _eos_ids(loaded)
+        processors: list[Any] = []
         if self.constrained:
             grammar = loaded.constraint(self.max_string_length, self.max_calls)
-            kwargs["logits_processor"] = [grammar.processor(request.tools, n)]
+            processors.append(grammar.processor(request.tools, n))
             eos = sorted(set(eos) | set(grammar.stop_token_ids))
+        if sample and self.greedy_first:
+            processors.append(_GreedyRow())  # after the mask: the best *allowed* token
+        kwargs["logits_processor"] = processors
         kwargs["eos_token_id"] = eos
         kwargs["pad_token_id"] = eos[0] if eos else 0
         with loaded.lock, torch.inference_mode():
