@@ -29,5 +29,7 @@ echo "setup: installing into .venv (a few minutes on a fresh machine)" >&2
 for d in integrations/*/; do
     [ -f "$d/pyproject.toml" ] && "${pip[@]}" install -e "$d"
 done
+# tests/test_langchain_serving.py drives the engine through ChatOpenAI.
+"${pip[@]}" install -e "integrations/langchain[openai]"
 echo "$want" > "$stamp"
 echo "setup: done" >&2
