@@ -260,3 +260,12 @@ def test_decoding_policy_drafts_chains_and_learns_from_logits():
     assert DecodingPolicy("off", vocab=40).draft("r", [1, 2, 3]) == []
     with pytest.raises(ValueError):
         DecodingPolicy("fast", vocab=40)
+
+
+def test_calibration_fit_survives_sparse_large_g_grid():
+    # measured on this CPU under load: uniform knots left empty intervals and a negative s fit
+    gs = [1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64]
+    s = [5.88, 8.39, 8.39, 8.39, 8.39, 8.82, 9.25, 9.85, 10.46, 17.45, 24.44]
+    tau = [1.0, 1.22, 1.57, 1.7, 1.83, 2.04, 2.13, 2.22, 2.22, 2.22, 2.22]
+    g, method = fit_g_star(gs, s, tau)
+    assert method == "fit" and 8 <= g <= 32

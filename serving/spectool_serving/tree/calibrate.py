@@ -47,7 +47,9 @@ def fit_g_star(gs: list[int], s: list[float], tau: list[float]) -> tuple[int, st
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import SplineTransformer
 
-    s_fit = make_pipeline(SplineTransformer(degree=2, n_knots=8), LinearRegression())
+    # quantile knots: the g grid is denser at small g; uniform knots leave empty intervals
+    s_fit = make_pipeline(SplineTransformer(degree=2, n_knots=8, knots="quantile"),
+                          LinearRegression())
     s_fit.fit(g[:, None], s_arr)
     coef = np.polyfit(g, t_arr, 3)
 
