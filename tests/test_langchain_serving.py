@@ -77,7 +77,7 @@ def build(base_url, middleware):
 
     speculable(get_weather, effect="read_only")
     llm = ChatOpenAI(model="m", base_url=base_url, api_key="unused", temperature=0,
-                     max_tokens=40, max_retries=0, timeout=300)
+                     max_tokens=32, max_retries=0, timeout=300)
     agent = create_agent(llm, [get_weather], middleware=[FirstTurnCallsATool(), *middleware])
     return agent, runs
 
