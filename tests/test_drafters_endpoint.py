@@ -40,8 +40,12 @@ async def test_xlam_text_content_is_parsed_and_unknown_tools_dropped():
 async def test_parallel_sampling_sends_lambda_requests_over_a_socket():
     model = ScriptedModel([call("add", a=1, b=2)])
     async with SocketServer(model) as server:
-        drafter = EndpointDrafter(openai_client(server.url), model="m", sampling="parallel")
-        calls = await drafter.propose(DraftRequest(ASK, TOOLS, samples=3))
+        # Our own drafter makes (and must close) its client: a socket left open would be closed
+        # by the garbage collector inside a later test's event loop.
+        async with EndpointDrafter(model="m", base_url=server.url, api_key="k",
+                                   sampling="parallel") as drafter:
+            calls = await drafter.propose(DraftRequest(ASK, TOOLS, samples=3))
+        assert drafter._client is None
     assert [c.name for c in calls] == ["add"] * 3
     assert len(model.requests) == 3 and all("n" not in r for r in model.requests)
 

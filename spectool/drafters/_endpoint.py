@@ -42,6 +42,7 @@ class EndpointDrafter:
         if timeout is not None and timeout <= 0:
             raise ConfigError(f"timeout must be positive, got {timeout}")
         self._client = client
+        self._owns_client = client is None  # a client we made is ours to close
         self._base_url = base_url
         self._api_key = api_key
         self.model = model
@@ -59,6 +60,18 @@ class EndpointDrafter:
 
             self._client = AsyncOpenAI(base_url=self._base_url, api_key=self._api_key or "EMPTY")
         return self._client
+
+    async def aclose(self) -> None:
+        """Close the client this drafter created from ``base_url`` (a passed client is the caller's)."""
+        if self._owns_client and self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+    async def __aenter__(self) -> "EndpointDrafter":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
 
     async def propose(self, request: DraftRequest) -> list[ToolCall]:
         tools = tool_schemas(request.tools)
