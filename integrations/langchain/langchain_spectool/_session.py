@@ -41,7 +41,25 @@ def _spec(speculator: Speculator, name: str) -> ToolSpec | None:
     return box.get(name) if name in box else None
 
 
-class SyncSession:
+class _Session:
+    """What both session kinds share: ``core`` is a Speculator or a SyncSpeculator."""
+
+    core: Any
+
+    @contextmanager
+    def mutating(self, scope: str) -> Iterator[None]:
+        # Bump before and after, as spectool does for the mutating runs it makes itself.
+        self.core.invalidate(scope)
+        try:
+            yield
+        finally:
+            self.core.invalidate(scope)
+
+    def stats(self) -> dict[str, Any]:
+        return self.core.stats()
+
+
+class SyncSession(_Session):
     """A conversation driven by sync hooks: a :class:`SyncSpeculator` plus the open turn."""
 
     def __init__(self, core: SyncSpeculator) -> None:
@@ -62,23 +80,11 @@ class SyncSession:
     def lookup(self, call: ToolCall) -> Outcome | None:
         return _served(self.core.lookup(call))
 
-    @contextmanager
-    def mutating(self, scope: str) -> Iterator[None]:
-        # Bump before and after, as spectool does for the mutating runs it makes itself.
-        self.core.invalidate(scope)
-        try:
-            yield
-        finally:
-            self.core.invalidate(scope)
-
-    def stats(self) -> dict[str, Any]:
-        return self.core.stats()
-
     def close(self) -> None:
         self.core.close()
 
 
-class AsyncSession:
+class AsyncSession(_Session):
     """A conversation driven by async hooks: a :class:`Speculator` on the agent's loop."""
 
     def __init__(self, core: Speculator) -> None:
@@ -125,17 +131,6 @@ class AsyncSession:
 
     async def lookup(self, call: ToolCall) -> Outcome | None:
         return _served(await self.core.lookup(call))
-
-    @contextmanager
-    def mutating(self, scope: str) -> Iterator[None]:
-        self.core.invalidate(scope)
-        try:
-            yield
-        finally:
-            self.core.invalidate(scope)
-
-    def stats(self) -> dict[str, Any]:
-        return self.core.stats()
 
     async def aclose(self) -> None:
         if self._task is not None and not self._task.done():
