@@ -67,6 +67,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, help="max_tokens per model message (real models)")
     p.add_argument("--tool-choice", choices=("auto", "required"), help="tool_choice sent to real models")
     p.add_argument("--threads", type=int, help="torch CPU threads of the embedded engine (1 on a busy, shared CPU)")
+    p.add_argument("--backend", choices=("auto", "torch", "vllm"), default="auto",
+                   help="embedded main model on the torch engine or vLLM; auto: the faster here, as measured "
+                        "(recorded rates or a short probe; torch when .venv-vllm is missing)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), help="embedded main model dtype (default float32)")
     p.add_argument("--price-main", type=float, help="USD per 1M main-model tokens")
     p.add_argument("--price-drafter", type=float, help="USD per 1M drafter tokens")
     p.add_argument("--no-progress", action="store_true")
@@ -99,7 +103,7 @@ def build_plan(args: argparse.Namespace):
               "repeats": "repeats", "seed": "seed", "main": "main", "base_url": "base_url", "model": "model",
               "drafter_base_url": "drafter_base_url", "drafter_model": "drafter_model", "task_ids": "task_ids",
               "max_turns": "max_turns", "max_steps": "max_steps_per_turn", "max_tokens": "max_tokens",
-              "tool_choice": "tool_choice", "threads": "threads"}
+              "tool_choice": "tool_choice", "threads": "threads", "dtype": "dtype"}
     changes = {field: getattr(args, a) for a, field in simple.items() if getattr(args, a, None) is not None}
     plan = replace(plan, **changes)
     rate_args = {"prefill_tok_s": args.prefill_rate, "decode_tok_s": args.decode_rate,
@@ -127,7 +131,15 @@ def run(args: argparse.Namespace) -> int:
     from .bench._sweep import run_plan
 
     plan = build_plan(args)
+    choice = None
+    if plan.main == "embedded":
+        from .bench._backend import resolve_backend
+
+        choice = resolve_backend(getattr(args, "backend", "auto"), plan.dtype, plan.threads)
+        plan = replace(plan, backend=choice["backend"])
     results = run_plan(plan, progress=not args.no_progress)
+    if choice is not None:
+        results["backend"] = choice
     print(f"main model: {results['main_model']}")
     print(summary_table(results["runs"]))
     path = write_results(results, args.out)

@@ -1,10 +1,13 @@
-"""The embedded main model: spectool's serving engine (SmolLM2 on CPU) on a localhost port.
+"""The embedded main model (SmolLM2 on CPU) on a localhost port, on one of two backends.
 
-:class:`EmbeddedMain` builds the engine with ``spectool_serving``'s public factories, serves it
-with uvicorn on a free port in a background thread, waits for ``/health`` and shuts down on
-exit. The engine stays reachable as ``.engine`` (counters, and :meth:`calibrate`, which times
-one prefill and one decode for the engine-side model's φ and δ). Imports are lazy: the core
-never loads torch or FastAPI.
+``backend="torch"``: :class:`EmbeddedMain` builds spectool's serving engine with
+``spectool_serving``'s public factories, serves it with uvicorn on a free port in a background
+thread, waits for ``/health`` and shuts down on exit; the engine stays reachable as ``.engine``.
+``backend="vllm"``: vLLM's OpenAI server with spectool's plugins, a subprocess from
+``.venv-vllm`` (:class:`spectool_serving.vllm.serve.VllmServer`). Both serve the same API
+(chat completions, ``/cache-tool-output``), so the bench talks to either over HTTP only;
+:meth:`calibrate` times one prefill and one decode for the engine-side model's φ and δ.
+Imports are lazy: the core never loads torch or FastAPI.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from typing import Any
 
 from .._errors import ConfigError
 
-__all__ = ["Calibration", "EmbeddedMain"]
+__all__ = ["BACKENDS", "Calibration", "EmbeddedMain"]
+
+BACKENDS = ("torch", "vllm")
 
 
 @dataclass(frozen=True)
@@ -40,20 +45,59 @@ class EmbeddedMain:
     """``with EmbeddedMain() as main: main.base_url`` — an OpenAI-compatible engine in-process."""
 
     def __init__(self, source: str | None = None, *, max_batch: int = 16, threads: int | None = None,
-                 startup_timeout: float = 300.0) -> None:
+                 startup_timeout: float = 300.0, backend: str = "torch", dtype: str = "float32",
+                 max_rounds: int | None = None, log_path: str | None = None) -> None:
+        if backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.source, self.max_batch, self.startup_timeout = source, max_batch, startup_timeout
         self.threads = threads  # torch CPU threads; 1 avoids OpenMP spin-waits on a shared, busy CPU
+        self.backend, self.dtype, self.max_rounds, self.log_path = backend, dtype, max_rounds, log_path
         self.app: Any = None
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        self._vllm: Any = None
         self.base_url = ""
         self.model_name = ""
+        self.startup_s = 0.0
 
     @property
     def engine(self) -> Any:
+        """The torch engine object (counters, ctx); vLLM's engine lives in another process."""
+        if self.app is None:
+            raise ConfigError(f"the {self.backend} backend has no in-process engine")
         return self.app.state.engine
 
+    @property
+    def label(self) -> str:
+        return {"torch": "embedded (spectool serving engine, SmolLM2-135M-Instruct, CPU)",
+                "vllm": "embedded (vLLM + spectool plugins, SmolLM2-135M-Instruct, CPU)"}[self.backend]
+
     def __enter__(self) -> "EmbeddedMain":
+        t0 = time.perf_counter()
+        if self.backend == "vllm":
+            self._enter_vllm()
+        else:
+            self._enter_torch()
+        self.startup_s = time.perf_counter() - t0
+        return self
+
+    def _enter_vllm(self) -> None:
+        from spectool_serving.vllm.serve import VllmServer, build_command, server_env, vllm_env_missing
+
+        missing = vllm_env_missing()
+        if missing:
+            raise ConfigError(missing)
+        port = _free_port()
+        cmd = build_command(self.source or "embedded", port=port, dtype=self.dtype)
+        env = server_env()
+        if self.max_rounds is not None:
+            env["SPECTOOL_VLLM_MAX_HOPS"] = str(self.max_rounds)
+        self._vllm = VllmServer(cmd, port=port, env=env, log_path=self.log_path,
+                                start_timeout=max(self.startup_timeout, 600.0)).__enter__()
+        self.model_name = cmd[cmd.index("--served-model-name") + 1]
+        self.base_url = f"{self._vllm.url}/v1"
+
+    def _enter_torch(self) -> None:
         try:
             import uvicorn
             from spectool_serving.server import build_server
@@ -65,8 +109,10 @@ class EmbeddedMain:
             import torch
 
             torch.set_num_threads(self.threads)
-        self.app = build_server(self.source, max_batch=self.max_batch)
+        self.app = build_server(self.source, max_batch=self.max_batch, dtype=self.dtype)
         self.model_name = self.engine.model_name
+        if self.max_rounds is not None:
+            self.engine.ctx.max_rounds = self.max_rounds
         port = _free_port()
         self._server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning"))
         self._thread = threading.Thread(target=self._server.run, name="spectool-bench-main", daemon=True)
@@ -77,7 +123,6 @@ class EmbeddedMain:
         except BaseException:
             self.__exit__(None, None, None)
             raise
-        return self
 
     def _wait_healthy(self, port: int) -> None:
         import httpx
@@ -96,6 +141,9 @@ class EmbeddedMain:
         raise ConfigError(f"the embedded engine did not become healthy within {self.startup_timeout:.0f} s")
 
     def __exit__(self, *exc: Any) -> None:
+        if self._vllm is not None:
+            self._vllm.__exit__()
+            self._vllm = None
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
@@ -103,6 +151,7 @@ class EmbeddedMain:
             self._thread = None
         if self.app is not None:
             self.engine.stop()
+            self.app = None
 
     def calibrate(self, prefill_tokens: int = 1024, decode_tokens: int = 32) -> Calibration:
         """Time the engine through its own HTTP path before any other request: φ from two

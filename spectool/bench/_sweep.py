@@ -43,6 +43,8 @@ class Plan:
     max_tokens: int | None = None  # per model message (request option)
     tool_choice: str | None = None  # request option: auto / required
     threads: int | None = None  # torch threads of the embedded engine (None: torch's default)
+    backend: str = "torch"  # embedded main model on: torch (in-process engine) | vllm (see _backend.py)
+    dtype: str = "float32"  # embedded main model weights (fp32: O2 verification stays lossless)
     drafter_base_url: str | None = None
     drafter_model: str | None = None
     rates: TokenRates = field(default_factory=TokenRates)
@@ -189,10 +191,11 @@ def run_plan(plan: Plan, progress: bool = True) -> dict[str, Any]:
     from ._embedded_main import EmbeddedMain
 
     if progress:
-        sys.stderr.write("starting the embedded engine (SmolLM2-135M-Instruct, CPU)…\n")
-    with EmbeddedMain(threads=plan.threads) as main:
+        sys.stderr.write(f"starting the embedded main model on {plan.backend} (SmolLM2-135M-Instruct, CPU)…\n")
+    # max_rounds: never resolve past the step cap
+    with EmbeddedMain(threads=plan.threads, backend=plan.backend, dtype=plan.dtype,
+                      max_rounds=max(0, plan.max_steps_per_turn - 1)) as main:
         calibration = main.calibrate()
-        main.engine.ctx.max_rounds = max(0, plan.max_steps_per_turn - 1)  # never resolve past the step cap
         return anyio.run(_run_plan, plan, progress, main.base_url, calibration)
 
 
@@ -226,7 +229,8 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
     await _warm_main(make_client, plan, tasks[0])
     bar = Progress(_expected_steps(plan, tasks), progress)
     main_label = {"replay": "replay (BFCL ground truth, token-rate model)",
-                  "embedded": "embedded (spectool serving engine, SmolLM2-135M-Instruct, CPU)"}.get(
+                  "embedded": f"embedded ({'vLLM + spectool plugins' if plan.backend == 'vllm' else 'spectool serving engine'}"
+                              ", SmolLM2-135M-Instruct, CPU)"}.get(
         plan.main, f"endpoint({plan.model})")
     common = {"make_client": make_client, "model": plan.model, "on_step": bar.step, "max_turns": plan.max_turns,
               "max_steps_per_turn": plan.max_steps_per_turn, "stream": plan.main != "replay",

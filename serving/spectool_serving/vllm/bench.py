@@ -1,182 +1,163 @@
-"""Serving figures on vLLM with spectool's plugins, one server, one run.
+"""Torch engine vs vLLM (+ spectool's plugins): the serving figures of both, one run, one workload.
 
-    python -m spectool_serving.vllm.bench [--dtype bfloat16] [--tool-latency 0.5] [--turns 4]
+    python -m spectool_serving.vllm.bench [--backends torch,vllm] [--dtype bfloat16]
+        [--tool-latency 0.5] [--turns 4] [--threads 1] [--out DIR]
 
-Prints: decode tokens/s single-stream and across 8 streams; per agent turn (question → forced
-tool call → tool with injected latency → answer) the wall time of the baseline (call, run
-the tool, call again), the client side (Alg. 2 with a drafter that predicts the call: the tool
-starts with the main call) and the engine side (Alg. 4: the tool starts with the streamed
-call, its output is posted, O2 drafts the call and O3 continues in the server); prefill
-tokens (prompt minus prefix-cache hits) and client round trips per turn.
+Each backend serves the embedded SmolLM2 (``EmbeddedMain``: the torch engine in-process, vLLM
+as a subprocess from ``.venv-vllm``) at the same dtype, one at a time, and gets the same
+requests (:mod:`.workload`): decode tokens/s single-stream and across 8 streams; per agent turn
+the median wall time of baseline / client side / engine side (modes interleaved per turn, after
+an untimed warm-up turn per city so no mode meets a colder prefix cache than another); prefill
+tokens and client round trips saved per O3 hit; O2 tool-draft acceptance. Writes
+``DIR/results.json`` and ``DIR/backends.png``, prints a table, and records the backends' decode
+rates in spectool's cache, where ``spectool bench --backend auto`` reads them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
-import threading
+import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 
-from .serve import VllmServer, build_command, server_env
-
-CITIES = ["Paris", "Rome", "Berlin", "Madrid", "Vienna", "Oslo", "Lisbon", "Prague"]
-TOOL = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
-                   "required": ["city"]}}}
+from .workload import CITIES, MODES, decode_rate, o2_counts, turn
 
 
-def _body(city: str, **kw) -> dict:
-    return {"model": "smollm2", "messages": [{"role": "user", "content": f"What is the weather in {city}?"}],
-            "tools": [TOOL], "tool_choice": "required", "max_tokens": 48, "temperature": 0, **kw}
+def _say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def _tool(args: dict, latency: float) -> str:
-    time.sleep(latency)
-    return f"sunny, 21 C in {args.get('city')}"
+def measure(url: str, model: str, turns: int, latency: float, tokens: int = 128) -> dict:
+    """Every figure of one running backend (``url`` without ``/v1``)."""
+    cities = [CITIES[i % len(CITIES)] for i in range(turns)]
+    with httpx.Client(base_url=url, timeout=600) as c:
+        decode_rate(c, model, 1, 16)  # warm-up: first-request costs
+        for city in cities:  # warm-up: every prompt seen once, by no timed mode
+            turn(c, "baseline", model, city, 0.0)
+        out: dict = {"decode_tok_s_1": decode_rate(c, model, 1, tokens)}
+        _say(f"  decode single stream {out['decode_tok_s_1']:.1f} tok/s")
+        out["decode_tok_s_8"] = decode_rate(c, model, 8, tokens)
+        _say(f"  decode 8 streams {out['decode_tok_s_8']:.1f} tok/s aggregate")
+        o2_before = o2_counts(c)
+        rows: dict[str, list] = {m: [] for m in MODES}
+        for i, city in enumerate(cities):
+            for mode in MODES:  # interleaved: a noisy shared CPU treats the modes alike
+                rows[mode].append(turn(c, mode, model, city, latency))
+            _say(f"  turn {i + 1}/{turns} ({city}): " + ", ".join(f"{m} {rows[m][-1]['s']:.2f} s" for m in MODES))
+        o2 = {k: v - o2_before[k] for k, v in o2_counts(c).items()}
+    return {**out, **summarize(rows), "o2": {**o2, "rate": o2["tool_accepted"] / o2["tool_proposed"]
+                                             if o2["tool_proposed"] else None}, "runs": rows}
 
 
-def _prefill(usage: dict) -> int:
-    return usage["prompt_tokens"] - ((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+def summarize(rows: dict[str, list]) -> dict:
+    """Medians and means per mode; per-hit savings of the engine side (hits only)."""
+    mean = lambda xs: statistics.mean(xs) if xs else None  # noqa: E731
+    turn_s = {m: statistics.median(r["s"] for r in rows[m]) for m in MODES}
+    prefill = {m: mean([r["prefill"] for r in rows[m]]) for m in MODES}
+    trips = {m: mean([r["trips"] for r in rows[m]]) for m in MODES}
+    hits = [r for r in rows["engine"] if r.get("hit")]
+    per_hit = None
+    if hits:
+        hp, ht = mean([r["prefill"] for r in hits]), mean([r["trips"] for r in hits])
+        per_hit = {"prefill_saved_vs_baseline": prefill["baseline"] - hp,
+                   "prefill_saved_vs_client": prefill["client"] - hp,
+                   "round_trips_saved": trips["baseline"] - ht}
+    return {"turn_s": turn_s, "saved_pct": {m: 100 * (turn_s["baseline"] - turn_s[m]) / turn_s["baseline"]
+                                            for m in ("client", "engine")},
+            "prefill_per_turn": prefill, "round_trips_per_turn": trips,
+            "o3_hits": len(hits), "turns": len(rows["engine"]), "per_hit": per_hit}
 
 
-def decode_rate(c: httpx.Client, streams: int, tokens: int = 128) -> float:
-    body = {"model": "smollm2", "messages": [{"role": "user", "content": "Tell a long story."}],
-            "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
+def run_backend(backend: str, a: argparse.Namespace) -> dict:
+    from spectool.bench._embedded_main import EmbeddedMain
 
-    def one(i: int) -> int:
-        b = {**body, "messages": [{"role": "user", "content": f"Tell long story number {i}."}]}
-        return c.post("/v1/chat/completions", json=b).json()["usage"]["completion_tokens"]
-
-    t = time.perf_counter()
-    with ThreadPoolExecutor(streams) as pool:
-        n = sum(pool.map(one, range(streams)))
-    return n / (time.perf_counter() - t)
+    _say(f"{backend}: starting the embedded SmolLM2 ({a.dtype})")
+    log = str(Path(a.out) / f"{backend}-server.log")
+    # one continuation per turn: the engine side does the baseline's two model calls
+    with EmbeddedMain(backend=backend, dtype=a.dtype, threads=a.threads, max_rounds=1, log_path=log) as main:
+        _say(f"{backend}: up in {main.startup_s:.0f} s")
+        res = measure(main.base_url.removesuffix("/v1"), main.model_name, a.turns, a.tool_latency, a.tokens)
+    return {"startup_s": main.startup_s, **res}
 
 
-def turn_baseline(c: httpx.Client, city: str, latency: float) -> dict:
-    t = time.perf_counter()
-    r1 = c.post("/v1/chat/completions", json=_body(city), headers={"x-spectool-o3": "off"}).json()
-    call = r1["choices"][0]["message"]["tool_calls"][0]
-    out = _tool(json.loads(call["function"]["arguments"]), latency)
-    r2 = _second(c, city, r1, out)
-    return {"s": time.perf_counter() - t, "prefill": _prefill(r1["usage"]) + _prefill(r2["usage"]), "trips": 2}
+def table(results: dict) -> str:
+    names = list(results["backends"])
+    rows = [("decode tok/s, 1 stream", lambda b: f"{b['decode_tok_s_1']:.1f}"),
+            ("decode tok/s, 8 streams", lambda b: f"{b['decode_tok_s_8']:.1f}")]
+    rows += [(f"turn s, {m} (median)", lambda b, m=m: f"{b['turn_s'][m]:.2f}") for m in MODES]
+    rows += [(f"time saved, {m}", lambda b, m=m: f"{b['saved_pct'][m]:.1f}%") for m in ("client", "engine")]
+    rows += [("O3 hits", lambda b: f"{b['o3_hits']}/{b['turns']}"),
+             ("prefill tok/turn b/c/e", lambda b: "/".join(f"{b['prefill_per_turn'][m]:.0f}" for m in MODES)),
+             ("prefill saved/hit vs base", lambda b: _f(b["per_hit"], "prefill_saved_vs_baseline")),
+             ("prefill saved/hit vs client", lambda b: _f(b["per_hit"], "prefill_saved_vs_client")),
+             ("round trips saved/hit", lambda b: _f(b["per_hit"], "round_trips_saved", "{:.1f}")),
+             ("O2 tool drafts accepted", lambda b: f"{b['o2']['tool_accepted']}/{b['o2']['tool_proposed']}")]
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'':{width}}  " + "  ".join(f"{n:>10}" for n in names)]
+    lines += [f"{label:{width}}  " + "  ".join(f"{fn(results['backends'][n]):>10}" for n in names)
+              for label, fn in rows]
+    return "\n".join(lines)
 
 
-def _second(c: httpx.Client, city: str, r1: dict, out: str) -> dict:
-    msg = r1["choices"][0]["message"]
-    call = msg["tool_calls"][0]
-    messages = _body(city)["messages"] + [
-        {"role": "assistant", "content": msg.get("content"), "tool_calls": msg["tool_calls"]},
-        {"role": "tool", "tool_call_id": call["id"], "content": out}]
-    return c.post("/v1/chat/completions", json=_body(city, messages=messages, tool_choice="auto"),
-                  headers={"x-spectool-o3": "off"}).json()
+def _f(d: dict | None, key: str, fmt: str = "{:.0f}") -> str:
+    return "-" if not d else fmt.format(d[key])
 
 
-def turn_client(c: httpx.Client, city: str, latency: float) -> dict:
-    """Alg. 2 with a drafter that predicted get_weather(city) (α = 1): the tool overlaps the call."""
-    t = time.perf_counter()
-    with ThreadPoolExecutor(1) as pool:
-        fut = pool.submit(_tool, {"city": city}, latency)
-        r1 = c.post("/v1/chat/completions", json=_body(city), headers={"x-spectool-o3": "off"}).json()
-        call = r1["choices"][0]["message"]["tool_calls"][0]
-        args = json.loads(call["function"]["arguments"])
-        out = fut.result() if args == {"city": city} else _tool(args, latency)
-    r2 = _second(c, city, r1, out)
-    return {"s": time.perf_counter() - t, "prefill": _prefill(r1["usage"]) + _prefill(r2["usage"]), "trips": 2}
+def plot(results: dict, path: Path) -> Path:
+    import matplotlib
 
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
-def turn_engine(c: httpx.Client, city: str, latency: float) -> dict:
-    """Alg. 4: stream, learn the id, post the speculative tool's output; O2/O3 in the server."""
-    t = time.perf_counter()
-    body = _body(city, stream=True, stream_options={"include_usage": True})
-    hdr = {"x-spectool-then-tool-choice": "auto"}
-    usage, resolved, calls, poster = None, 0, [], None
-    with c.stream("POST", "/v1/chat/completions", json=body, headers=hdr) as resp:
-        for line in resp.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            ch = json.loads(line[6:])
-            if poster is None:
-                rid = ch["id"]
-
-                def post(rid=rid):
-                    out = _tool({"city": city}, latency)
-                    c.post(f"/cache-tool-output/{rid}",
-                           json=[{"name": "get_weather", "params": {"city": city}, "output": out}])
-                poster = threading.Thread(target=post)
-                poster.start()
-            usage = ch.get("usage") or usage
-            for chc in ch["choices"]:
-                resolved += "spectool_resolved_call" in chc
-                calls += chc.get("delta", {}).get("tool_calls") or []
-    trips, prefill = 1, _prefill(usage)
-    if calls and not resolved:  # a miss: the client finishes the turn itself (Alg. 2 fallback)
-        poster.join()
-        msg = {"content": None, "tool_calls": [{"id": calls[0]["id"], "type": "function", "function": {
-            "name": calls[0]["function"]["name"], "arguments": "".join(
-                x["function"].get("arguments") or "" for x in calls)}}]}
-        r2 = _second(c, city, {"choices": [{"message": msg}]}, _tool({"city": city}, 0))
-        trips, prefill = 2, prefill + _prefill(r2["usage"])
-    poster.join()
-    return {"s": time.perf_counter() - t, "prefill": prefill, "trips": trips, "hit": bool(resolved)}
+    names = list(results["backends"])
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    width = 0.8 / len(names)
+    for i, n in enumerate(names):
+        b = results["backends"][n]
+        ax1.bar([x + i * width for x in range(2)], [b["decode_tok_s_1"], b["decode_tok_s_8"]], width, label=n)
+        ax2.bar([x + i * width for x in range(3)], [b["turn_s"][m] for m in MODES], width, label=n)
+    ax1.set(xticks=[x + width * (len(names) - 1) / 2 for x in range(2)], xticklabels=["1 stream", "8 streams"],
+            ylabel="decode tokens/s", title=f"decode ({results['settings']['dtype']})")
+    ax2.set(xticks=[x + width * (len(names) - 1) / 2 for x in range(3)], xticklabels=list(MODES),
+            ylabel="s per agent turn (median)", title=f"agent turn, tool {results['settings']['tool_latency']} s")
+    ax1.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m spectool_serving.vllm.bench")
-    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--backends", default="torch,vllm", help="comma-separated: torch, vllm")
+    p.add_argument("--dtype", default="bfloat16", help="both backends (bfloat16: vLLM's CPU default)")
     p.add_argument("--tool-latency", type=float, default=0.5)
     p.add_argument("--turns", type=int, default=4, help="agent turns per mode")
-    p.add_argument("--url", default=None,
-                   help="use a running server (start it with SPECTOOL_VLLM_MAX_HOPS=1 for equal work)")
+    p.add_argument("--tokens", type=int, default=128, help="tokens per decode-rate request")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch engine threads (vLLM's CPU worker binds 1 core of 2, keeping 1 for its API server)")
+    p.add_argument("--out", default="out/backends", help="folder for results.json and backends.png")
+    p.add_argument("--no-cache", action="store_true", help="do not record the decode rates for --backend auto")
     a = p.parse_args(argv)
-    if a.url:
-        return _run(a.url, a)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = Path("out") / "vllm-bench-server.log"
-    log.parent.mkdir(exist_ok=True)
-    env = server_env()
-    env["SPECTOOL_VLLM_MAX_HOPS"] = "1"  # one continuation: the same two model calls as the baseline
-    with VllmServer(build_command("embedded", port=port, dtype=a.dtype), port=port, env=env,
-                    log_path=str(log), start_timeout=600) as server:
-        return _run(server.url, a)
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    names = [b.strip() for b in a.backends.split(",") if b.strip()]
+    results = {"settings": {"dtype": a.dtype, "tool_latency": a.tool_latency, "turns": a.turns,
+                            "tokens": a.tokens, "torch_threads": a.threads}, "backends": {}}
+    for name in names:
+        results["backends"][name] = run_backend(name, a)
+    from spectool.bench._backend import record_rates
 
-
-def _run(url: str, a: argparse.Namespace) -> int:
-    with httpx.Client(base_url=url, timeout=600) as c:
-        decode_rate(c, 1, 16)  # warm up
-        print(f"vLLM {a.dtype}: decode single {decode_rate(c, 1):.1f} tok/s, 8 streams {decode_rate(c, 8):.1f} tok/s")
-        stats0 = c.get("/spectool/stats").json()
-        rows = {}
-        for name, fn in (("baseline", turn_baseline), ("client", turn_client), ("engine", turn_engine)):
-            runs = [fn(c, CITIES[i % len(CITIES)], a.tool_latency) for i in range(a.turns)]
-            rows[name] = runs
-            hits = sum(r.get("hit", False) for r in runs)
-            print(f"turn {name:8s}: {statistics.median(r['s'] for r in runs):.3f} s median, "
-                  f"prefill {statistics.mean(r['prefill'] for r in runs):.0f} tok, "
-                  f"round trips {statistics.mean(r['trips'] for r in runs):.1f}"
-                  + (f", O3 hits {hits}/{len(runs)}" if name == "engine" else ""))
-        base = statistics.median(r["s"] for r in rows["baseline"])
-        for name in ("client", "engine"):
-            m = statistics.median(r["s"] for r in rows[name])
-            print(f"time saved vs baseline, {name}: {100 * (base - m) / base:.1f}%")
-        hits = [r for r in rows["engine"] if r.get("hit")]
-        if hits:
-            saved = statistics.mean(r["prefill"] for r in rows["baseline"]) - statistics.mean(r["prefill"] for r in hits)
-            print(f"per O3 hit: prefill tokens saved {saved:.0f}, client round trips saved 1")
-        s = c.get("/spectool/stats").json()
-        o2, o20 = s["o2"][0], stats0["o2"][0]
-        prop, acc = o2["tool_proposed"] - o20["tool_proposed"], o2["tool_accepted"] - o20["tool_accepted"]
-        print(f"O2 tool-call drafts: {acc}/{prop} tokens accepted; text drafts: "
-              f"{o2['text_accepted'] - o20['text_accepted']}/{o2['text_proposed'] - o20['text_proposed']}")
+    rates = {n: b["decode_tok_s_1"] for n, b in results["backends"].items()}
+    if not a.no_cache and {"torch", "vllm"} <= set(rates):  # a choice needs both, measured side by side
+        results["recorded"] = record_rates(rates, a.dtype, source="spectool_serving.vllm.bench")
+    path = Path(a.out) / "results.json"
+    path.write_text(json.dumps(results, indent=1))
+    print(table(results))
+    print(f"wrote {path}\nwrote {plot(results, Path(a.out) / 'backends.png')}")
     return 0
 
 

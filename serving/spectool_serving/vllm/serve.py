@@ -22,7 +22,7 @@ from typing import Sequence
 
 from spectool._errors import ConfigError
 
-__all__ = ["VllmServer", "add_arguments", "build_command", "run", "vllm_python"]
+__all__ = ["VllmServer", "add_arguments", "build_command", "run", "vllm_env_missing", "vllm_python"]
 
 ROOT = Path(__file__).resolve().parents[3]
 TEMPLATE = Path(__file__).with_name("smollm2_tools.jinja")
@@ -37,6 +37,16 @@ def vllm_python() -> str:
         return explicit
     local = ROOT / ".venv-vllm" / "bin" / "python"
     return str(local) if local.exists() else sys.executable
+
+
+def vllm_env_missing() -> str | None:
+    """Why vLLM cannot be started from here, or None when an interpreter for it exists."""
+    explicit = os.environ.get("SPECTOOL_VLLM_PYTHON")
+    if explicit:
+        return None if Path(explicit).exists() else f"SPECTOOL_VLLM_PYTHON={explicit} does not exist"
+    if (ROOT / ".venv-vllm" / "bin" / "python").exists():
+        return None
+    return f"no vLLM environment at {ROOT / '.venv-vllm'} (build it: bash scripts/setup-vllm.sh)"
 
 
 def _model_folder(model: str) -> tuple[str, bool]:
