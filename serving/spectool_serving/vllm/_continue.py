@@ -36,8 +36,11 @@ def _resolve(calls: list[dict], lookup: Lookup) -> list[Any] | None:
 
 
 def _next_messages(messages: list, content: str | None, calls: list[dict], outputs: list) -> list:
+    # a copy of each function: vLLM's chat preprocessing parses ``arguments`` to a dict in place,
+    # which would leak into the resolved-call records returned to the client
     assistant = {"role": "assistant", "content": content,
-                 "tool_calls": [{"id": c["id"], "type": "function", "function": c["function"]} for c in calls]}
+                 "tool_calls": [{"id": c["id"], "type": "function", "function": dict(c["function"])}
+                                for c in calls]}
     tools = [{"role": "tool", "tool_call_id": c["id"], "content": output_text(o)}
              for c, o in zip(calls, outputs)]
     return [*messages, assistant, *tools]
