@@ -25,7 +25,7 @@ def test_embedded_main_baseline_client_engine(tmp_path, capsys):
     rc = main(["bench", "--main", "embedded", "--categories", "simple_python", "--task-ids", "simple_python_1",
                "--agents", "1", "--latencies", "0.2", "--drafters", "history", "--samples", "1",
                "--configs", "client,engine", "--max-steps", "2", "--max-tokens", "40", "--tool-choice", "required",
-               "--threads", "1", "--no-progress", "--no-plots", "--out", str(out)])
+               "--threads", "1", "--backend", "torch", "--no-progress", "--no-plots", "--out", str(out)])
     assert rc == 0
     printed = capsys.readouterr().out
     assert "embedded" in printed and "α_eng" in printed
