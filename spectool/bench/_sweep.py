@@ -228,9 +228,9 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
     _warm_up(tasks[: max(plan.agents) * plan.tasks_per_agent])
     await _warm_main(make_client, plan, tasks[0])
     bar = Progress(_expected_steps(plan, tasks), progress)
+    engine = "vLLM + spectool plugins" if plan.backend == "vllm" else "spectool serving engine"
     main_label = {"replay": "replay (BFCL ground truth, token-rate model)",
-                  "embedded": f"embedded ({'vLLM + spectool plugins' if plan.backend == 'vllm' else 'spectool serving engine'}"
-                              ", SmolLM2-135M-Instruct, CPU)"}.get(
+                  "embedded": f"embedded ({engine}, SmolLM2-135M-Instruct, CPU)"}.get(
         plan.main, f"endpoint({plan.model})")
     common = {"make_client": make_client, "model": plan.model, "on_step": bar.step, "max_turns": plan.max_turns,
               "max_steps_per_turn": plan.max_steps_per_turn, "stream": plan.main != "replay",
