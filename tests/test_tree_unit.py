@@ -134,7 +134,7 @@ def test_cost_table_select_and_monotone_curve():
 
 def test_cast_shrinks_trees_when_cost_grows():
     cheap = CostTable([1, 4], [256], [1, 64], {"1/256": [1., 1.3], "4/256": [1., 40.]})
-    shaper = CastShaper(cheap, c1=.2, c2=.2, c3=.2)
+    shaper = CastShaper(cheap, c1=.2, c2=.2)
     cum = np.array([1.0, .5, .4, .3, .2, .1, .1, .05])
     shaper.begin_step(1, 100)
     small_batch = shaper.final_size(cum)

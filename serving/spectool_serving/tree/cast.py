@@ -59,11 +59,20 @@ class CostTable:
 
     def curve(self, batch: int, ctx: int) -> np.ndarray:
         """Cost for n = 1..max(ns) tokens, interpolated, suffix-min monotone. Shape [max_n]."""
+        return np.minimum.accumulate(self._raw(batch, ctx)[::-1])[::-1]
+
+    def best_width(self, batch: int, ctx: int, n: int) -> int:
+        """The cheapest forward width ≥ n: CPU math libraries switch kernels with the row
+        count, so padding a small tree up can cost less than running it as it is."""
+        raw = self._raw(batch, ctx)
+        if n > len(raw):
+            return n
+        return n + int(np.argmin(raw[n - 1:]))
+
+    def _raw(self, batch: int, ctx: int) -> np.ndarray:
         b = min(self.batches, key=lambda x: (abs(x - batch), x))
-        raw = np.asarray(self.seconds[f"{b}/{self.select(ctx)}"], dtype=np.float64)
-        grid = np.arange(1, max(self.ns) + 1)
-        f = np.interp(grid, self.ns, raw)
-        return np.minimum.accumulate(f[::-1])[::-1]
+        measured = np.asarray(self.seconds[f"{b}/{self.select(ctx)}"], dtype=np.float64)
+        return np.interp(np.arange(1, max(self.ns) + 1), self.ns, measured)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -79,44 +88,64 @@ class CostTable:
 
 def measure_cost_table(model: Any, batches: list[int], buckets: list[int], ns: list[int],
                        reps: int = 3) -> CostTable:
-    """Time forwards of n new tokens over a random-KV cache of each bucket's length.
+    """Time tree forwards of n new tokens over a random-KV cache of each bucket's length.
 
-    The cached keys/values are random: attention cost does not depend on their values, so no
-    prefill is needed. Each figure is the median of ``reps`` runs after one warm-up.
+    The forwards go through :func:`.verify.tree_forward` (the decoding path itself). Cached
+    keys/values are random: attention cost does not depend on their values, so no prefill is
+    needed. The n values are interleaved in shuffled rounds so that drift on a shared machine
+    spreads over all of them; each figure is the median of ``reps`` rounds after a warm-up.
     """
+    import random
     import time
 
     import torch
-    from transformers import DynamicCache
+
+    rng = random.Random(0)
+    seconds: dict[str, list[float]] = {}
+    for bsz in batches:
+        for ctx in buckets:
+            state = _random_state(model, bsz, ctx)
+            times: dict[int, list[float]] = {n: [] for n in ns}
+            for rep in range(reps + 1):
+                for n in rng.sample(ns, len(ns)):
+                    tokens = torch.randint(0, model.config.vocab_size, (bsz, n))
+                    chain = torch.ones(n, n, dtype=torch.bool).tril()
+                    t0 = time.perf_counter()
+                    _timed_forward(model, state, tokens, chain)
+                    if rep:
+                        times[n].append(time.perf_counter() - t0)
+            seconds[f"{bsz}/{ctx}"] = [float(np.median(times[n])) for n in ns]
+    return CostTable(list(batches), list(buckets), list(ns), seconds)
+
+
+def _random_state(model: Any, bsz: int, ctx: int) -> Any:
+    import torch
+
+    from .fastpath import new_cache
+    from .verify import TreeState
 
     cfg = model.config
     heads = getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)
     dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    seconds: dict[str, list[float]] = {}
-    for bsz in batches:
-        for ctx in buckets:
-            row = []
-            for n in ns:
-                times = []
-                for rep in range(reps + 1):
-                    cache = DynamicCache()
-                    for layer in range(cfg.num_hidden_layers):
-                        kv = torch.randn(bsz, heads, ctx, dim, dtype=model.dtype)
-                        cache.update(kv, kv.clone(), layer)
-                    tokens = torch.randint(0, cfg.vocab_size, (bsz, n))
-                    pos = torch.arange(ctx, ctx + n).expand(bsz, n)
-                    mask = torch.zeros(bsz, 1, n, ctx + n, dtype=model.dtype)
-                    mask[:, :, :, ctx:] = torch.triu(torch.full((n, n), torch.finfo(
-                        model.dtype).min, dtype=model.dtype), diagonal=1)
-                    t0 = time.perf_counter()
-                    with torch.no_grad():
-                        model(input_ids=tokens, attention_mask=mask, position_ids=pos,
-                              past_key_values=cache, use_cache=True)
-                    if rep:
-                        times.append(time.perf_counter() - t0)
-                row.append(float(np.median(times)))
-            seconds[f"{bsz}/{ctx}"] = row
-    return CostTable(list(batches), list(buckets), list(ns), seconds)
+    cache = new_cache()
+    for layer in range(cfg.num_hidden_layers):
+        kv = torch.randn(bsz, heads, ctx, dim, dtype=model.dtype)
+        cache.update(kv, kv.clone(), layer)
+    return TreeState(cache, torch.ones(bsz, ctx, dtype=torch.bool),
+                     torch.arange(ctx).expand(bsz, ctx).clone(), torch.full((bsz,), ctx))
+
+
+def _timed_forward(model: Any, state: Any, tokens: Any, chain: Any) -> None:
+    """One forward of a chain of ``tokens`` [B, n], then the cache cut back to its length."""
+    import torch
+
+    from .verify import tree_forward
+
+    bsz, n = tokens.shape
+    tree_forward(model, state, tokens, torch.arange(n).expand(bsz, n), chain.expand(bsz, n, n),
+                 torch.ones(bsz, n, dtype=torch.bool))
+    state.cache.crop(-n)
+    state.kv_valid, state.kv_pos = state.kv_valid[:, :-n], state.kv_pos[:, :-n]
 
 
 @dataclass
@@ -130,11 +159,11 @@ class CastShaper:
     table: CostTable
     c1: float = 0.3
     c2: float = 0.3
-    c3: float = 0.5
     k: int = 10
     fifo: int = 16
     batch: int = 1
     ctx: int = 256
+    overhead: float = 0.0  # per-step cost outside the forward, in decoding steps
     _curve: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     _ratios: dict[int, deque] = field(default_factory=dict, repr=False)
 
@@ -170,10 +199,25 @@ class CastShaper:
         return j
 
     def final_size(self, cum_sorted: np.ndarray) -> int:
-        gains = np.asarray(cum_sorted[1:], dtype=np.float64)  # the root is always verified
-        u = np.concatenate([[0.0], np.cumsum(gains)])
-        c = np.asarray([self._cost(1 + j) - self._cost(1) for j in range(len(gains) + 1)])
-        return 1 + max_valid_index(u, c, self.c3)
+        """Reranking (C3): how many of the best nodes to verify.
+
+        With scores that are acceptance probabilities, verifying the first n nodes yields
+        ``1 + Σ scores`` tokens for ``f(n) + overhead``; C3 is the marginal-gain-per-cost bar a
+        node must clear, and the bar that maximises throughput is the best rate itself, so
+        the n with the highest expected tokens per unit cost is chosen directly.
+        """
+        scores = np.asarray(cum_sorted, dtype=np.float64)
+        expected = 1.0 + np.concatenate([[0.0], np.cumsum(scores[1:])])  # [n]
+        cost = np.asarray([self._cost(n) for n in range(1, len(scores) + 1)]) + self.overhead
+        return int(np.argmax(expected / cost)) + 1
+
+    def note_overhead(self, seconds: float) -> None:
+        """Per-step time outside the forward (drafting, acceptance, bookkeeping), as an EMA
+        in units of one decoding step: a fixed cost per step favours fewer, larger steps."""
+        if self._curve is None:
+            self._cost(1)
+        unit = float(self.table.curve(self.batch, self.ctx)[0])
+        self.overhead += 0.2 * (seconds / max(unit, 1e-9) - self.overhead)
 
     def observe(self, tree: DraftTree, path: list[int]) -> None:
         """Push observed/predicted gain per level into that level's FIFO."""

@@ -23,6 +23,7 @@ from .verify import commit_paths, prefill, tree_forward
 __all__ = ["POLICIES", "DecodeResult", "decode", "make_drafter"]
 
 POLICIES = ("ar", "unispec", "cast", "both")
+WARM_POSITIONS = 64  # prompt positions whose verifier top-k seeds the store
 
 
 @dataclass
@@ -77,14 +78,16 @@ def _store_update(drafter: TreeDrafter, logits: torch.Tensor, trees: list[DraftT
 
 
 def _warm_store(drafter: TreeDrafter, logits: torch.Tensor, prompts: list[list[int]]) -> None:
-    """Seed the store from the prefill's logits (they come free with the prompt)."""
-    width = logits.shape[1]
+    """Seed the store from the prefill's logits of the last prompt positions (they come
+    almost free with the prompt)."""
+    keep = logits.shape[1]  # logits cover the last ``keep`` positions of the padded prefix
     for b, p in enumerate(prompts):
-        n = len(p) - 1
-        probs = torch.softmax(logits[b, width - n:].float(), dim=-1)
+        n = len(p) - 1  # prefix length (the last prompt token is the first root)
+        m = min(n, keep)
+        probs = torch.softmax(logits[b, keep - m:].float(), dim=-1)
         conf, ids = probs.topk(drafter.store.k, dim=-1)
-        toks = np.asarray(p[:-1])
-        pars = np.asarray([-1] + p[:-2])
+        toks = np.asarray(p[n - m:n])
+        pars = np.asarray([p[i - 1] if i else -1 for i in range(n - m, n)])
         drafter.store.update(toks, pars, ids.numpy(), conf.numpy())
 
 
@@ -95,16 +98,16 @@ def decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: st
            on_step: Any = None) -> DecodeResult:
     """Decode ``max_new_tokens`` per prompt with ``policy``; returns outputs and metrics.
 
-    ``min_width`` pads every tree forward to at least this many tokens (default 4 in fp32,
-    where 2-3 token forwards cost more than 4 on CPU math libraries).
+    ``cast`` (a :class:`~.cast.CastShaper`) shapes the ``cast``/``both`` trees, and its cost
+    table also pads every forward to the cheapest width that holds the tree (CPU math
+    libraries change kernels with the row count). ``min_width`` forces a floor on that width.
     """
     t_start = time.perf_counter()
     stops = {eos} if isinstance(eos, int) else set(eos or ())
     if drafter is None and policy != "ar":
         drafter = make_drafter(policy, model.config.vocab_size, g=g, cast=cast)
-    if min_width is None:
-        min_width = 4 if model.dtype == torch.float32 and policy != "ar" else 1
-    state, pre_logits, roots = prefill(model, prompts)
+    table = getattr(cast, "table", None)
+    state, pre_logits, roots = prefill(model, prompts, WARM_POSITIONS if drafter else 1)
     if drafter is not None:
         _warm_store(drafter, pre_logits, prompts)
     seqs = [ContextIndex(p) for p in prompts]
@@ -121,7 +124,10 @@ def decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: st
             trees = [DraftTree.root(s.seq[-1]) if d else drafter.draft(s)
                      for s, d in zip(seqs, done)]
         t1 = time.perf_counter()
-        toks, depth, anc, real = pad_trees(trees, min_width)
+        width = max(len(t) for t in trees)
+        if table is not None:
+            width = table.best_width(len(prompts), state.length, width)
+        toks, depth, anc, real = pad_trees(trees, max(width, min_width or 1))
         logits = tree_forward(model, state, toks, depth, anc, real)
         t2 = time.perf_counter()
         paths, bonus = _accept(trees, logits, temperature, generator)
@@ -138,6 +144,8 @@ def decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: st
         res.steps += 1
         res.verify_s += t2 - t1
         res.draft_s += t1 - t0
+        if drafter is not None and hasattr(drafter.shaper, "note_overhead"):
+            drafter.shaper.note_overhead(time.perf_counter() - t0 - (t2 - t1))
         for b, (t, p) in enumerate(zip(trees, paths)):
             if done[b]:
                 continue

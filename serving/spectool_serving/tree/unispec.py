@@ -17,6 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
+from .rates import AcceptanceRates, conf_bin
 from .tree import DraftTree
 
 __all__ = ["ContextIndex", "NGramStore", "Shaper", "TopG", "TreeDrafter"]
@@ -98,56 +99,64 @@ class TopG:
 
 @dataclass
 class TreeDrafter:
-    """Builds one row's draft tree from the store and the context (see module doc)."""
+    """Builds one row's draft tree from the store and the context (see module doc).
+
+    Node scores are probabilities of acceptance (:class:`.rates.AcceptanceRates` turns each
+    edge's raw signal into a learned rate), so top-k by score keeps the likeliest paths and a
+    shaper can read the sum of scores as expected accepted tokens.
+    """
 
     store: NGramStore
     shaper: Shaper
-    depth: int = 10
+    depth: int = 10  # store expansion depth
     use_context: bool = True
     use_next_next: bool = True
     ctx_branches: int = 3
-    # Learned acceptance rates of context drafts: first token per match length, then chain.
-    ctx_first: dict[int, float] = field(default_factory=lambda: {1: .3, 2: .5, 3: .6, 4: .7})
-    ctx_next: float = .7
-    ema: float = .1
+    ctx_depth: int = 32  # context chains copy text, so they may run deeper than store levels
+    rates: AcceptanceRates = field(default_factory=AcceptanceRates)
 
     def draft(self, seq: ContextIndex) -> DraftTree:
         root = seq.seq[-1]
         tree = DraftTree.root(root)
         where: dict[tuple[int, int], int] = {}
-        level = self._first_level(root, seq.seq[-2] if len(seq.seq) > 1 else -1)
         if self.use_context:
             self._add_context(tree, where, seq)
-        frontier = self._merge(tree, where, 0, level, self.shaper.level_keep(1, level[1], 1))
+        level = self._first_level(root, seq.seq[-2] if len(seq.seq) > 1 else -1)
+        frontier = self._merge(tree, where, level, self.shaper.level_keep(1, level[1], 1))
         for d in range(2, self.depth + 1):
             if not frontier:
                 break
             frontier = self._expand(tree, where, frontier, d)
         return self._select(tree)
 
-    def _first_level(self, root: int, prev: int) -> tuple[np.ndarray, np.ndarray]:
-        ids, conf = self.store.ids[root], self.store.conf[root]
+    def _first_level(self, root: int, prev: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """Store candidates of the root ⊕ next-next candidates of the token before it."""
+        ids, raw = self.store.ids[root], self.store.conf[root]
+        bins = conf_bin(raw)
+        score = self.rates.table("s")[bins]
+        src = [f"s{b}" for b in bins.tolist()]
         if self.use_next_next and prev >= 0:
+            nn_bins = conf_bin(self.store.nn_conf[prev])
             ids = np.concatenate([ids, self.store.nn_ids[prev]])
-            conf = np.concatenate([conf, self.store.nn_conf[prev] * 0.5])  # a weaker signal
-        order = np.argsort(-conf, kind="stable")
-        ids, conf = ids[order], conf[order]
-        ok = ids >= 0
-        ids, conf = ids[ok], conf[ok]
-        _, first = np.unique(ids, return_index=True)  # keep each token's best score
-        first.sort()
-        return ids[first], conf[first]
+            score = np.concatenate([score, self.rates.table("n")[nn_bins]])
+            src += [f"n{b}" for b in nn_bins.tolist()]
+        order = np.argsort(-score, kind="stable")
+        ok = ids[order] >= 0
+        order = order[ok]
+        _, first = np.unique(ids[order], return_index=True)  # keep each token's best score
+        order = order[np.sort(first)]
+        return ids[order], score[order], [src[i] for i in order.tolist()]
 
-    def _merge(self, tree: DraftTree, where: dict, parent: int,
-               cand: tuple[np.ndarray, np.ndarray], keep: int) -> list[int]:
+    def _merge(self, tree: DraftTree, where: dict, cand: tuple[np.ndarray, np.ndarray, list[str]],
+               keep: int) -> list[int]:
         added = []
-        for tok, cum in zip(cand[0][:keep].tolist(), cand[1][:keep].tolist()):
-            node = where.get((parent, tok))
+        for tok, cum, src in zip(cand[0][:keep].tolist(), cand[1][:keep].tolist(), cand[2]):
+            node = where.get((0, tok))
             if node is None:
-                node = tree.add(parent, tok, cum, "store")
-                where[(parent, tok)] = node
-            else:
-                tree.conf[node] = max(tree.conf[node], cum)
+                node = tree.add(0, tok, cum, src)
+                where[(0, tok)] = node
+            elif cum > tree.conf[node]:
+                tree.conf[node], tree.source[node] = cum, src
             added.append(node)
         return added
 
@@ -155,60 +164,51 @@ class TreeDrafter:
         ftoks = np.asarray([tree.tokens[f] for f in frontier])
         fcum = np.asarray([tree.conf[f] for f in frontier], dtype=np.float32)
         ids = self.store.ids[ftoks]  # [f, k]
-        cum = fcum[:, None] * self.store.conf[ftoks]  # [f, k]
+        bins = conf_bin(self.store.conf[ftoks])  # [f, k]
+        cum = fcum[:, None] * self.rates.table("s")[bins]  # [f, k]
         cum = np.where(ids >= 0, cum, -1.0).ravel()
         order = np.argsort(-cum, kind="stable")
         cum_sorted = cum[order]
         keep = self.shaper.level_keep(d, cum_sorted[cum_sorted >= 0], len(tree))
         added = []
+        flat_ids, flat_bins = ids.ravel(), bins.ravel()
         for flat in order[:keep].tolist():
-            parent, tok = frontier[flat // ids.shape[1]], int(ids.ravel()[flat])
+            parent, tok = frontier[flat // ids.shape[1]], int(flat_ids[flat])
             node = where.get((parent, tok))
             if node is None:
-                node = tree.add(parent, tok, float(cum[flat]), "store")
+                node = tree.add(parent, tok, float(cum[flat]), f"s{flat_bins[flat]}")
                 where[(parent, tok)] = node
             added.append(node)
         return added
 
     def _add_context(self, tree: DraftTree, where: dict, seq: ContextIndex) -> None:
-        for n, cont in seq.continuations(self.depth, self.ctx_branches):
+        cont_rate = self.rates.rate("cc")
+        for n, cont in seq.continuations(self.ctx_depth, self.ctx_branches):
             parent, cum = 0, 1.0
             for j, tok in enumerate(cont):
-                cum *= self.ctx_first[n] if j == 0 else self.ctx_next
+                src = f"c{n}" if j == 0 else "cc"
+                cum *= self.rates.rate(src) if j == 0 else cont_rate
                 node = where.get((parent, tok))
                 if node is None:
-                    node = tree.add(parent, tok, cum, f"ctx{n}.{j}")
+                    node = tree.add(parent, tok, cum, src)
                     where[(parent, tok)] = node
-                else:
-                    tree.conf[node] = max(tree.conf[node], cum)
-                    tree.source[node] = f"ctx{n}.{j}"
+                elif cum > tree.conf[node]:
+                    tree.conf[node], tree.source[node] = cum, src
                 parent = node
 
     def _select(self, tree: DraftTree) -> DraftTree:
         conf = np.asarray(tree.conf)
         depth = np.asarray(tree.depths())
         order = np.lexsort((depth, -conf))  # best first; parents before equal-scored children
-        g = self.shaper.final_size(conf[order])
         chosen: list[int] = []
         picked = set()
-        for i in order.tolist():
-            if len(chosen) >= g:
-                break
+        for i in order.tolist():  # scores never grow along a path, so this is ancestor-closed
             if i == 0 or tree.parents[i] in picked:
                 chosen.append(i)
                 picked.add(i)
-        return tree.subtree(chosen)
+        g = self.shaper.final_size(conf[chosen])
+        return tree.subtree(chosen[:g])
 
     def learn(self, tree: DraftTree, path: list[int]) -> None:
-        """Update context acceptance rates from which tested context nodes were accepted."""
-        on_path = set(path)
-        for i, src in enumerate(tree.source):
-            if src.startswith("ctx") and tree.parents[i] in on_path:
-                n, j = src[3:].split(".")
-                hit = 1.0 if i in on_path else 0.0
-                # floor: a rate at 0 would never be tested (and so never learned) again
-                if j == "0":
-                    rate = self.ctx_first[int(n)]
-                    self.ctx_first[int(n)] = max(.05, rate + self.ema * (hit - rate))
-                else:
-                    self.ctx_next = max(.05, self.ctx_next + self.ema * (hit - self.ctx_next))
+        """Update the edge acceptance rates from which tested edges were accepted."""
+        self.rates.observe(tree.source, tree.parents, path)

@@ -61,20 +61,25 @@ def build_mask(q_pos: torch.Tensor, q_anc: torch.Tensor, kv_pos: torch.Tensor,
 
 
 def _forward(model: Any, state: TreeState, tokens: torch.Tensor, q_pos: torch.Tensor,
-             q_anc: torch.Tensor) -> torch.Tensor:
+             q_anc: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+    from .fastpath import tree_attention
+
     mask = build_mask(q_pos, q_anc, state.kv_pos, state.kv_valid, model.dtype, _window(model))
-    with torch.no_grad():
+    with torch.no_grad(), tree_attention(model):
         out = model(input_ids=tokens, attention_mask=mask, position_ids=q_pos,
-                    past_key_values=state.cache, use_cache=True)
+                    past_key_values=state.cache, use_cache=True, logits_to_keep=logits_to_keep)
     return out.logits
 
 
-def prefill(model: Any, prompts: list[list[int]]) -> tuple[TreeState, torch.Tensor, list[int]]:
+def prefill(model: Any, prompts: list[list[int]], logits_to_keep: int = 0
+            ) -> tuple[TreeState, torch.Tensor, list[int]]:
     """Run every prompt but its last token (the first root), left-padded into one batch.
 
-    Returns (state, logits [B, P, V] of the prefix, roots [B]).
+    Returns (state, logits [B, P', V] of the last P' = ``logits_to_keep`` prefix positions
+    (0: all of them), roots [B]). Only the drafter's store warm-up reads these logits, and
+    the output projection over a 49k vocabulary is a quarter of a prefill's FLOPs.
     """
-    from transformers import DynamicCache
+    from .fastpath import new_cache
 
     if any(len(p) < 2 for p in prompts):
         raise ValueError("each prompt needs at least two tokens")
@@ -87,9 +92,9 @@ def prefill(model: Any, prompts: list[list[int]]) -> tuple[TreeState, torch.Tens
     pos = (valid.long().cumsum(1) - 1).clamp(min=0)
     causal = torch.tril(torch.ones(width, width, dtype=torch.bool))
     anc = (causal[None] & valid[:, None, :]) | torch.eye(width, dtype=torch.bool)[None]
-    empty = TreeState(DynamicCache(), torch.zeros(bsz, 0, dtype=torch.bool),
+    empty = TreeState(new_cache(), torch.zeros(bsz, 0, dtype=torch.bool),
                       torch.zeros(bsz, 0, dtype=torch.long), torch.zeros(bsz, dtype=torch.long))
-    logits = _forward(model, empty, tokens, pos, anc)
+    logits = _forward(model, empty, tokens, pos, anc, logits_to_keep)
     state = TreeState(empty.cache, valid, pos, torch.tensor([len(p) - 1 for p in prompts]))
     return state, logits, [p[-1] for p in prompts]
 
