@@ -38,3 +38,28 @@ def test_unispec_policy_in_engine_is_lossless_and_drafts(loaded):
     assert _run(eng) == plain
     stats = eng.decoding.stats
     assert stats.steps > 0 and stats.drafted > 0 and stats.tau > 1.0
+
+
+def test_tree_metrics_are_exported(loaded):
+    """τ, draft size and verify time reach the engine's Prometheus /metrics."""
+    import anyio
+    import httpx
+
+    from spectool_serving.app import create_app
+    from spectool_serving.server import build_engine
+
+    eng = build_engine(loaded=loaded, decoding="unispec")
+    _run(eng)
+
+    async def scrape() -> str:
+        transport = httpx.ASGITransport(app=create_app(eng))
+        async with httpx.AsyncClient(transport=transport, base_url="http://engine") as client:
+            return (await client.get("/metrics")).text
+
+    text = anyio.run(scrape)
+    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line.startswith("spectool_engine_tree_")}
+    assert values["spectool_engine_tree_tau"] == eng.decoding.stats.tau > 1.0
+    assert values["spectool_engine_tree_drafted_total"] == eng.decoding.stats.drafted > 0
+    assert values["spectool_engine_tree_verify_seconds_total"] > 0
+    assert values["spectool_engine_tree_mean_draft"] > 0

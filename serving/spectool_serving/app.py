@@ -177,6 +177,25 @@ async def _sse(engine: Engine, seqs: list, meta: dict, include_usage: bool) -> A
         _close(engine, meta["id"])
 
 
+def _decoding_metrics(stats: Any):
+    """Text speculation (tree decoding policy): τ, draft size and verify time."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    yield CounterMetricFamily("spectool_engine_tree_steps", "verification steps with a text draft",
+                              value=stats.steps)
+    yield CounterMetricFamily("spectool_engine_tree_drafted", "text draft tokens verified",
+                              value=stats.drafted)
+    yield CounterMetricFamily("spectool_engine_tree_accepted", "text draft tokens accepted",
+                              value=stats.accepted)
+    yield CounterMetricFamily("spectool_engine_tree_verify_seconds", "time in verifying forwards",
+                              value=stats.verify_s)
+    yield GaugeMetricFamily("spectool_engine_tree_tau", "mean tokens emitted per verification",
+                            value=stats.tau)
+    steps = max(stats.steps, 1)
+    yield GaugeMetricFamily("spectool_engine_tree_mean_draft", "mean draft tokens per verification",
+                            value=stats.drafted / steps)
+
+
 def _metrics_registry(engine: Engine):
     from prometheus_client import CollectorRegistry
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -189,6 +208,8 @@ def _metrics_registry(engine: Engine):
                                     value=len(engine.scheduler.running))
             yield GaugeMetricFamily("spectool_engine_waiting", "sequences queued",
                                     value=len(engine.scheduler.waiting))
+            if engine.decoding is not None and engine.decoding.mode != "off":
+                yield from _decoding_metrics(engine.decoding.stats)
 
     registry = CollectorRegistry()
     registry.register(_Collector())

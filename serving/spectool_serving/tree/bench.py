@@ -50,7 +50,7 @@ def cost_table(model: Any, dtype: str, batches: list[int], refresh: bool = False
     from spectool._embedded import cache_dir
 
     safe = name.replace("/", "_")
-    path = cache_dir() / "tree-calibration" / f"costs-{device_name()}-{safe}-{dtype}.json"
+    path = cache_dir() / "tree-calibration" / f"costs-v2-{device_name()}-{safe}-{dtype}.json"
     if path.exists() and not refresh:
         table = CostTable.from_json(path.read_text())
         if set(batches) <= set(table.batches) and table.ns == COST_WIDTHS:
