@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="one prompt per category, 48 new tokens (a few minutes)")
     parser.add_argument("--max-new-tokens", type=int, default=None)
+    parser.add_argument("--prompt", action="append", metavar="ID",
+                        help="run only these prompt ids (repeatable), e.g. rag-3")
     parser.add_argument("--batch", type=int, action="append",
                         help="batch sizes (repeatable; default: 1 and 4)")
     parser.add_argument("--recalibrate", action="store_true",
@@ -46,9 +48,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--batch must be >= 1")
     if args._job == "calibrate":
         return _calibrate(bench, dtypes, batches, args.threads)
+    try:
+        bench.load_prompts(args.quick, args.prompt)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     res = bench.run_bench(args.out, quick=args.quick, dtypes=dtypes, batches=batches,
                           max_new_tokens=args.max_new_tokens, threads=args.threads,
-                          refresh=args.recalibrate, log=lambda m: print(m, file=sys.stderr))
+                          refresh=args.recalibrate, log=lambda m: print(m, file=sys.stderr),
+                          prompt_ids=args.prompt)
     summary = {d: r["summary"] for d, r in res["dtypes"].items()}
     print(json.dumps(summary, indent=1))
     print(f"wrote {args.out / 'results.json'} and {args.out / 'speedup_vs_draft.png'}")

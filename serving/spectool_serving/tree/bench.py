@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .calibrate import Calibration, calibrate, device_name, load_calibration
+from .calibrate import Calibration, calibrate, calibration_dir, device_name, load_calibration
 from .cast import CastShaper, CostTable, measure_cost_table
 from .decode import decode
 
@@ -28,11 +28,18 @@ TREE_POLICIES = ("unispec", "cast", "both")
 COST_WIDTHS = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64]
 
 
-def load_prompts(quick: bool = False) -> list[dict[str, Any]]:
-    """The shipped prompt set; ``quick`` keeps the first item of each category."""
+def load_prompts(quick: bool = False, ids: list[str] | None = None) -> list[dict[str, Any]]:
+    """The shipped prompt set; ``quick`` keeps the first item of each category, ``ids`` only
+    the named items (an unknown id is an error, not an empty run)."""
     data = json.loads(resources.files("spectool_serving").joinpath(
         "data/decode_prompts.json").read_text(encoding="utf-8"))
     items = data["items"]
+    if ids:
+        known = {i["id"] for i in items}
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            raise ValueError(f"unknown prompt id(s) {unknown}; known: {sorted(known)}")
+        return [i for i in items if i["id"] in ids]
     if quick:
         seen: set[str] = set()
         items = [i for i in items if not (i["category"] in seen or seen.add(i["category"]))]
@@ -47,10 +54,8 @@ def _geomean(xs: list[float]) -> float:
 def cost_table(model: Any, dtype: str, batches: list[int], refresh: bool = False,
                name: str = MODEL_NAME) -> CostTable:
     """Measured f(B, c, n), cached per (device, model, dtype) in the spectool cache dir."""
-    from spectool._embedded import cache_dir
-
     safe = name.replace("/", "_")
-    path = cache_dir() / "tree-calibration" / f"costs-v2-{device_name()}-{safe}-{dtype}.json"
+    path = calibration_dir() / f"costs-v2-{device_name()}-{safe}-{dtype}.json"
     if path.exists() and not refresh:
         table = CostTable.from_json(path.read_text())
         if set(batches) <= set(table.batches) and table.ns == COST_WIDTHS:
@@ -225,12 +230,13 @@ def _plot(results: dict, path: Path) -> None:
 
 def run_bench(out: Path, *, quick: bool = False, dtypes: tuple[str, ...] = ("float32", "bfloat16"),
               batches: tuple[int, ...] = (1, 4), max_new_tokens: int | None = None,
-              threads: int | None = None, refresh: bool = False, log: Any = print) -> dict:
+              threads: int | None = None, refresh: bool = False, log: Any = print,
+              prompt_ids: list[str] | None = None) -> dict:
     import torch
 
     if threads:
         torch.set_num_threads(threads)
-    items = load_prompts(quick)
+    items = load_prompts(quick, prompt_ids)
     n = max_new_tokens or (48 if quick else 128)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"model": MODEL_NAME, "device": device_name(), "quick": quick,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Calibration", "calibration_path", "fit_g_star", "load_calibration",
+__all__ = ["Calibration", "calibration_dir", "calibration_path", "fit_g_star", "load_calibration",
            "measure_tau", "save_calibration"]
 
 
@@ -80,11 +80,19 @@ def device_name() -> str:
     return f"cpu-{platform.machine()}"
 
 
-def calibration_path(device: str, model: str, dtype: str, batch: int) -> Path:
+def calibration_dir() -> Path:
+    """Where cost tables and g* live: ``$SPECTOOL_TREE_CALIBRATION`` or the spectool cache."""
+    import os
+
     from spectool._embedded import cache_dir
 
+    override = os.environ.get("SPECTOOL_TREE_CALIBRATION")
+    return Path(override) if override else cache_dir() / "tree-calibration"
+
+
+def calibration_path(device: str, model: str, dtype: str, batch: int) -> Path:
     safe = "-".join(x.replace("/", "_") for x in (device, model, dtype, f"b{batch}"))
-    return cache_dir() / "tree-calibration" / f"{safe}.json"
+    return calibration_dir() / f"{safe}.json"
 
 
 def save_calibration(cal: Calibration) -> Path:
