@@ -102,7 +102,20 @@ def decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: st
     table also pads every forward to the cheapest width that holds the tree (CPU math
     libraries change kernels with the row count). ``min_width`` forces a floor on that width.
     """
+    from .fastpath import verify_kernels
+
     t_start = time.perf_counter()
+    with verify_kernels(model):  # once for the whole loop rather than per forward
+        res = _decode(model, prompts, max_new_tokens, policy, drafter, g, cast, temperature,
+                      eos, min_width, generator, on_step)
+    res.total_s = time.perf_counter() - t_start
+    return res
+
+
+def _decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: str,
+            drafter: TreeDrafter | None, g: int, cast: Any, temperature: float,
+            eos: int | set[int] | None, min_width: int | None, generator: torch.Generator | None,
+            on_step: Any) -> DecodeResult:
     stops = {eos} if isinstance(eos, int) else set(eos or ())
     if drafter is None and policy != "ar":
         drafter = make_drafter(policy, model.config.vocab_size, g=g, cast=cast)
@@ -158,7 +171,6 @@ def decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: st
                 if tok in stops or len(outs[b]) >= max_new_tokens:
                     done[b] = True
                     break
-    res.total_s = time.perf_counter() - t_start
     return res
 
 

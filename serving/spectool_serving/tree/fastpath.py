@@ -98,10 +98,25 @@ def _register() -> None:
     AttentionInterface.register(ATTENTION_NAME, grouped_attention)
 
 
+_active: dict[int, int] = {}  # id(model) -> nesting depth of verify_kernels
+
+
 @contextmanager
 def verify_kernels(model: Any) -> Iterator[None]:
     """Run the enclosed forwards of ``model`` with :func:`grouped_attention` and, in fp32 on
-    CPU, pre-packed GEMMs for the widths in ``PACK_WIDTHS``."""
+    CPU, pre-packed GEMMs for the widths in ``PACK_WIDTHS``.
+
+    Re-entrant: wrap a whole decoding loop once (installing 200-odd layer forwards costs
+    about a millisecond) and let each forward's own ``verify_kernels`` be a no-op.
+    """
+    key = id(model)
+    if _active.get(key):
+        _active[key] += 1
+        try:
+            yield
+        finally:
+            _active[key] -= 1
+        return
     cfg = model.config
     previous = cfg._attn_implementation
     swap = previous in ("sdpa", None)  # eager/flash etc.: keep the user's choice
@@ -111,9 +126,11 @@ def verify_kernels(model: Any) -> Iterator[None]:
     packs = _packs(model)
     for module, (_, forward) in packs.items():
         module.forward = forward  # an instance attribute shadows the class's forward
+    _active[key] = 1
     try:
         yield
     finally:
+        del _active[key]
         for module in packs:
             del module.forward
         if swap:

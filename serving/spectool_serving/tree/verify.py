@@ -128,7 +128,11 @@ def commit_paths(state: TreeState, paths: list[list[int]], width: int) -> None:
         idx[b, len(p):] = p[-1]
         ok[b, :len(p)] = True
     rows = torch.arange(bsz)[:, None]
+    in_place = all(p == list(range(len(p))) for p in paths)  # paths already where they belong
     for layer in state.cache.layers:
+        if in_place:
+            layer.keys, layer.values = layer.keys[:, :, :base + keep], layer.values[:, :, :base + keep]
+            continue
         for name in ("keys", "values"):
             t = getattr(layer, name)  # [B, H, L+G, D]
             src = t[:, :, base:][rows, :, idx]  # [B, keep, H, D]
