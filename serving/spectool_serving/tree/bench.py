@@ -216,8 +216,9 @@ def _plot(results: dict, path: Path) -> None:
         if gi is not None:
             ax.plot([cal["g_star"]], [speed[gi]], marker="*", ms=14, color=line.get_color())
         b1 = res["summary"]["batch1"]
-        ax.plot([b1["draft"]["unispec"]], [b1["speedup_vs_ar"]["unispec"]], marker="s",
-                color=line.get_color(), ls="none", label=f"{dtype}: measured UniSpec (bench)")
+        for policy, marker in (("unispec", "s"), ("both", "D")):
+            ax.plot([b1["draft"][policy]], [b1["speedup_vs_ar"][policy]], marker=marker,
+                    color=line.get_color(), ls="none", label=f"{dtype}: measured {policy} (bench)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("draft size g (tokens verified per step)")
     ax.set_ylabel("speedup vs autoregressive")
