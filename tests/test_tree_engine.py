@@ -35,9 +35,21 @@ def test_unispec_policy_in_engine_is_lossless_and_drafts(loaded):
 
     plain = _run(build_engine(loaded=loaded))
     eng = build_engine(loaded=loaded, decoding="unispec")
+    trees = []
+    draft_tree = eng.decoding.draft_tree
+
+    def spy(*args, **kwargs):
+        tree = draft_tree(*args, **kwargs)
+        trees.append(tree)
+        return tree
+
+    eng.decoding.draft_tree = spy
     assert _run(eng) == plain
     stats = eng.decoding.stats
     assert stats.steps > 0 and stats.drafted > 0 and stats.tau > 1.0
+    # greedy text rows are verified as whole trees (some node with two children), not chains
+    assert any(max(map(len, t.children())) >= 2 for t in trees if t is not None)
+    assert eng.stats.o2_drafted == 0  # text drafts are the policy's, not O2's
 
 
 def test_tree_metrics_are_exported(loaded):

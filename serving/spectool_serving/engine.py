@@ -28,6 +28,7 @@ from .scheduler import Scheduler
 from .sequence import Phase, Sequence
 from .toolcache import ToolCache
 from .toolcalls import PromptFormat
+from .tree.accept import greedy_tree_accept
 from .verify import accept_greedy, accept_sampled
 
 __all__ = ["Engine", "EngineStats"]
@@ -121,8 +122,15 @@ class Engine:
         drafts = {s.seq_id: propose_draft(s, self.ctx) for s in batch}
         text = {i for i, d in drafts.items() if not d and self.decoding is not None
                 and by_id[i].phase is Phase.TEXT and by_id[i].pending}
+        trees = {}
         for i in text:  # O2 tool-cache drafts take precedence; text drafts fill the rest
-            drafts[i] = self.decoding.draft(i, by_id[i].tokens, len(batch))
+            seq = by_id[i]
+            if seq.params.greedy and len(seq.pending) == 1:  # a tree rooted at the pending token
+                tree = self.decoding.draft_tree(i, seq.tokens, len(batch))
+                if tree is not None and len(tree) > 1:
+                    trees[i], drafts[i] = tree, tree.tokens[1:]
+            else:
+                drafts[i] = self.decoding.draft(i, seq.tokens, len(batch))
         rows = [by_id[i] for i in self.kv.rows]
         counts = [len(s.pending) + len(drafts[s.seq_id]) for s in rows]
         g = max(counts)
@@ -134,7 +142,8 @@ class Engine:
         ids = torch.zeros(len(rows), g, dtype=torch.long)
         for b, s in enumerate(rows):
             ids[b, : counts[b]] = torch.tensor(s.pending + drafts[s.seq_id])
-        positions, mask = self.kv.step_inputs(counts, self.runner.dtype)
+        parents = [trees[s.seq_id].parents if s.seq_id in trees else None for s in rows]
+        positions, mask = self.kv.step_inputs(counts, self.runner.dtype, parents)
         t_fwd = time.perf_counter()
         logits = self.runner.forward(ids, positions, mask, self.kv.cache)
         t_fwd = time.perf_counter() - t_fwd
@@ -142,10 +151,14 @@ class Engine:
         self.stats.decode_rows += len(rows)
         kept = []
         for b, s in enumerate(rows):
+            if s.seq_id in trees:
+                kept.append(self._accept_tree(s, trees[s.seq_id], logits[b], t_fwd))
+                continue
             p, draft = len(s.pending), drafts[s.seq_id]
             fed = [s.tokens[s.n_cached + p - 1], *draft]  # root (last pending) + draft
-            n_acc = self._accept(s, logits[b, p - 1: p + len(draft)], draft, pending=p)
-            kept.append(p + n_acc)
+            n_acc = self._accept(s, logits[b, p - 1: p + len(draft)], draft, pending=p,
+                                 o2=s.seq_id not in text)
+            kept.append(list(range(p + n_acc)))
             if s.seq_id in text:
                 self.decoding.observe(s.seq_id, fed, logits[b, p - 1: p + len(draft)], n_acc, t_fwd)
         self.kv.commit(kept, g)
@@ -153,8 +166,10 @@ class Engine:
             if s.finish_reason is not None:
                 self._retire(s)
 
-    def _accept(self, seq: Sequence, logits: torch.Tensor, draft: list[int], pending: int = 0) -> int:
-        """Verify ``draft`` against logits [d+1, V], advance the sequence; returns #accepted."""
+    def _accept(self, seq: Sequence, logits: torch.Tensor, draft: list[int], pending: int = 0,
+                o2: bool = True) -> int:
+        """Verify ``draft`` against logits [d+1, V], advance the sequence; returns #accepted.
+        ``o2=False`` for text drafts, which the decoding policy counts instead."""
         if seq.phase is Phase.CALL:
             allowed, k = self.ctx.grammar.masks(seq.matcher, draft)
             draft, logits = draft[:k], logits[: k + 1].masked_fill(~allowed, float("-inf"))
@@ -163,8 +178,9 @@ class Engine:
         else:
             probs = probs_from_logits(logits, seq.params.temperature, seq.params.top_p)
             n_acc, nxt = accept_sampled(probs, draft, seq.generator)
-        self.stats.o2_drafted += len(draft)
-        self.stats.o2_accepted += n_acc
+        if o2:
+            self.stats.o2_drafted += len(draft)
+            self.stats.o2_accepted += n_acc
         seq.n_cached += pending  # pending tokens are in the KV now (prefill set it already)
         for tok in [*draft[:n_acc], nxt]:
             self.stats.generated_tokens += 1
@@ -173,6 +189,15 @@ class Engine:
                 return n_acc
         seq.n_cached += n_acc
         return n_acc
+
+    def _accept_tree(self, seq: Sequence, tree: Any, logits: torch.Tensor, t_fwd: float) -> list[int]:
+        """Greedy tree row: follow the argmax path, then advance along it like a chain draft
+        (stops and limits apply token by token). Returns the new slots to keep."""
+        path, _ = greedy_tree_accept(tree.parents, tree.tokens, logits[:len(tree)].argmax(-1).tolist())
+        n_acc = self._accept(seq, logits[path], [tree.tokens[i] for i in path[1:]], pending=1,
+                             o2=False)
+        self.decoding.observe_tree(seq.seq_id, tree, logits[:len(tree)], path, t_fwd)
+        return path[:1 + n_acc]
 
     def _evict(self, seq: Sequence) -> None:
         self.kv.leave({seq.seq_id})

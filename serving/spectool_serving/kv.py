@@ -79,30 +79,40 @@ class BatchKV:
         self.compact()
 
     # -- one step ---------------------------------------------------------------------------
-    def step_inputs(self, counts: list[int], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def step_inputs(self, counts: list[int], dtype: torch.dtype,
+                    parents: list[list[int] | None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions [B, G] and additive mask [B, 1, G, C+G] for ``counts[b]`` new tokens per row.
 
-        New token j of row b sees the row's valid slots and new tokens 0..j of the same row;
-        padding tokens (j >= counts[b]) see only themselves so no row is all-masked.
+        New token j of row b sees the row's valid slots and its ancestors among the new tokens
+        (``parents[b]``, a tree in topological order; ``None``: a chain, 0..j), at position
+        valid-count + depth; padding tokens (j >= counts[b]) see only themselves so no row is
+        all-masked.
         """
         rows, width, g = len(self.rows), self.width, max(counts)
         base = self.valid.sum(dim=1)  # [B]
         steps = torch.arange(g)
-        positions = base[:, None] + steps[None, :]  # [B, G]
+        anc = (steps[None, :] <= steps[:, None]).repeat(rows, 1, 1)  # [B, G, G] chains
+        depth = steps.repeat(rows, 1)  # [B, G]
+        for b, par in enumerate(parents or ()):
+            if par is not None:
+                anc[b], depth[b] = _tree_rows(par, g)
+        positions = base[:, None] + depth  # [B, G]
         allowed = torch.zeros(rows, g, width + g, dtype=torch.bool)
         allowed[:, :, :width] = self.valid[:, None, :]
-        causal = steps[None, :] <= steps[:, None]  # [G, G]
         real = steps[None, :] < torch.tensor(counts)[:, None]  # [B, G]
-        allowed[:, :, width:] = causal[None] & real[:, None, :] & real[:, :, None]
+        allowed[:, :, width:] = anc & real[:, None, :] & real[:, :, None]
         allowed[:, :, :width] &= real[:, :, None]
         allowed[:, :, width:] |= torch.eye(g, dtype=torch.bool)[None]
         mask = torch.zeros(rows, 1, g, width + g, dtype=dtype)
         mask.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
         return positions, mask
 
-    def commit(self, kept: list[int], g: int) -> None:
-        """After a step of width ``g``: row b keeps its first ``kept[b]`` new slots."""
-        new = torch.arange(g)[None, :] < torch.tensor(kept)[:, None]
+    def commit(self, kept: list[list[int]], g: int) -> None:
+        """After a step of width ``g``: row b keeps the new slots ``kept[b]`` (column indices;
+        a chain keeps a prefix, a tree its accepted path — the rest become holes)."""
+        new = torch.zeros(len(kept), g, dtype=torch.bool)
+        for b, cols in enumerate(kept):
+            new[b, cols] = True
         self.valid = torch.cat([self.valid, new], dim=1)
         self.compact()
 
@@ -122,6 +132,17 @@ class BatchKV:
             layer.keys = torch.gather(layer.keys, 2, idx)
             layer.values = torch.gather(layer.values, 2, idx)
         self.valid = torch.arange(longest)[None, :] < lengths[:, None]
+
+
+def _tree_rows(parents: list[int], g: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ancestor-or-self matrix [g, g] and depths [g] of a tree padded to g (pads: self, 0)."""
+    anc = torch.eye(g, dtype=torch.bool)
+    depth = torch.zeros(g, dtype=torch.long)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            anc[i] |= anc[p]
+            depth[i] = depth[p] + 1
+    return anc, depth
 
 
 def _pad(t: torch.Tensor, width: int) -> torch.Tensor:

@@ -120,3 +120,23 @@ def test_scheduler_admits_within_budget_and_preempts_newest():
     assert sch.admit(width=0) == [a, b] and list(sch.waiting) == [c]
     assert sch.preempt(slots_after_step=2 * 60, width_after_step=60) == [b]
     assert list(sch.waiting) == [b, c] and sch.running == [a]
+
+
+def test_kv_tree_row_sees_only_its_ancestors_at_depth_positions_and_keeps_its_path():
+    """A text row verified as a tree: node j attends to its ancestors only, sits at position
+    valid-count + depth, and after acceptance only the path's slots stay valid."""
+    kv = BatchKV()
+    kv.valid = torch.tensor([[True, True], [True, False]])
+    kv.rows = [1, 2]
+    # row 0: root(0) -> a(1) -> b(3); root -> c(2); row 1: a chain of 2
+    pos, mask = kv.step_inputs([4, 2], torch.float32, [[-1, 0, 0, 1], None])
+    assert pos.tolist() == [[2, 3, 3, 4], [1, 2, 3, 4]]
+    seen = mask[:, 0] == 0  # [B, G, C+G]
+    assert seen[0, 3].tolist() == [True, True, True, True, False, True]  # b: root, a, itself
+    assert seen[0, 2].tolist() == [True, True, True, False, True, False]  # c: root, itself
+    assert seen[1, 1].tolist() == [True, False, True, True, False, False]
+    kv.cache = None  # commit's compaction needs no tensors when there is no cache
+    kv.commit([[0, 1, 3], [0]], 4)
+    assert kv.valid.tolist() == [[True, True, True, True, False, True],
+                                 [True, False, True, False, False, False]]
+    assert kv.step_inputs([1, 1], torch.float32)[0].tolist() == [[5], [2]]

@@ -1,9 +1,9 @@
 """A per-server decoding policy for ordinary text, shaped for an engine that verifies chains.
 
-The serving engine verifies one linear draft per row (its O2 tool-call drafts). This object
-gives it text drafts when O2 has none: the drafter builds a tree and the engine gets the
-tree's best chain (highest cumulative confidence, up to the node budget); after its forward
-the engine hands back the verifier's logits so the n-gram store stays fresh. Tool-cache (O2)
+The serving engine verifies one draft per row: O2 tool-call drafts are chains; text drafts
+from this object are trees for greedy rows (:meth:`draft_tree`, verified with ancestor masks
+in the same batched forward) and the tree's best chain otherwise (:meth:`draft`). After the
+forward the engine hands back the verifier's logits so the n-gram store stays fresh. Tool-cache (O2)
 drafts take precedence: call :meth:`draft` only when the tool-cache proposer returned nothing.
 
 Hook (engine side, three lines)::
@@ -75,8 +75,13 @@ class DecodingPolicy:
 
     def draft(self, row: Any, tokens: list[int], batch: int = 1) -> list[int]:
         """A linear draft continuing ``tokens`` (their last token is the root)."""
+        tree = self.draft_tree(row, tokens, batch)
+        return best_chain(tree) if tree is not None else []
+
+    def draft_tree(self, row: Any, tokens: list[int], batch: int = 1) -> DraftTree | None:
+        """A draft tree whose root is the last of ``tokens``; None when the policy is off."""
         if self._drafter is None or len(tokens) < 2:
-            return []
+            return None
         ctx = self._ctx.get(row)
         if ctx is None or ctx.seq != tokens[:len(ctx.seq)]:
             ctx = self._ctx[row] = ContextIndex(tokens)
@@ -84,7 +89,26 @@ class DecodingPolicy:
             ctx.extend(tokens[len(ctx.seq):])
         if hasattr(self._drafter.shaper, "begin_step"):
             self._drafter.shaper.begin_step(batch, len(tokens))
-        return best_chain(self._drafter.draft(ctx))
+        return self._drafter.draft(ctx)
+
+    def observe_tree(self, row: Any, tree: DraftTree, logits: torch.Tensor, path: list[int],
+                     verify_s: float = 0.0) -> None:
+        """After a tree row was verified: logits [len(tree), V], ``path`` the accepted node ids
+        (root first). Refreshes the store at every node and learns the edge rates."""
+        if self._drafter is None:
+            return
+        probs = torch.softmax(logits.float(), dim=-1)
+        conf, ids = probs.topk(self._drafter.store.k, dim=-1)
+        prev = self._ctx[row].seq[-2] if row in self._ctx and len(self._ctx[row].seq) > 1 else -1
+        parents = np.asarray([prev] + [tree.tokens[p] for p in tree.parents[1:]])
+        self._drafter.store.update(np.asarray(tree.tokens), parents, ids.numpy(), conf.numpy())
+        self._drafter.learn(tree, path)
+        if hasattr(self._drafter.shaper, "observe"):
+            self._drafter.shaper.observe(tree, path)
+        self.stats.steps += 1
+        self.stats.drafted += len(tree) - 1
+        self.stats.accepted += len(path) - 1
+        self.stats.verify_s += verify_s
 
     def observe(self, row: Any, fed: list[int], logits: torch.Tensor, n_accepted: int,
                 verify_s: float = 0.0) -> None:
