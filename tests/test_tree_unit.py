@@ -269,3 +269,21 @@ def test_calibration_fit_survives_sparse_large_g_grid():
     tau = [1.0, 1.22, 1.57, 1.7, 1.83, 2.04, 2.13, 2.22, 2.22, 2.22, 2.22]
     g, method = fit_g_star(gs, s, tau)
     assert method == "fit" and 8 <= g <= 32
+
+
+def test_grouped_attention_equals_repeated_kv_attention_and_expands_the_mask_once():
+    """Folding each KV group's query heads into the query axis is the same attention as
+    repeating K/V per head; the grouped mask is built once per forward, not per layer."""
+    import torch.nn.functional as F
+
+    from spectool_serving.tree import fastpath
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 6, 5, 8), torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8)
+    mask = torch.zeros(2, 1, 5, 9).masked_fill(torch.rand(2, 1, 5, 9) < .3, -1e9)
+    mask[..., -5:] = 0  # every query sees at least the new tokens
+    out, _ = fastpath.grouped_attention(torch.nn.Module(), q, k, v, mask)  # [B, Q, H, D]
+    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1),
+                                         attn_mask=mask)
+    assert torch.allclose(out, ref.transpose(1, 2), atol=1e-5)
+    assert fastpath._grouped_mask(mask, 3, 9) is fastpath._grouped_mask(mask, 3, 9)

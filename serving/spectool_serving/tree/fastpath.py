@@ -59,10 +59,10 @@ def grouped_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value
     q_grouped = query.reshape(bsz, kv_heads, rep * q_len, dim)
     mask = None
     if attention_mask is not None:
-        mask = _grouped_mask(attention_mask[..., :kv_len], rep)  # [B, 1, rep*Q, L]
+        mask = _grouped_mask(attention_mask, rep, kv_len)  # [B, 1, rep*Q, L]
     causal = bool(is_causal) and mask is None and q_len > 1
     if causal and rep > 1:  # a causal flag cannot see the folded rows; spell the mask out
-        mask = _grouped_mask(_causal_mask(q_len, kv_len, query.dtype)[None, None], rep)
+        mask = _grouped_mask(_causal_mask(q_len, kv_len, query.dtype)[None, None], rep, kv_len)
         causal = False
     out = F.scaled_dot_product_attention(q_grouped, key, value, attn_mask=mask,
                                          dropout_p=dropout if module.training else 0.0,
@@ -73,16 +73,18 @@ def grouped_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value
 _last_masks: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _grouped_mask(mask: torch.Tensor, rep: int) -> torch.Tensor:
-    """[B, 1, Q, L] -> [B, 1, rep*Q, L]; memoised per mask object (every layer shares it)."""
+def _grouped_mask(mask: torch.Tensor, rep: int, kv_len: int) -> torch.Tensor:
+    """[B, 1, Q, ≥L] -> [B, 1, rep*Q, L]; memoised per mask object (every layer gets the same
+    one), so the expansion happens once per forward rather than once per layer."""
     if rep == 1:
-        return mask
+        return mask[..., :kv_len]
     key = (id(mask), rep)
     hit = _last_masks.get(key)
-    if hit is not None and hit[0] is mask:
+    if hit is not None and hit[0] is mask and hit[1].shape[-1] == kv_len:
         return hit[1]
-    bsz, _, q_len, kv_len = mask.shape
-    grouped = mask[:, :, None].expand(bsz, 1, rep, q_len, kv_len).reshape(bsz, 1, rep * q_len, kv_len)
+    bsz, _, q_len, _ = mask.shape
+    grouped = (mask[..., :kv_len][:, :, None]
+               .expand(bsz, 1, rep, q_len, kv_len).reshape(bsz, 1, rep * q_len, kv_len))
     if len(_last_masks) >= 4:  # full and sliding masks of one forward; drop older forwards
         _last_masks.clear()
     _last_masks[key] = (mask, grouped)
