@@ -165,6 +165,7 @@ class CastShaper:
     ctx: int = 256
     overhead: float = 0.0  # per-step cost outside the forward, in decoding steps
     _curve: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
+    _unit: float = field(default=1.0, repr=False)  # f(B, c, 1) in seconds
     _ratios: dict[int, deque] = field(default_factory=dict, repr=False)
 
     def begin_step(self, batch: int, ctx: int) -> None:
@@ -173,14 +174,18 @@ class CastShaper:
 
     def _cost(self, n: int) -> float:
         """Normalised cost of verifying n tokens (f(n) / f(1)); beyond the table: linear."""
-        if self._curve is None:
-            curve = self.table.curve(self.batch, self.ctx)
-            self._curve = curve / curve[0]
-        cv = self._curve
+        cv = self._normalised()
         if n <= len(cv):
             return float(cv[max(n, 1) - 1])
         slope = (cv[-1] - cv[len(cv) // 2]) / max(1, len(cv) - 1 - len(cv) // 2)
         return float(cv[-1] + slope * (n - len(cv)))
+
+    def _normalised(self) -> np.ndarray:
+        """f(B, c, n) / f(B, c, 1) for this step's batch and context (the unit kept aside)."""
+        if self._curve is None:
+            curve = self.table.curve(self.batch, self.ctx)
+            self._unit, self._curve = float(curve[0]), curve / curve[0]
+        return self._curve
 
     def gain_ratio(self, depth: int) -> float:
         buf = self._ratios.setdefault(depth, deque([1.0], maxlen=self.fifo))
@@ -214,10 +219,8 @@ class CastShaper:
     def note_overhead(self, seconds: float) -> None:
         """Per-step time outside the forward (drafting, acceptance, bookkeeping), as an EMA
         in units of one decoding step: a fixed cost per step favours fewer, larger steps."""
-        if self._curve is None:
-            self._cost(1)
-        unit = float(self.table.curve(self.batch, self.ctx)[0])
-        self.overhead += 0.2 * (seconds / max(unit, 1e-9) - self.overhead)
+        self._normalised()
+        self.overhead += 0.2 * (seconds / max(self._unit, 1e-9) - self.overhead)
 
     def observe(self, tree: DraftTree, path: list[int]) -> None:
         """Push observed/predicted gain per level into that level's FIFO."""

@@ -72,9 +72,7 @@ def _store_update(drafter: TreeDrafter, logits: torch.Tensor, trees: list[DraftT
             pars.append(t.tokens[par] if par >= 0 else prev[b])
     idx_b = torch.tensor([r[0] for r in rows])
     idx_i = torch.tensor([r[1] for r in rows])
-    probs = torch.softmax(logits[idx_b, idx_i].float(), dim=-1)
-    conf, ids = probs.topk(drafter.store.k, dim=-1)
-    drafter.store.update(np.asarray(toks), np.asarray(pars), ids.numpy(), conf.numpy())
+    drafter.store.refresh(toks, pars, logits[idx_b, idx_i])
 
 
 def _warm_store(drafter: TreeDrafter, logits: torch.Tensor, prompts: list[list[int]]) -> None:
@@ -84,11 +82,8 @@ def _warm_store(drafter: TreeDrafter, logits: torch.Tensor, prompts: list[list[i
     for b, p in enumerate(prompts):
         n = len(p) - 1  # prefix length (the last prompt token is the first root)
         m = min(n, keep)
-        probs = torch.softmax(logits[b, keep - m:].float(), dim=-1)
-        conf, ids = probs.topk(drafter.store.k, dim=-1)
-        toks = np.asarray(p[n - m:n])
-        pars = np.asarray([p[i - 1] if i else -1 for i in range(n - m, n)])
-        drafter.store.update(toks, pars, ids.numpy(), conf.numpy())
+        pars = [p[i - 1] if i else -1 for i in range(n - m, n)]
+        drafter.store.refresh(p[n - m:n], pars, logits[b, keep - m:])
 
 
 def decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: str = "unispec",

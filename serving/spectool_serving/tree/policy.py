@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from .cast import CastShaper, CostTable
@@ -97,32 +96,30 @@ class DecodingPolicy:
         (root first). Refreshes the store at every node and learns the edge rates."""
         if self._drafter is None:
             return
-        probs = torch.softmax(logits.float(), dim=-1)
-        conf, ids = probs.topk(self._drafter.store.k, dim=-1)
-        prev = self._ctx[row].seq[-2] if row in self._ctx and len(self._ctx[row].seq) > 1 else -1
-        parents = np.asarray([prev] + [tree.tokens[p] for p in tree.parents[1:]])
-        self._drafter.store.update(np.asarray(tree.tokens), parents, ids.numpy(), conf.numpy())
+        parents = [self._prev(row)] + [tree.tokens[p] for p in tree.parents[1:]]
+        self._drafter.store.refresh(tree.tokens, parents, logits)
         self._drafter.learn(tree, path)
         if hasattr(self._drafter.shaper, "observe"):
             self._drafter.shaper.observe(tree, path)
-        self.stats.steps += 1
-        self.stats.drafted += len(tree) - 1
-        self.stats.accepted += len(path) - 1
-        self.stats.verify_s += verify_s
+        self._count(len(tree) - 1, len(path) - 1, verify_s)
 
     def observe(self, row: Any, fed: list[int], logits: torch.Tensor, n_accepted: int,
                 verify_s: float = 0.0) -> None:
         """fed: [d+1] root + draft tokens; logits: [d+1, V] the verifier's outputs for them."""
         if self._drafter is None:
             return
-        probs = torch.softmax(logits.float(), dim=-1)
-        conf, ids = probs.topk(self._drafter.store.k, dim=-1)
-        prev = self._ctx[row].seq[-2] if row in self._ctx and len(self._ctx[row].seq) > 1 else -1
-        parents = np.asarray([prev] + fed[:-1])
-        self._drafter.store.update(np.asarray(fed), parents, ids.numpy(), conf.numpy())
+        self._drafter.store.refresh(fed, [self._prev(row)] + fed[:-1], logits)
+        self._count(len(fed) - 1, n_accepted, verify_s)
+
+    def _prev(self, row: Any) -> int:
+        """The token before the row's root (-1 when unknown): the root's parent in the store."""
+        seq = self._ctx[row].seq if row in self._ctx else []
+        return seq[-2] if len(seq) > 1 else -1
+
+    def _count(self, drafted: int, accepted: int, verify_s: float) -> None:
         self.stats.steps += 1
-        self.stats.drafted += len(fed) - 1
-        self.stats.accepted += n_accepted
+        self.stats.drafted += drafted
+        self.stats.accepted += accepted
         self.stats.verify_s += verify_s
 
     def forget(self, row: Any) -> None:

@@ -13,11 +13,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from .rates import AcceptanceRates, conf_bin
+
+if TYPE_CHECKING:
+    import torch
 from .tree import DraftTree
 
 __all__ = ["ContextIndex", "NGramStore", "Shaper", "TopG", "TreeDrafter"]
@@ -41,6 +44,12 @@ class NGramStore:
         has = parents >= 0
         self.nn_ids[parents[has]] = top_ids[has, :self.k]
         self.nn_conf[parents[has]] = top_conf[has, :self.k]
+
+    def refresh(self, tokens: list[int] | np.ndarray, parents: list[int] | np.ndarray,
+                logits: "torch.Tensor") -> None:
+        """:meth:`update` from the verifier's logits [n, V] at those n nodes (softmax top-k)."""
+        conf, ids = logits.float().softmax(dim=-1).topk(self.k, dim=-1)
+        self.update(np.asarray(tokens), np.asarray(parents), ids.numpy(), conf.numpy())
 
 
 class ContextIndex:
