@@ -287,3 +287,18 @@ def test_grouped_attention_equals_repeated_kv_attention_and_expands_the_mask_onc
                                          attn_mask=mask)
     assert torch.allclose(out, ref.transpose(1, 2), atol=1e-5)
     assert fastpath._grouped_mask(mask, 3, 9) is fastpath._grouped_mask(mask, 3, 9)
+
+
+def test_pack_widths_take_the_most_valuable_widths_that_fit_the_memory_cap(monkeypatch):
+    """Each packed width is a full copy of the linear weights: the cap decides how many."""
+    from spectool_serving.tree import fastpath
+
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Linear(512, 512))
+    copy_gb = 2 * 512 * 512 * 4 / 2**30
+    monkeypatch.setenv("SPECTOOL_PACK_MAX_GB", str(copy_gb * 2.5))
+    assert fastpath.pack_widths(model) == fastpath.PACK_WIDTHS[:2]
+    monkeypatch.setenv("SPECTOOL_PACK_MAX_GB", "0")
+    assert fastpath.pack_widths(model) == ()
+    monkeypatch.setenv("SPECTOOL_PACK_MAX_GB", "lots")
+    with pytest.raises(ValueError, match="SPECTOOL_PACK_MAX_GB"):
+        fastpath.pack_widths(model)

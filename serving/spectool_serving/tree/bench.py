@@ -55,12 +55,12 @@ def cost_table(model: Any, dtype: str, batches: list[int], refresh: bool = False
                name: str = MODEL_NAME) -> CostTable:
     """Measured f(B, c, n), cached per (device, model, dtype) in the spectool cache dir."""
     safe = name.replace("/", "_")
-    path = calibration_dir() / f"costs-v2-{device_name()}-{safe}-{dtype}.json"
+    path = calibration_dir() / f"costs-v3-{device_name()}-{safe}-{dtype}.json"
     if path.exists() and not refresh:
         table = CostTable.from_json(path.read_text())
         if set(batches) <= set(table.batches) and table.ns == COST_WIDTHS:
             return table
-    table = measure_cost_table(model, batches, [256, 768], COST_WIDTHS, reps=3)
+    table = measure_cost_table(model, batches, [256, 768], COST_WIDTHS, reps=7)
     table.save(path)
     return table
 

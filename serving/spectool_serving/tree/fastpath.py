@@ -14,8 +14,10 @@ matmul FLOPs is memory traffic proportional to the cache, paid every step:
 
 And one compute fix: fp32 GEMMs of 8–32 rows (a verified tree) spend a fifth of their time
 re-packing the weight matrix on every call. :func:`verify_kernels` runs the model's linear
-layers on weights pre-packed by MKL for the widths in ``PACK_WIDTHS`` (measured here: a
-16-token SmolLM2 forward 72 → 60 ms, logits bit-identical). Narrower widths — plain
+layers on weights pre-packed by MKL for the widths in ``PACK_WIDTHS`` (measured here, SmolLM2
+at context 256: 4 tokens 62 → 48 ms, 12 tokens 86 → 63 ms, 16 tokens 72 → 60 ms; logits
+bit-identical). Each packed width is one more copy of the weights, so the widths are taken in
+order of value until ``SPECTOOL_PACK_MAX_GB`` (default 4) is used. Widths up to 3 — plain
 one-token decoding included — keep the stock kernel, which is faster there.
 
 :func:`verify_kernels` switches all of this on for the duration of a forward and restores the
@@ -38,10 +40,13 @@ from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 __all__ = ["ATTENTION_NAME", "PACK_WIDTHS", "GrowableLayer", "grouped_attention", "new_cache",
-           "verify_kernels"]
+           "pack_widths", "verify_kernels"]
 
 ATTENTION_NAME = "spectool_grouped_sdpa"
-PACK_WIDTHS = (8, 16, 32)  # token counts whose fp32 GEMMs run on pre-packed weights
+# token counts whose fp32 GEMMs run on pre-packed weights, most valuable first (the cost
+# table pads other widths up to the cheapest measured one)
+PACK_WIDTHS = (8, 16, 4, 12, 32, 6, 24)
+_PACK_MAX_GB = 4.0
 _MIN_CAPACITY = 256
 
 
@@ -145,7 +150,7 @@ _PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _packs(model: Any) -> dict[Any, tuple[dict[int, torch.Tensor], Any]]:
     """Per linear layer: its weights packed per width, and the forward that uses them.
-    Packed once per model (≈ 2 s and one weight copy per width for SmolLM2); weights changed
+    Packed once per model (≈ 4 s and one weight copy per width for SmolLM2); weights changed
     in place afterwards would need a fresh model object."""
     if (os.environ.get("SPECTOOL_PACKED_GEMM", "1") == "0" or model.dtype != torch.float32
             or model.device.type != "cpu" or not hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")):
@@ -153,13 +158,26 @@ def _packs(model: Any) -> dict[Any, tuple[dict[int, torch.Tensor], Any]]:
     packs = _PACKED.get(model)
     if packs is None:
         packs = {}
+        widths = pack_widths(model)
         for module in model.modules():
             if isinstance(module, torch.nn.Linear):
                 by_width = {w: torch.ops.mkl._mkl_reorder_linear_weight(module.weight.detach(), w)
-                            for w in PACK_WIDTHS}
+                            for w in widths}
                 packs[module] = (by_width, _packed_forward(module, by_width))
         _PACKED[model] = packs
     return packs
+
+
+def pack_widths(model: Any) -> tuple[int, ...]:
+    """The widths of :data:`PACK_WIDTHS` whose weight copies fit in ``SPECTOOL_PACK_MAX_GB``."""
+    linear_bytes = sum(m.weight.numel() * m.weight.element_size() for m in model.modules()
+                       if isinstance(m, torch.nn.Linear))
+    try:
+        budget = float(os.environ.get("SPECTOOL_PACK_MAX_GB", _PACK_MAX_GB)) * 2**30
+    except ValueError as exc:
+        raise ValueError("SPECTOOL_PACK_MAX_GB must be a number of GiB") from exc
+    copies = int(budget // max(linear_bytes, 1))
+    return PACK_WIDTHS[:max(copies, 0)]
 
 
 def _packed_forward(module: torch.nn.Linear, by_width: dict[int, torch.Tensor]) -> Any:
