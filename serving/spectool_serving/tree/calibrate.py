@@ -35,8 +35,13 @@ class Calibration:
     created: float = 0.0
 
 
-def fit_g_star(gs: list[int], s: list[float], tau: list[float]) -> tuple[int, str]:
-    """g* maximising fitted τ(g)/s(g) over [min(gs), max(gs)]; grid fallback when degenerate."""
+FIT_TOLERANCE = 0.97  # the fitted g* may score at most 3 % below the best measured point
+
+
+def fit_g_star(gs: list[int], s: list[float], tau: list[float],
+               tolerance: float = FIT_TOLERANCE) -> tuple[int, str]:
+    """g* maximising fitted τ(g)/s(g) over [min(gs), max(gs)]; grid fallback when degenerate
+    or when the measurements (interpolated) put the fitted g* well below the best grid point."""
     g = np.asarray(gs, dtype=np.float64)
     s_arr, t_arr = np.asarray(s, dtype=np.float64), np.asarray(tau, dtype=np.float64)
     grid_best = int(g[np.argmax(t_arr / s_arr)])
@@ -66,7 +71,12 @@ def fit_g_star(gs: list[int], s: list[float], tau: list[float]) -> tuple[int, st
                                   [(float(g.min()), float(g.max()))], seed=42, tol=1e-8)
     x = float(best.x[0])
     cands = [c for c in {int(np.floor(x)), int(np.ceil(x))} if g.min() <= c <= g.max()]
-    return max(cands, key=lambda c: float(ratio(c)[0])), "fit"
+    g_fit = max(cands, key=lambda c: float(ratio(c)[0]))
+    # a cubic can bulge where τ saturates: keep the fit only where the data agree with it
+    measured = np.interp(g_fit, g, t_arr) / np.interp(g_fit, g, s_arr)
+    if measured < tolerance * float(np.max(t_arr / s_arr)):
+        return grid_best, "grid"
+    return g_fit, "fit"
 
 
 def device_name() -> str:
