@@ -88,28 +88,28 @@ def _warm_store(drafter: TreeDrafter, logits: torch.Tensor, prompts: list[list[i
 
 def decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: str = "unispec",
            *, drafter: TreeDrafter | None = None, g: int = 16, cast: Any = None,
-           temperature: float = 0.0, eos: int | set[int] | None = None, min_width: int | None = None,
+           temperature: float = 0.0, eos: int | set[int] | None = None,
            generator: torch.Generator | None = None,
            on_step: Any = None) -> DecodeResult:
     """Decode ``max_new_tokens`` per prompt with ``policy``; returns outputs and metrics.
 
     ``cast`` (a :class:`~.cast.CastShaper`) shapes the ``cast``/``both`` trees, and its cost
     table also pads every forward to the cheapest width that holds the tree (CPU math
-    libraries change kernels with the row count). ``min_width`` forces a floor on that width.
+    libraries change kernels with the row count).
     """
     from .fastpath import verify_kernels
 
     t_start = time.perf_counter()
     with verify_kernels(model):  # once for the whole loop rather than per forward
         res = _decode(model, prompts, max_new_tokens, policy, drafter, g, cast, temperature,
-                      eos, min_width, generator, on_step)
+                      eos, generator, on_step)
     res.total_s = time.perf_counter() - t_start
     return res
 
 
 def _decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: str,
             drafter: TreeDrafter | None, g: int, cast: Any, temperature: float,
-            eos: int | set[int] | None, min_width: int | None, generator: torch.Generator | None,
+            eos: int | set[int] | None, generator: torch.Generator | None,
             on_step: Any) -> DecodeResult:
     stops = {eos} if isinstance(eos, int) else set(eos or ())
     if drafter is None and policy != "ar":
@@ -135,7 +135,7 @@ def _decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: s
         width = max(len(t) for t in trees)
         if table is not None:
             width = table.best_width(len(prompts), state.length, width)
-        toks, depth, anc, real = pad_trees(trees, max(width, min_width or 1))
+        toks, depth, anc, real = pad_trees(trees, width)
         logits = tree_forward(model, state, toks, depth, anc, real)
         t2 = time.perf_counter()
         paths, bonus = _accept(trees, logits, temperature, generator)
