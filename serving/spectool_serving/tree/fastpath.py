@@ -41,8 +41,9 @@ from transformers.cache_utils import DynamicLayer
 
 from spectool._errors import ConfigError
 
-__all__ = ["ATTENTION_NAME", "PACK_WIDTHS", "GrowableLayer", "grouped_attention", "new_cache",
-           "pack_widths", "verify_kernels"]
+__all__ = ["ATTENTION_NAME", "PACK_WIDTHS", "GrowableLayer", "grouped_attention",
+           "linear_kernels", "new_cache", "pack_widths", "packing_enabled",
+           "verify_kernels"]
 
 ATTENTION_NAME = "spectool_grouped_sdpa"
 # token counts whose fp32 GEMMs run on pre-packed weights, most valuable first (the cost
@@ -154,8 +155,7 @@ def _packs(model: Any) -> dict[Any, tuple[dict[int, torch.Tensor], Any]]:
     """Per linear layer: its weights packed per width, and the forward that uses them.
     Packed once per model (≈ 4 s and one weight copy per width for SmolLM2); weights changed
     in place afterwards would need a fresh model object."""
-    if (os.environ.get("SPECTOOL_PACKED_GEMM", "1") == "0" or model.dtype != torch.float32
-            or model.device.type != "cpu" or not hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")):
+    if not packing_enabled(model):
         return {}
     packs = _PACKED.get(model)
     if packs is None:
@@ -170,6 +170,14 @@ def _packs(model: Any) -> dict[Any, tuple[dict[int, torch.Tensor], Any]]:
     return packs
 
 
+def packing_enabled(model: Any) -> bool:
+    """Whether ``model``'s linear layers run on pre-packed weights: fp32 on a CPU whose torch
+    has MKL, unless ``SPECTOOL_PACKED_GEMM=0``."""
+    return (os.environ.get("SPECTOOL_PACKED_GEMM", "1") != "0" and model.dtype == torch.float32
+            and model.device.type == "cpu"
+            and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight"))
+
+
 def pack_widths(model: Any) -> tuple[int, ...]:
     """The widths of :data:`PACK_WIDTHS` whose weight copies fit in ``SPECTOOL_PACK_MAX_GB``."""
     linear_bytes = sum(m.weight.numel() * m.weight.element_size() for m in model.modules()
@@ -180,6 +188,21 @@ def pack_widths(model: Any) -> tuple[int, ...]:
         raise ConfigError("SPECTOOL_PACK_MAX_GB must be a number of GiB") from exc
     copies = int(budget // max(linear_bytes, 1))
     return PACK_WIDTHS[:max(copies, 0)]
+
+
+def linear_kernels(model: Any) -> Any:
+    """A factory: Linear module -> the callable that runs it on this model's fastest kernels
+    (pre-packed weights for the packed widths, ``F.linear`` otherwise)."""
+    packs = _packs(model)
+
+    def make(module: torch.nn.Linear) -> Any:
+        hit = packs.get(module)
+        if hit is not None:
+            return hit[1]
+        weight, bias = module.weight, module.bias
+        return lambda x: F.linear(x, weight, bias)
+
+    return make
 
 
 def _packed_forward(module: torch.nn.Linear, by_width: dict[int, torch.Tensor]) -> Any:

@@ -63,8 +63,13 @@ def build_mask(q_pos: torch.Tensor, q_anc: torch.Tensor, kv_pos: torch.Tensor,
 def _forward(model: Any, state: TreeState, tokens: torch.Tensor, q_pos: torch.Tensor,
              q_anc: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
     from .fastpath import verify_kernels
+    from .lean import lean_for
 
     mask = build_mask(q_pos, q_anc, state.kv_pos, state.kv_valid, model.dtype, _window(model))
+    lean = lean_for(model)
+    if lean is not None:
+        with torch.no_grad():
+            return lean(tokens, q_pos, mask, state.cache, logits_to_keep)
     with torch.no_grad(), verify_kernels(model):
         out = model(input_ids=tokens, attention_mask=mask, position_ids=q_pos,
                     past_key_values=state.cache, use_cache=True, logits_to_keep=logits_to_keep)

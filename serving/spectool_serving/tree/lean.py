@@ -1,0 +1,159 @@
+"""A lean forward for Llama-architecture models: the same maths as transformers' modules in
+about a fifth of the operator calls.
+
+At batch 1 on a CPU a decoding forward of SmolLM2-135M is ~60 % GEMM; most of the rest is
+per-operator and per-module overhead (3 000-odd small ATen calls, a Python ``forward`` per
+module, mask and rotary bookkeeping per layer). :class:`LeanLlama` reads the model's own
+weights (and the packed fp32 weights of :mod:`.fastpath`) and runs the decoder as one flat
+loop:
+
+* rotary cos/sin come from a table indexed by position (the values transformers computes
+  per forward, elementwise, so the same bits), and ``rotate_half`` becomes one ``roll``
+  against a sign-folded sine (``-a*b == a*(-b)`` exactly);
+* query heads are folded into their KV group's query axis as they are projected (the
+  :func:`.fastpath.grouped_attention` layout), and the grouped mask is built once per forward
+  rather than once per layer;
+* RMSNorm, SiLU-gated MLP and residuals use transformers' operator order, so a one-token
+  forward gives the same logits as the model's own.
+
+Only plain Llama decoders qualify (:func:`supports`): no sliding windows, static rotary
+frequencies, SiLU MLP. Everything else — Gemma 3 included — keeps transformers' forward.
+``SPECTOOL_LEAN_FORWARD=0`` switches the lean path off.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["LeanLlama", "lean_for", "supports"]
+
+_STATIC_ROPE = ("default", "linear", "llama3")
+Linear = Callable[[torch.Tensor], torch.Tensor]
+
+
+def supports(model: Any) -> bool:
+    """True for Llama decoders whose maths :class:`LeanLlama` reproduces exactly."""
+    cfg = getattr(model, "config", None)
+    inner = getattr(model, "model", None)
+    rotary = getattr(inner, "rotary_emb", None)
+    return (getattr(cfg, "model_type", None) == "llama" and rotary is not None
+            and getattr(rotary, "rope_type", "default") in _STATIC_ROPE
+            and getattr(cfg, "hidden_act", None) == "silu"
+            and (getattr(cfg, "pretraining_tp", 1) or 1) == 1
+            and not getattr(cfg, "sliding_window", None) and not model.training)
+
+
+@dataclass(frozen=True)
+class _Layer:
+    ln_in: torch.Tensor
+    q: Linear
+    k: Linear
+    v: Linear
+    o: Linear
+    ln_post: torch.Tensor
+    gate: Linear
+    up: Linear
+    down: Linear
+
+
+class LeanLlama:
+    """The decoder of one Llama model as a flat loop over its layers' weights."""
+
+    def __init__(self, model: Any, linear: Callable[[torch.nn.Linear], Linear]) -> None:
+        cfg, inner = model.config, model.model
+        self.heads = cfg.num_attention_heads
+        self.kv_heads = cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.eps = cfg.rms_norm_eps
+        self.scaling = inner.layers[0].self_attn.scaling
+        self.embed = inner.embed_tokens.weight
+        self.norm = inner.norm.weight
+        self.lm_head = linear(model.lm_head)
+        self.layers = [
+            _Layer(layer.input_layernorm.weight, linear(layer.self_attn.q_proj),
+                   linear(layer.self_attn.k_proj), linear(layer.self_attn.v_proj),
+                   linear(layer.self_attn.o_proj), layer.post_attention_layernorm.weight,
+                   linear(layer.mlp.gate_proj), linear(layer.mlp.up_proj),
+                   linear(layer.mlp.down_proj))
+            for layer in inner.layers[:cfg.num_hidden_layers]]
+        self._inv_freq = inner.rotary_emb.inv_freq.float()
+        self._rope_scale = inner.rotary_emb.attention_scaling
+        self._cos = self._sin = torch.empty(0)
+
+    def _rope(self, positions: torch.Tensor, dtype: torch.dtype
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sign-folded sin [B, Q, D] for position ids [B, Q]."""
+        need = int(positions.max()) + 1
+        if need > self._cos.shape[0]:
+            size = max(need, 2 * self._cos.shape[0], 1024)
+            freqs = torch.arange(size, dtype=torch.float)[:, None] * self._inv_freq  # [P, D/2]
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = emb.cos() * self._rope_scale, emb.sin() * self._rope_scale
+            half = sin.shape[-1] // 2
+            sin = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+            self._cos, self._sin = cos.to(dtype), sin.to(dtype)
+        return self._cos[positions], self._sin[positions]
+
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return weight * h.to(x.dtype)
+
+    def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                 mask: torch.Tensor, cache: Any, logits_to_keep: int = 0) -> torch.Tensor:
+        """input_ids, position_ids [B, Q]; additive mask [B, 1, Q, L+Q] over the cached and
+        new slots; ``cache`` a transformers ``DynamicCache`` that grows by Q slots.
+        Returns logits [B, Q', V] of the last Q' = ``logits_to_keep`` positions (0: all)."""
+        bsz, q_len = input_ids.shape
+        hk, rep, dim = self.kv_heads, self.heads // self.kv_heads, self.head_dim
+        x = F.embedding(input_ids, self.embed)  # [B, Q, E]
+        cos, sin = self._rope(position_ids, x.dtype)  # [B, Q, D]
+        cos_q, sin_q = cos[:, None, None], sin[:, None, None]  # [B, 1, 1, Q, D]
+        cos_k, sin_k = cos[:, None], sin[:, None]  # [B, 1, Q, D]
+        # query rows of one KV group are contiguous: row r*Q + q (transformers' repeat_kv order)
+        kv_len = mask.shape[-1]
+        gmask = mask[:, :, None].expand(bsz, 1, rep, q_len, kv_len).reshape(
+            bsz, 1, rep * q_len, kv_len)
+        for i, layer in enumerate(self.layers):
+            h = self._rms(x, layer.ln_in)
+            q = layer.q(h).view(bsz, q_len, hk, rep, dim).permute(0, 2, 3, 1, 4)
+            k = layer.k(h).view(bsz, q_len, hk, dim).transpose(1, 2)  # [B, Hk, Q, D]
+            v = layer.v(h).view(bsz, q_len, hk, dim).transpose(1, 2)
+            q = (q * cos_q + q.roll(dim // 2, -1) * sin_q).reshape(bsz, hk, rep * q_len, dim)
+            k = k * cos_k + k.roll(dim // 2, -1) * sin_k
+            keys, values = cache.update(k, v, i)  # [B, Hk, L+Q, D]
+            a = F.scaled_dot_product_attention(q, keys, values, attn_mask=gmask,
+                                               scale=self.scaling)  # [B, Hk, rep*Q, D]
+            a = a.view(bsz, hk * rep, q_len, dim).transpose(1, 2).reshape(bsz, q_len, -1)
+            x = x + layer.o(a)
+            h = self._rms(x, layer.ln_post)
+            x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
+        if logits_to_keep:
+            x = x[:, -logits_to_keep:]
+        return self.lm_head(self._rms(x, self.norm))
+
+
+# model -> {packed-kernels flag: LeanLlama}; weak, so a dropped model takes its copy along
+_LEAN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def lean_for(model: Any) -> LeanLlama | None:
+    """The model's :class:`LeanLlama` on the kernels :mod:`.fastpath` picks for it right now
+    (pre-packed fp32 weights unless ``SPECTOOL_PACKED_GEMM=0``), built once per model and
+    setting; None where the model does not qualify or ``SPECTOOL_LEAN_FORWARD=0``."""
+    if os.environ.get("SPECTOOL_LEAN_FORWARD", "1") == "0" or not supports(model):
+        return None
+    from .fastpath import linear_kernels, packing_enabled
+
+    built = _LEAN.setdefault(model, {})
+    flag = packing_enabled(model)
+    if flag not in built:
+        built[flag] = LeanLlama(model, linear_kernels(model))
+    return built[flag]

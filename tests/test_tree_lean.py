@@ -1,0 +1,84 @@
+"""The lean Llama forward computes what transformers' modules compute.
+
+Tiny randomly initialised Llama models (no weights needed) cover the head layouts the lean
+path folds differently — one KV head per query head, grouped queries, multi-query — plus
+attention biases; the real SmolLM2 is covered in test_tree_model.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from spectool_serving.tree import DraftTree, commit_paths, pad_trees, prefill, tree_forward
+from spectool_serving.tree.lean import LeanLlama, lean_for, supports
+
+
+def _tiny_llama(heads: int, kv_heads: int, bias: bool = False, **extra):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(heads * 10 + kv_heads)
+    cfg = LlamaConfig(vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads,
+                      attention_bias=bias, max_position_embeddings=256, **extra)
+    cfg._attn_implementation = "sdpa"
+    return LlamaForCausalLM(cfg).eval()
+
+
+def _score_tree(model, prompt, monkeypatch, lean: bool):
+    monkeypatch.setenv("SPECTOOL_LEAN_FORWARD", "1" if lean else "0")
+    state, warm, roots = prefill(model, [prompt], 3)
+    tree = DraftTree.root(roots[0])
+    a = tree.add(0, 5, .5)
+    tree.add(a, 6, .4)
+    tree.add(0, 7, .3)
+    toks, depth, anc, real = pad_trees([tree])
+    first = tree_forward(model, state, toks, depth, anc, real)
+    commit_paths(state, [[0, a]], toks.shape[1])  # keeps the path's KV, drops the rest
+    nxt = DraftTree.root(9)
+    toks, depth, anc, real = pad_trees([nxt])
+    second = tree_forward(model, state, toks, depth, anc, real)
+    return warm, first, second
+
+
+@pytest.mark.parametrize("heads,kv_heads,bias", [(4, 4, False), (4, 2, True), (6, 1, False)])
+def test_lean_forward_scores_trees_exactly_like_transformers(heads, kv_heads, bias, monkeypatch):
+    model = _tiny_llama(heads, kv_heads, bias)
+    assert supports(model)
+    prompt = [int(t) for t in torch.randint(1, 97, (23,))]
+    ref = _score_tree(model, prompt, monkeypatch, lean=False)
+    got = _score_tree(model, prompt, monkeypatch, lean=True)
+    for r, g in zip(ref, got):
+        assert r.shape == g.shape
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)
+    # and against a plain causal forward of the accepted sequence: slot bookkeeping is right
+    with torch.no_grad():
+        plain = model(torch.tensor([prompt + [5, 9]])).logits[0, -1]
+    torch.testing.assert_close(got[2][0, 0], plain, atol=1e-5, rtol=1e-5)
+
+
+def test_lean_forward_is_used_and_cached_per_model_and_kernel_choice(monkeypatch):
+    model = _tiny_llama(4, 2)
+    first = lean_for(model)
+    assert isinstance(first, LeanLlama) and lean_for(model) is first
+    monkeypatch.setenv("SPECTOOL_PACKED_GEMM", "0")
+    stock = lean_for(model)
+    assert isinstance(stock, LeanLlama) and stock is not first
+    monkeypatch.setenv("SPECTOOL_LEAN_FORWARD", "0")
+    assert lean_for(model) is None
+
+
+def test_models_the_lean_path_cannot_reproduce_keep_transformers_forward():
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    dynamic = _tiny_llama(4, 2, rope_parameters={"rope_type": "dynamic", "factor": 2.0,
+                                                 "rope_theta": 10000.0})
+    assert not supports(dynamic)
+    gelu = _tiny_llama(4, 2, hidden_act="gelu")
+    assert not supports(gelu)
+    training = _tiny_llama(4, 2).train()
+    assert not supports(training)
+    gemma = Gemma3ForCausalLM(Gemma3TextConfig(
+        vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=12, sliding_window=8)).eval()
+    assert not supports(gemma) and lean_for(gemma) is None
