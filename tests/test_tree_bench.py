@@ -26,11 +26,16 @@ def test_decode_bench_writes_results_and_every_fp32_method_is_lossless(tmp_path,
     assert any((tmp_path / "cal").glob("costs-*.json")), "the cost table is stored and reusable"
     run = res["dtypes"]["float32"]
     b1 = run["summary"]["batch1"]
-    methods = {"ar", "pl3", "pl10", "unispec", "cast", "both"}
+    methods = {"ar", "engine_ar", "pl3", "pl10", "unispec", "cast", "both"}
     assert set(b1["speedup_vs_ar"]) == methods
+    # the speculation alone: each policy against one-token decoding on the same forward
+    for m in methods:
+        assert b1["speedup_vs_engine_ar"][m] == pytest.approx(
+            b1["speedup_vs_ar"][m] / b1["speedup_vs_ar"]["engine_ar"])
     assert all(rate == 1.0 for rate in b1["identical_rate"].values()), b1["identical_rate"]
     assert b1["best_prompt_lookup"] in ("pl3", "pl10")
-    assert set(run["summary"]["batch2"]["identical_rate"]) == {"ar", "unispec", "cast", "both"}
+    assert set(run["summary"]["batch2"]["identical_rate"]) == {"ar", "engine_ar", "unispec", "cast",
+                                                                   "both"}
     assert all(rate == 1.0 for rate in run["summary"]["batch2"]["identical_rate"].values())
     rows = [r for r in run["rows"] if r["batch"] == 1]
     assert [r["id"] for r in rows] == ["translation-1", "rag-3"]

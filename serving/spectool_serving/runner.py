@@ -6,6 +6,10 @@ Two entry points, both under ``torch.inference_mode``:
 * :meth:`Runner.forward` — new tokens for every row of a batched cache, with explicit
   ``position_ids`` [B, G] and an additive ``attention_mask`` [B, 1, G, C+G] (general enough
   for linear drafts, O3 appends and tree verification alike).
+
+Llama-architecture models run both through :mod:`.tree.lean` (the same maths as
+transformers' modules with far less per-operator overhead); others through the model's own
+forward.
 """
 
 from __future__ import annotations
@@ -31,8 +35,19 @@ class Runner:
         """token_ids [L] -> (logits of the last token [V] in fp32, batch-1 DynamicCache)."""
         from transformers import DynamicCache
 
+        from .tree.lean import lean_for
+
         cache = DynamicCache()
+        lean = lean_for(self.model)
         with torch.inference_mode():
+            if lean is not None:
+                ids = torch.tensor([token_ids], device=self.device)
+                n = len(token_ids)
+                keep = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
+                mask = torch.zeros(n, n, dtype=self.dtype, device=self.device).masked_fill(
+                    ~keep, torch.finfo(self.dtype).min)[None, None]
+                logits = lean(ids, torch.arange(n, device=self.device)[None], mask, cache, 1)
+                return logits[0, -1].float().cpu(), cache
             out = self.model(
                 input_ids=torch.tensor([token_ids], device=self.device),
                 past_key_values=cache, use_cache=True, logits_to_keep=1,
@@ -45,7 +60,14 @@ class Runner:
 
         The cache grows by G slots per row; the caller marks which of them stay valid.
         """
+        from .tree.lean import lean_for
+
+        lean = lean_for(self.model)
         with torch.inference_mode():
+            if lean is not None:
+                logits = lean(input_ids.to(self.device), position_ids.to(self.device),
+                              attention_mask.to(self.device), cache)
+                return logits.float().cpu()
             out = self.model(
                 input_ids=input_ids.to(self.device), position_ids=position_ids.to(self.device),
                 attention_mask=attention_mask.to(self.device), past_key_values=cache, use_cache=True,

@@ -2,7 +2,13 @@
 
 Every method decodes the same prompts in the same process, interleaved prompt by prompt, so
 the ratios are side by side even on a shared, noisy CPU. Speed = generated tokens per second
-including prefill. The reference output is HF ``generate`` greedy at batch 1.
+including prefill. The reference output is HF ``generate`` greedy at batch 1 (``ar``).
+
+Two autoregressive baselines, because the tree policies run on spectool's own forward
+(:mod:`.lean`), not transformers': ``ar`` is HF ``generate`` — what prompt lookup is measured
+against too — and ``engine_ar`` is plain one-token decoding through the very forward the
+trees use. ``speedup_vs_ar`` includes whatever the forward itself gains over transformers;
+``speedup_vs_engine_ar`` is the speculation alone.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ def cost_table(model: Any, dtype: str, batches: list[int], refresh: bool = False
                name: str = MODEL_NAME) -> CostTable:
     """Measured f(B, c, n), cached per (device, model, dtype) in the spectool cache dir."""
     safe = name.replace("/", "_")
-    path = calibration_dir() / f"costs-v3-{device_name()}-{safe}-{dtype}.json"
+    path = calibration_dir() / f"costs-v4-{device_name()}-{safe}-{dtype}.json"
     if path.exists() and not refresh:
         table = CostTable.from_json(path.read_text())
         if set(batches) <= set(table.batches) and table.ns == COST_WIDTHS:
@@ -135,10 +141,7 @@ def _run_dtype(dtype: str, items: list[dict], n: int, batches: list[int], log: A
         for look in (3, 10):
             outs, secs = _hf(model, tok, [ids], n, look)
             rec["methods"][f"pl{look}"] = _record(outs, secs, ref)
-        for pol in TREE_POLICIES:
-            res = decode(model, [ids], n, pol, g=cal.g_star, eos=eos, cast=CastShaper(table))
-            rec["methods"][pol] = _record(res.outputs, res.total_s, ref, tau=res.tau,
-                                          draft=res.mean_draft, verify_s=res.verify_s)
+        _run_engine(rec, model, [ids], n, table, cal, eos, ref)
         rows.append(rec)
         log(f"[{dtype}] {item['id']}: " + "  ".join(
             f"{k} {v['tok_s']:.1f}" for k, v in rec["methods"].items()))
@@ -147,6 +150,17 @@ def _run_dtype(dtype: str, items: list[dict], n: int, batches: list[int], log: A
                              dtype)
     return {"g_star": cal.g_star, "calibration": cal.__dict__, "rows": rows,
             "cost_table": json.loads(table.to_json()), "summary": _summarize(rows)}
+
+
+def _run_engine(rec: dict, model: Any, prompts: list[list[int]], n: int, table: CostTable,
+                cal: Calibration, eos: set[int], refs: list[list[int]]) -> None:
+    """``engine_ar`` and the tree policies, all on spectool's forward, into ``rec``."""
+    res = decode(model, prompts, n, "ar", eos=eos)
+    rec["methods"]["engine_ar"] = _record(res.outputs, res.total_s, refs)
+    for pol in TREE_POLICIES:
+        res = decode(model, prompts, n, pol, g=cal.g_star, eos=eos, cast=CastShaper(table))
+        rec["methods"][pol] = _record(res.outputs, res.total_s, refs, tau=res.tau,
+                                      draft=res.mean_draft, verify_s=res.verify_s)
 
 
 def _run_batched(model, tok, items, prompts, single_refs, n, bsz, table, cal, log,
@@ -161,10 +175,7 @@ def _run_batched(model, tok, items, prompts, single_refs, n, bsz, table, cal, lo
         outs, secs = _hf(model, tok, group, n)
         rec = {"id": "+".join(i["id"] for i in items[start:start + bsz]), "category": "mixed",
                "batch": bsz, "methods": {"ar": _record(outs, secs, refs)}}
-        for pol in TREE_POLICIES:
-            res = decode(model, group, n, pol, g=cal.g_star, eos=eos, cast=CastShaper(table))
-            rec["methods"][pol] = _record(res.outputs, res.total_s, refs, tau=res.tau,
-                                          draft=res.mean_draft, verify_s=res.verify_s)
+        _run_engine(rec, model, group, n, table, cal, eos, refs)
         rows.append(rec)
         log(f"[{dtype}] batch {bsz} {rec['id']}: " + "  ".join(
             f"{k} {v['tok_s']:.1f}" for k, v in rec["methods"].items()))
@@ -189,6 +200,8 @@ def _summarize(rows: list[dict]) -> dict:
             "per_category": per_cat,
             "best_prompt_lookup": best_pl,
             "speedup_vs_best_pl": {m: vs_ar[m] / vs_ar[best_pl] for m in methods} if best_pl else None,
+            "speedup_vs_engine_ar": ({m: vs_ar[m] / vs_ar["engine_ar"] for m in methods}
+                                     if "engine_ar" in vs_ar else None),
             "identical_rate": {m: float(np.mean([r["methods"][m]["identical"] for r in sub]))
                                for m in methods},
             "tau": {m: float(np.mean([r["methods"][m]["tau"] for r in sub]))

@@ -100,9 +100,14 @@ def calibration_dir() -> Path:
     return Path(override) if override else cache_dir() / "tree-calibration"
 
 
+# bumped whenever the forward's cost profile changes (v2: the lean Llama forward), so a
+# stored g* measured on older kernels is not reused
+CALIBRATION_VERSION = "v2"
+
+
 def calibration_path(device: str, model: str, dtype: str, batch: int) -> Path:
     safe = "-".join(x.replace("/", "_") for x in (device, model, dtype, f"b{batch}"))
-    return calibration_dir() / f"{safe}.json"
+    return calibration_dir() / f"g-star-{CALIBRATION_VERSION}-{safe}.json"
 
 
 def save_calibration(cal: Calibration) -> Path:
