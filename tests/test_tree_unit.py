@@ -143,6 +143,57 @@ def test_cast_shrinks_trees_when_cost_grows():
     assert small_batch == len(cum) and big_batch < small_batch
 
 
+def test_top_keeps_the_best_nodes_as_a_closed_tree():
+    t = _tree()  # root; 11 (.6) -> 12 (.5); 21 (.3) -> 22 (.2)
+    assert t.best_first() == [0, 1, 2, 3, 4]
+    top = t.top(3)
+    assert top.tokens == [10, 11, 12] and top.parents == [-1, 0, 1]
+    assert t.top(1).tokens == [10] and t.top(99) is t
+    # a child scored above its parent still waits for the parent
+    odd = DraftTree.root(1)
+    p = odd.add(0, 2, .2)
+    odd.add(p, 3, .9)
+    odd.add(0, 4, .5)
+    assert odd.best_first() == [0, 3, 1, 2] and odd.top(2).tokens == [1, 4]
+    assert odd.top(3).tokens == [1, 2, 4] and odd.top(3).parents == [-1, 0, 0]
+
+
+def _chain(conf: list[float]) -> DraftTree:
+    t = DraftTree.root(0)
+    for i, c in enumerate(conf):
+        t.add(i, 100 + i, c)
+    return t
+
+
+def test_batch_width_lets_no_single_row_widen_the_whole_batch():
+    # four rows verified together: each extra token per row costs 40 % of a decoding step
+    table = CostTable([4], [256], [1, 2, 8], {"4/256": [1., 1.4, 3.8]})
+    shaper = CastShaper(table)
+    shaper.begin_step(4, 100)
+    hopeful = _chain([.95] * 7)
+    hopeless = _chain([.05, .02, .01])
+    assert shaper.batch_width([hopeful] * 4) == 8  # 7.65 tokens per row for 3.8 steps
+    # alone, the hopeful row's whole chain pays (7.65 tokens for 3.8 steps beats 1 for 1);
+    # in this batch, plain decoding's 4 tokens per step beats 4 + 1.1 tokens for 1.4 steps
+    assert shaper.batch_width([hopeful, hopeless, hopeless, hopeless]) == 1
+    assert shaper.batch_width([hopeless] * 4) == 1
+    shaper.overhead = 5.0  # a fixed per-step cost makes fewer, wider steps worth more
+    assert shaper.batch_width([hopeful, hopeless, hopeless, hopeless]) == 8
+
+
+def test_a_fixed_batch_drafts_for_the_row_everyone_waits_for():
+    table = CostTable([2], [256], [1, 2, 8], {"2/256": [1., 1.2, 2.4]})
+    shaper = CastShaper(table)
+    shaper.begin_step(2, 100)
+    hopeful, hopeless = _chain([.95] * 7), _chain([.05, .02, .01])
+    # the hopeless row has the most left to write: drafting cannot shorten the batch
+    assert shaper.batch_width([hopeful, hopeless], remaining=[10, 60]) == 1
+    # the hopeful row is the long one: its drafts shorten the whole batch
+    assert shaper.batch_width([hopeful, hopeless], remaining=[60, 5]) == 8
+    # a refilling batch counts tokens, not the slowest row: wide drafts pay there
+    assert shaper.batch_width([hopeful, hopeless]) == 8
+
+
 def test_context_index_finds_latest_continuations():
     idx = ContextIndex([1, 2, 3, 4, 9, 2, 3, 5, 6, 2, 3])
     conts = idx.continuations(depth=2, branches=3)
@@ -260,6 +311,20 @@ def test_decoding_policy_drafts_chains_and_learns_from_logits():
     assert DecodingPolicy("off", vocab=40).draft("r", [1, 2, 3]) == []
     with pytest.raises(ValueError):
         DecodingPolicy("fast", vocab=40)
+
+
+def test_engine_policy_fits_a_step_of_trees_to_one_width():
+    from spectool_serving.tree.policy import DecodingPolicy
+
+    table = CostTable([3], [256], [1, 2, 8], {"3/256": [1., 1.4, 3.8]})
+    pol = DecodingPolicy("cast", vocab=40, table=table)
+    pol.draft_tree("a", [1, 2, 3], batch=3)  # begin_step: three rows share the forward
+    hopeful, hopeless = _chain([.95] * 7), _chain([.05, .02, .01])
+    assert [len(t) for t in pol.fit_batch([hopeful, hopeless, hopeless])] == [1, 1, 1]
+    assert [len(t) for t in pol.fit_batch([hopeful] * 3)] == [8, 8, 8]
+    assert pol.fit_batch([hopeless]) == [hopeless]  # one row: its own C3 already decided
+    assert DecodingPolicy("unispec", vocab=40).fit_batch([hopeful, hopeless]) == [hopeful,
+                                                                                  hopeless]
 
 
 def test_calibration_fit_survives_sparse_large_g_grid():

@@ -131,6 +131,14 @@ class Engine:
                     trees[i], drafts[i] = tree, tree.tokens[1:]
             else:
                 drafts[i] = self.decoding.draft(i, seq.tokens, len(batch))
+        if trees:  # the rows share one forward width: cut the trees to what pays for all
+            fitted = self.decoding.fit_batch(list(trees.values()))
+            for i, tree in zip(list(trees), fitted):
+                if len(tree) > 1:
+                    trees[i], drafts[i] = tree, tree.tokens[1:]
+                else:  # plain decoding for this row serves the batch better
+                    del trees[i]
+                    drafts[i] = []
         rows = [by_id[i] for i in self.kv.rows]
         counts = [len(s.pending) + len(drafts[s.seq_id]) for s in rows]
         g = max(counts)

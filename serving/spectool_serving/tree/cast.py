@@ -8,7 +8,9 @@
   (a forward of n tokens can always be padded to any cheaper larger width).
 * ``CastShaper`` prunes breadth per level (Algorithm 1 with C1), stops depth when the
   expected gain of the next level, corrected by a FIFO of observed/predicted gain ratios for
-  that level, is below C2 per unit cost, and reranks how many nodes to verify (C3).
+  that level, is below C2 per unit cost, and reranks how many nodes to verify (C3) — per
+  row, then once more for the batch (:meth:`CastShaper.batch_width`), since rows share a
+  forward's width.
 """
 
 from __future__ import annotations
@@ -215,6 +217,28 @@ class CastShaper:
         expected = 1.0 + np.concatenate([[0.0], np.cumsum(scores[1:])])  # [n]
         cost = np.asarray([self._cost(n) for n in range(1, len(scores) + 1)]) + self.overhead
         return int(np.argmax(expected / cost)) + 1
+
+    def batch_width(self, trees: list[DraftTree], remaining: list[int] | None = None) -> int:
+        """C3 across a batch: all rows are verified at one width, the widest tree's, so the
+        width w is chosen once for the step from each row's expected tokens E_b(w) (its best
+        w nodes) and the cost f(B, c, w) + overhead. w = 1 is plain decoding for everyone.
+
+        A running batch that refills as rows finish (the engine) wants the most tokens per
+        unit cost, Σ_b E_b(w) / cost(w). A fixed batch (``remaining[b]``: tokens row b still
+        has to produce) lasts as long as its slowest row, so w minimises
+        cost(w) · max_b remaining[b] / E_b(w) instead: a draft that does not speed up the
+        row everyone waits for is not worth verifying.
+        """
+        longest = max(len(t) for t in trees)
+        gains = np.ones((len(trees), longest))  # E_b(w), w = 1..longest
+        for b, t in enumerate(trees):
+            gain = 1.0 + np.cumsum([0.0] + [t.conf[i] for i in t.best_first()[1:]])
+            gains[b] = np.pad(gain, (0, longest - len(t)), mode="edge")
+        cost = np.asarray([self._cost(w) for w in range(1, longest + 1)]) + self.overhead
+        if remaining is None:
+            return int(np.argmax(gains.sum(axis=0) / cost)) + 1
+        left = np.asarray(remaining, dtype=np.float64)[:, None]
+        return int(np.argmin(cost * (left / gains).max(axis=0))) + 1
 
     def note_overhead(self, seconds: float) -> None:
         """Per-step time outside the forward (drafting, acceptance, bookkeeping), as an EMA

@@ -131,6 +131,11 @@ def _decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: s
                 drafter.shaper.begin_step(len(prompts), state.length)
             trees = [DraftTree.root(s.seq[-1]) if d else drafter.draft(s)
                      for s, d in zip(seqs, done)]
+            if len(trees) > 1 and hasattr(drafter.shaper, "batch_width"):
+                live = [b for b, d in enumerate(done) if not d]  # a fixed batch: see batch_width
+                w = drafter.shaper.batch_width([trees[b] for b in live],
+                                               [max_new_tokens - len(outs[b]) for b in live])
+                trees = [t.top(w) for t in trees]
         t1 = time.perf_counter()
         width = max(len(t) for t in trees)
         if table is not None:

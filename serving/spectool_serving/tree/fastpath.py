@@ -22,7 +22,8 @@ one-token decoding included — keep the stock kernel, which is faster there.
 
 :func:`verify_kernels` switches all of this on for the duration of a forward and restores the
 model afterwards, so a model shared with a plain ``generate`` (the benchmark's baselines) is
-left untouched.
+left untouched. Llama models skip transformers' forward altogether (:mod:`.lean`), reusing
+only the packed kernels, through :func:`linear_kernels`.
 """
 
 from __future__ import annotations

@@ -90,6 +90,15 @@ class DecodingPolicy:
             self._drafter.shaper.begin_step(batch, len(tokens))
         return self._drafter.draft(ctx)
 
+    def fit_batch(self, trees: list[DraftTree]) -> list[DraftTree]:
+        """Trees of the rows verified in one step, cut to the width that pays for the batch
+        as a whole (CAST's :meth:`~.cast.CastShaper.batch_width`, running-batch form)."""
+        shaper = self._drafter.shaper if self._drafter is not None else None
+        if len(trees) < 2 or not hasattr(shaper, "batch_width"):
+            return trees
+        width = shaper.batch_width(trees)
+        return [t.top(width) for t in trees]
+
     def observe_tree(self, row: Any, tree: DraftTree, logits: torch.Tensor, path: list[int],
                      verify_s: float = 0.0) -> None:
         """After a tree row was verified: logits [len(tree), V], ``path`` the accepted node ids

@@ -7,6 +7,7 @@ one forward over the flattened nodes scores every root-to-node path at once.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import torch
@@ -47,6 +48,25 @@ class DraftTree:
 
     def depths(self) -> list[int]:
         return tree_depths(self.parents)
+
+    def best_first(self) -> list[int]:
+        """Every node id, best score first (ties: shallower, then older), a node never before
+        its parent — so every prefix of the list is an ancestor-closed tree. Where scores
+        never grow along a path (the drafters' trees) this is plain sorting by score."""
+        kids = self.children()
+        depth = self.depths()
+        out: list[int] = []
+        frontier = [(0.0, 0, 0)]
+        while frontier:
+            _, _, i = heapq.heappop(frontier)
+            out.append(i)
+            for k in kids[i]:
+                heapq.heappush(frontier, (-self.conf[k], depth[k], k))
+        return out
+
+    def top(self, n: int) -> DraftTree:
+        """The ``n`` best nodes (root included) as a tree of their own."""
+        return self if n >= len(self) else self.subtree(self.best_first()[:max(n, 1)])
 
     def subtree(self, keep: list[int]) -> DraftTree:
         """The nodes ``keep`` (must contain 0 and be ancestor-closed), renumbered in order."""

@@ -206,16 +206,8 @@ class TreeDrafter:
                 parent = node
 
     def _select(self, tree: DraftTree) -> DraftTree:
-        conf = np.asarray(tree.conf)
-        depth = np.asarray(tree.depths())
-        order = np.lexsort((depth, -conf))  # best first; parents before equal-scored children
-        chosen: list[int] = []
-        picked = set()
-        for i in order.tolist():  # scores never grow along a path, so this is ancestor-closed
-            if i == 0 or tree.parents[i] in picked:
-                chosen.append(i)
-                picked.add(i)
-        g = self.shaper.final_size(conf[chosen])
+        chosen = tree.best_first()  # scores never grow along a path: nothing is skipped
+        g = self.shaper.final_size(np.asarray(tree.conf)[chosen])
         return tree.subtree(chosen[:g])
 
     def learn(self, tree: DraftTree, path: list[int]) -> None:
