@@ -231,6 +231,16 @@ def test_calibration_recovers_synthetic_optimum(quad):
     assert method == "fit" and abs(got - want) <= 1
 
 
+def test_pooled_tau_counts_each_prompt_alike():
+    from spectool_serving.tree.calibrate import pooled_tau
+
+    copy_heavy, fresh = [1.0, 2.0, 4.0], [1.0, 1.0, 1.0]
+    assert pooled_tau([copy_heavy, fresh]) == pytest.approx([1.0, 2 ** .5, 2.0])
+    # a per-step mean would let the fresh prompt's many short steps (here 4x as many) win
+    steps = (np.asarray(copy_heavy) * 1 + np.asarray(fresh) * 4) / 5
+    assert pooled_tau([copy_heavy, fresh])[2] > steps[2]
+
+
 def test_calibration_falls_back_to_grid_when_degenerate():
     assert fit_g_star([1, 4, 8], [1., 1.1, 1.3], [1., 1.8, 1.9]) == (4, "grid")
 
@@ -279,6 +289,17 @@ def test_shipped_prompt_set_covers_categories_and_languages():
     assert any(len(i["messages"]) > 1 for i in items)  # multi-turn
     text = " ".join(m["content"] for i in items for m in i["messages"])
     assert "资料" in text and "fährt" in text and "¿" in text  # multilingual items
+
+
+
+def test_calibration_prompts_cover_every_category_and_are_held_out():
+    from spectool_serving.tree.bench import load_calibration_prompts, load_prompts
+
+    cal, items = load_calibration_prompts(), load_prompts()
+    assert {i["category"] for i in cal} == {i["category"] for i in items}
+    bench_texts = {m["content"] for i in items for m in i["messages"]}
+    assert not any(m["content"] in bench_texts for i in cal for m in i["messages"])
+    assert not {i["id"] for i in cal} & {i["id"] for i in items}
 
 
 def test_bench_summary_geometric_mean_over_categories():

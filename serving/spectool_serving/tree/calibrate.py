@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["Calibration", "calibration_dir", "calibration_path", "fit_g_star", "load_calibration",
-           "measure_tau", "save_calibration"]
+           "measure_tau", "pooled_tau", "save_calibration"]
 
 
 @dataclass
@@ -100,9 +100,9 @@ def calibration_dir() -> Path:
     return Path(override) if override else cache_dir() / "tree-calibration"
 
 
-# bumped whenever the forward's cost profile changes (v2: the lean Llama forward), so a
-# stored g* measured on older kernels is not reused
-CALIBRATION_VERSION = "v2"
+# bumped whenever what g* is measured on changes (v2: the lean Llama forward; v3: held-out
+# prompts of every category), so a stored g* from an older recipe is not reused
+CALIBRATION_VERSION = "v3"
 
 
 def calibration_path(device: str, model: str, dtype: str, batch: int) -> Path:
@@ -140,19 +140,29 @@ def truncated_path_len(tree: Any, path: list[int], g: int) -> int:
 
 def measure_tau(model: Any, prompts: list[list[int]], gs: list[int], max_new_tokens: int,
                 eos: int | set[int] | None = None) -> list[float]:
-    """τ(g) for every g in one greedy run at g = max(gs): greedy decoding follows the same
-    trajectory whatever the tree, so each step's accepted path can be cut to any top-g."""
+    """τ(g) for every g in one greedy run per prompt at g = max(gs): greedy decoding follows
+    the same trajectory whatever the tree, so each step's accepted path can be cut to any
+    top-g. Per prompt the mean over its steps, then the geometric mean over prompts: the
+    speedup of each request counts alike, rather than fresh-text prompts (many short steps)
+    outvoting copy-heavy ones (few long steps)."""
     from .decode import decode
 
-    lens: dict[int, list[int]] = {g: [] for g in gs}
-
-    def on_step(tree: Any, path: list[int]) -> None:
-        for g in gs:
-            lens[g].append(truncated_path_len(tree, path, g))
-
+    per_prompt: list[list[float]] = []
     for p in prompts:
+        lens: dict[int, list[int]] = {g: [] for g in gs}
+
+        def on_step(tree: Any, path: list[int]) -> None:
+            for g in gs:
+                lens[g].append(truncated_path_len(tree, path, g))
+
         decode(model, [p], max_new_tokens, "unispec", g=max(gs), eos=eos, on_step=on_step)
-    return [float(np.mean(lens[g])) for g in gs]
+        per_prompt.append([float(np.mean(lens[g])) for g in gs])
+    return pooled_tau(per_prompt)
+
+
+def pooled_tau(per_prompt: list[list[float]]) -> list[float]:
+    """Geometric mean over prompts of each prompt's τ(g): [P, len(gs)] -> [len(gs)]."""
+    return np.exp(np.log(np.asarray(per_prompt, dtype=np.float64)).mean(axis=0)).tolist()
 
 
 def calibrate(model: Any, model_name: str, prompts: list[list[int]], *, batch: int = 1,
