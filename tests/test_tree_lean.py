@@ -61,9 +61,11 @@ def test_lean_forward_is_used_and_cached_per_model_and_kernel_choice(monkeypatch
     model = _tiny_llama(4, 2)
     first = lean_for(model)
     assert isinstance(first, LeanLlama) and lean_for(model) is first
+    unpacked = lean_for(model, packed=False)  # the engine's runner: no weight copies
+    assert unpacked is not first and lean_for(model, packed=False) is unpacked
     monkeypatch.setenv("SPECTOOL_PACKED_GEMM", "0")
     stock = lean_for(model)
-    assert isinstance(stock, LeanLlama) and stock is not first
+    assert stock is unpacked  # packing switched off: the same kernels as packed=False
     monkeypatch.setenv("SPECTOOL_LEAN_FORWARD", "0")
     assert lean_for(model) is None
 

@@ -8,8 +8,9 @@ Two entry points, both under ``torch.inference_mode``:
   for linear drafts, O3 appends and tree verification alike).
 
 Llama-architecture models run both through :mod:`.tree.lean` (the same maths as
-transformers' modules with far less per-operator overhead); others through the model's own
-forward.
+transformers' modules with far less per-operator overhead), on the model's own weights — no
+packed copies: an engine step verifies a few tokens per row, where packing pays little for
+gigabytes; others through the model's own forward.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Runner:
         from .tree.lean import lean_for
 
         cache = DynamicCache()
-        lean = lean_for(self.model)
+        lean = lean_for(self.model, packed=False)
         with torch.inference_mode():
             if lean is not None:
                 ids = torch.tensor([token_ids], device=self.device)
@@ -62,7 +63,7 @@ class Runner:
         """
         from .tree.lean import lean_for
 
-        lean = lean_for(self.model)
+        lean = lean_for(self.model, packed=False)
         with torch.inference_mode():
             if lean is not None:
                 logits = lean(input_ids.to(self.device), position_ids.to(self.device),

@@ -191,10 +191,11 @@ def pack_widths(model: Any) -> tuple[int, ...]:
     return PACK_WIDTHS[:max(copies, 0)]
 
 
-def linear_kernels(model: Any) -> Any:
+def linear_kernels(model: Any, packed: bool = True) -> Any:
     """A factory: Linear module -> the callable that runs it on this model's fastest kernels
-    (pre-packed weights for the packed widths, ``F.linear`` otherwise)."""
-    packs = _packs(model)
+    (pre-packed weights for the packed widths unless ``packed=False``, ``F.linear``
+    otherwise)."""
+    packs = _packs(model) if packed else {}
 
     def make(module: torch.nn.Linear) -> Any:
         hit = packs.get(module)

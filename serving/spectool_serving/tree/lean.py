@@ -144,16 +144,20 @@ class LeanLlama:
 _LEAN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def lean_for(model: Any) -> LeanLlama | None:
-    """The model's :class:`LeanLlama` on the kernels :mod:`.fastpath` picks for it right now
-    (pre-packed fp32 weights unless ``SPECTOOL_PACKED_GEMM=0``), built once per model and
-    setting; None where the model does not qualify or ``SPECTOOL_LEAN_FORWARD=0``."""
+def lean_for(model: Any, *, packed: bool = True) -> LeanLlama | None:
+    """The model's :class:`LeanLlama`, built once per model and kernel choice; None where the
+    model does not qualify or ``SPECTOOL_LEAN_FORWARD=0``.
+
+    ``packed``: run the linear layers on :mod:`.fastpath`'s pre-packed fp32 weights where
+    those apply (not with ``SPECTOOL_PACKED_GEMM=0``). They cost one weight copy per packed
+    width, so only callers that verify wide trees (the tree decoder) ask for them.
+    """
     if os.environ.get("SPECTOOL_LEAN_FORWARD", "1") == "0" or not supports(model):
         return None
     from .fastpath import linear_kernels, packing_enabled
 
     built = _LEAN.setdefault(model, {})
-    flag = packing_enabled(model)
+    flag = packed and packing_enabled(model)
     if flag not in built:
-        built[flag] = LeanLlama(model, linear_kernels(model))
+        built[flag] = LeanLlama(model, linear_kernels(model, packed=flag))
     return built[flag]
