@@ -122,23 +122,7 @@ class Engine:
         drafts = {s.seq_id: propose_draft(s, self.ctx) for s in batch}
         text = {i for i, d in drafts.items() if not d and self.decoding is not None
                 and by_id[i].phase is Phase.TEXT and by_id[i].pending}
-        trees = {}
-        for i in text:  # O2 tool-cache drafts take precedence; text drafts fill the rest
-            seq = by_id[i]
-            if seq.params.greedy and len(seq.pending) == 1:  # a tree rooted at the pending token
-                tree = self.decoding.draft_tree(i, seq.tokens, len(batch))
-                if tree is not None and len(tree) > 1:
-                    trees[i], drafts[i] = tree, tree.tokens[1:]
-            else:
-                drafts[i] = self.decoding.draft(i, seq.tokens, len(batch))
-        if trees:  # the rows share one forward width: cut the trees to what pays for all
-            fitted = self.decoding.fit_batch(list(trees.values()))
-            for i, tree in zip(list(trees), fitted):
-                if len(tree) > 1:
-                    trees[i], drafts[i] = tree, tree.tokens[1:]
-                else:  # plain decoding for this row serves the batch better
-                    del trees[i]
-                    drafts[i] = []
+        trees = self._text_drafts([by_id[i] for i in text], drafts, len(batch))
         rows = [by_id[i] for i in self.kv.rows]
         counts = [len(s.pending) + len(drafts[s.seq_id]) for s in rows]
         g = max(counts)
@@ -173,6 +157,29 @@ class Engine:
         for s in rows:
             if s.finish_reason is not None:
                 self._retire(s)
+
+    def _text_drafts(self, seqs: list[Sequence], drafts: dict[int, list[int]],
+                     batch: int) -> dict[int, Any]:
+        """Text drafts for rows O2 left without one (filled into ``drafts``): a tree rooted at
+        the pending token for greedy rows, the best chain otherwise. Returns the trees by
+        sequence id, cut to the one width that pays for the whole step."""
+        trees = {}
+        for seq in seqs:
+            i = seq.seq_id
+            if seq.params.greedy and len(seq.pending) == 1:
+                tree = self.decoding.draft_tree(i, seq.tokens, batch)
+                if tree is not None and len(tree) > 1:
+                    trees[i] = tree
+            else:
+                drafts[i] = self.decoding.draft(i, seq.tokens, batch)
+        fitted = self.decoding.fit_batch(list(trees.values())) if trees else []
+        for i, tree in zip(list(trees), fitted):
+            drafts[i] = tree.tokens[1:]
+            if len(tree) > 1:
+                trees[i] = tree
+            else:  # plain decoding for this row serves the batch better
+                del trees[i]
+        return trees
 
     def _accept(self, seq: Sequence, logits: torch.Tensor, draft: list[int], pending: int = 0,
                 o2: bool = True) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .tree.tree import ancestor_matrix, tree_depths
+
 __all__ = ["BatchKV"]
 
 
@@ -136,12 +138,11 @@ class BatchKV:
 
 def _tree_rows(parents: list[int], g: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Ancestor-or-self matrix [g, g] and depths [g] of a tree padded to g (pads: self, 0)."""
+    n = len(parents)
     anc = torch.eye(g, dtype=torch.bool)
+    anc[:n, :n] = ancestor_matrix(parents)
     depth = torch.zeros(g, dtype=torch.long)
-    for i, p in enumerate(parents):
-        if p >= 0:
-            anc[i] |= anc[p]
-            depth[i] = depth[p] + 1
+    depth[:n] = torch.tensor(tree_depths(parents))
     return anc, depth
 
 

@@ -129,9 +129,7 @@ def load_calibration(device: str, model: str, dtype: str, batch: int) -> Calibra
 
 def truncated_path_len(tree: Any, path: list[int], g: int) -> int:
     """Tokens emitted had only the top-g nodes (by confidence) been verified (greedy)."""
-    conf = np.asarray(tree.conf)
-    order = np.lexsort((np.asarray(tree.depths()), -conf))
-    top = set(order[:g].tolist())
+    top = set(tree.best_first()[:g])
     n = 0
     while n < len(path) and path[n] in top:
         n += 1

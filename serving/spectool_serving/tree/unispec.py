@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from .rates import AcceptanceRates, conf_bin
+from .tree import DraftTree
 
 if TYPE_CHECKING:
     import torch
-from .tree import DraftTree
 
 __all__ = ["ContextIndex", "NGramStore", "Shaper", "TopG", "TreeDrafter"]
 
