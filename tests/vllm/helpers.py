@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
+import uuid
 
 import httpx
 
@@ -19,23 +22,41 @@ def chat_body(question: str, **extra) -> dict:
 
 def stream_and_post(client: httpx.Client, body: dict, items: list | None, headers: dict | None = None,
                     post_headers: dict | None = None) -> tuple[str, list[dict], list]:
-    """Stream a chat; right after the first chunk (which names the response) post ``items``.
+    """Stream a chat and post ``items`` to it while it is live.
 
-    Returns (response id, parsed chunks, post replies)."""
-    chunks, replies, rid = [], [], None
-    with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True},
-                       headers=headers or {}) as resp:
-        assert resp.status_code == 200, resp.read()
-        for line in resp.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            chunks.append(chunk)
-            if rid is None:
-                rid = chunk["id"]
-                if items is not None:
-                    r = client.post(f"/cache-tool-output/{rid}", json=items, headers=post_headers or headers or {})
+    The response id is fixed up front (``X-Request-Id``) and a poster thread retries while the
+    id is still unknown (404), so the post lands between the server opening the id and the
+    response finishing. Posting after the first chunk instead raced the whole generation on a
+    loaded machine: all of a short tool call could stream before the client read a byte (410).
+
+    Returns (response id, parsed chunks, post replies: the one non-404 reply, or the last 404)."""
+    base = uuid.uuid4().hex
+    rid = f"chatcmpl-{base}"
+    replies: list = []
+    poster = None
+    if items is not None:
+        def post_until_known() -> None:
+            deadline = time.monotonic() + 120
+            while True:
+                r = client.post(f"/cache-tool-output/{rid}", json=items, headers=post_headers or headers or {})
+                if r.status_code != 404 or time.monotonic() > deadline:
                     replies.append((r.status_code, r.json()))
+                    return
+                time.sleep(0.005)
+
+        poster = threading.Thread(target=post_until_known)
+        poster.start()
+    chunks = []
+    try:
+        with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True},
+                           headers={**(headers or {}), "X-Request-Id": base}) as resp:
+            assert resp.status_code == 200, resp.read()
+            for line in resp.iter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    chunks.append(json.loads(line[6:]))
+    finally:
+        if poster is not None:
+            poster.join()
     return rid, chunks, replies
 
 
