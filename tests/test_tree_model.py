@@ -94,8 +94,9 @@ def test_batched_tree_decoding_matches_single(lm, refs):
 
 
 def test_verify_kernels_packed_gemms_match_stock_and_restore_the_model(lm, monkeypatch):
-    """A 16-token tree (a packed width) scores the same with MKL-packed weights as with the
-    stock kernels, and the model is left exactly as it was (a shared model's generate is
+    """A 16-token tree scores the same on the packed kernels (the panel kernel of
+    :mod:`.sgemm`, or MKL's packed weights without it) as on the stock ones, up to fp32
+    summation order, and the model is left exactly as it was (a shared model's generate is
     untouched)."""
     from spectool_serving.tree import fastpath
 
@@ -104,7 +105,7 @@ def test_verify_kernels_packed_gemms_match_stock_and_restore_the_model(lm, monke
     chain = DraftTree.root(ids[-1])
     for tok in range(100, 115):
         chain.add(len(chain) - 1, tok, .5)
-    assert len(chain) == 16 and 16 in fastpath.PACK_WIDTHS
+    assert len(chain) == 16
 
     def score() -> torch.Tensor:
         state, _, _ = prefill(model, [ids[:-1]])
@@ -112,10 +113,11 @@ def test_verify_kernels_packed_gemms_match_stock_and_restore_the_model(lm, monke
         return tree_forward(model, state, toks, depth, anc, real)
 
     packed = score()
-    assert fastpath._PACKED.get(model), "fp32 on CPU with MKL: weights should be packed"
+    assert fastpath._PACKED.get(model), "fp32 on CPU: weights should be packed"
     monkeypatch.setenv("SPECTOOL_PACKED_GEMM", "0")
     stock = score()
-    assert torch.allclose(packed, stock, atol=1e-4, rtol=0)
+    # logits of magnitude ~30 after 30 layers: a different k order moves them by ~1e-4
+    assert torch.allclose(packed, stock, atol=1e-3, rtol=0)
     assert packed.argmax(-1).tolist() == stock.argmax(-1).tolist()
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert all("forward" not in m.__dict__ for m in linears)

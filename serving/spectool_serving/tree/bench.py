@@ -69,7 +69,7 @@ def cost_table(model: Any, dtype: str, batches: list[int], refresh: bool = False
                name: str = MODEL_NAME) -> CostTable:
     """Measured f(B, c, n), cached per (device, model, dtype) in the spectool cache dir."""
     safe = name.replace("/", "_")
-    path = calibration_dir() / f"costs-v4-{device_name()}-{safe}-{dtype}.json"
+    path = calibration_dir() / f"costs-v5-{device_name()}-{safe}-{dtype}.json"
     if path.exists() and not refresh:
         table = CostTable.from_json(path.read_text())
         if set(batches) <= set(table.batches) and table.ns == COST_WIDTHS:

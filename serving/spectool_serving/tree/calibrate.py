@@ -82,12 +82,14 @@ def fit_g_star(gs: list[int], s: list[float], tau: list[float],
 def device_name() -> str:
     try:
         import torch
-
-        if torch.cuda.is_available():
-            return "cuda-" + torch.cuda.get_device_name(0).replace(" ", "_")
     except ImportError:
-        pass
-    return f"cpu-{platform.machine()}"
+        return f"cpu-{platform.machine()}"
+    if torch.cuda.is_available():
+        return "cuda-" + torch.cuda.get_device_name(0).replace(" ", "_")
+    from .sgemm import available
+
+    # the GEMM kernels set the cost curve: tables measured on one never stand for the other
+    return f"cpu-{platform.machine()}" + ("-panel" if available() else "")
 
 
 def calibration_dir() -> Path:
@@ -102,7 +104,7 @@ def calibration_dir() -> Path:
 
 # bumped whenever what g* is measured on changes (v2: the lean Llama forward; v3: held-out
 # prompts of every category), so a stored g* from an older recipe is not reused
-CALIBRATION_VERSION = "v3"
+CALIBRATION_VERSION = "v4"
 
 
 def calibration_path(device: str, model: str, dtype: str, batch: int) -> Path:

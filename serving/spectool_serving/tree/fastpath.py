@@ -12,13 +12,14 @@ matmul FLOPs is memory traffic proportional to the cache, paid every step:
   cache per layer per step. :func:`grouped_attention` folds each group's query heads into
   the query-length axis instead, so attention reads the cache once. Same maths, same result.
 
-And one compute fix: fp32 GEMMs of 4–32 rows (a verified tree) spend a fifth of their time
-re-packing the weight matrix on every call. :func:`verify_kernels` runs the model's linear
-layers on weights pre-packed by MKL for the widths in ``PACK_WIDTHS`` (measured here, SmolLM2
-at context 256: 4 tokens 62 → 48 ms, 12 tokens 86 → 63 ms, 16 tokens 72 → 60 ms; logits
-bit-identical). Each packed width is one more copy of the weights, so the widths are taken in
-order of value until ``SPECTOOL_PACK_MAX_GB`` (default 4) is used. Widths up to 3 — plain
-one-token decoding included — keep the stock kernel, which is faster there.
+And one compute fix: fp32 GEMMs of a few rows (a verified tree). Stock ``F.linear``
+re-packs the weight matrix on every call. Where the C kernel of :mod:`.sgemm` builds (x86-64
+with AVX-512 and a C compiler), every linear layer runs on one panel-packed copy of its
+weights for any row count up to :data:`.sgemm.MAX_ROWS` (SmolLM2, context 256, same process:
+4 tokens 40.4 → 36.4 ms, 8 tokens 46 → 45 ms, 12 tokens 52 → 47 ms against MKL's packing).
+Elsewhere, weights pre-packed by MKL are used for the widths in ``PACK_WIDTHS``, one copy per
+width, taken in order of value until ``SPECTOOL_PACK_MAX_GB`` (default 4) is used; widths up
+to 3 keep the stock kernel there.
 
 :func:`verify_kernels` switches all of this on for the duration of a forward and restores the
 model afterwards, so a model shared with a plain ``generate`` (the benchmark's baselines) is
@@ -41,6 +42,8 @@ from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from spectool._errors import ConfigError
+
+from . import sgemm
 
 __all__ = ["ATTENTION_NAME", "PACK_WIDTHS", "GrowableLayer", "grouped_attention",
            "linear_kernels", "new_cache", "pack_widths", "packing_enabled",
@@ -153,17 +156,23 @@ _PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _packs(model: Any) -> dict[Any, tuple[dict[int, torch.Tensor], Any]]:
-    """Per linear layer: its weights packed per width, and the forward that uses them.
-    Packed once per model (≈ 4 s and one weight copy per width for SmolLM2); weights changed
-    in place afterwards would need a fresh model object."""
+    """Per linear layer: its packed weights and the forward that uses them. Packed once per
+    model (one panel copy, or with MKL ≈ 4 s and one copy per width for SmolLM2); weights
+    changed in place afterwards would need a fresh model object."""
     if not packing_enabled(model):
         return {}
     packs = _PACKED.get(model)
     if packs is None:
         packs = {}
-        widths = pack_widths(model)
+        panels = sgemm.available()  # one copy serves every width; else MKL's copy per width
+        widths = () if panels else pack_widths(model)
         for module in model.modules():
-            if isinstance(module, torch.nn.Linear):
+            if not isinstance(module, torch.nn.Linear):
+                continue
+            if panels:
+                kernel = sgemm.PackedLinear(module.weight, module.bias)
+                packs[module] = (kernel, kernel)
+            else:
                 by_width = {w: torch.ops.mkl._mkl_reorder_linear_weight(module.weight.detach(), w)
                             for w in widths}
                 packs[module] = (by_width, _packed_forward(module, by_width))
@@ -172,11 +181,11 @@ def _packs(model: Any) -> dict[Any, tuple[dict[int, torch.Tensor], Any]]:
 
 
 def packing_enabled(model: Any) -> bool:
-    """Whether ``model``'s linear layers run on pre-packed weights: fp32 on a CPU whose torch
-    has MKL, unless ``SPECTOOL_PACKED_GEMM=0``."""
+    """Whether ``model``'s linear layers run on pre-packed weights: fp32 on a CPU where the
+    panel kernel builds or torch has MKL, unless ``SPECTOOL_PACKED_GEMM=0``."""
     return (os.environ.get("SPECTOOL_PACKED_GEMM", "1") != "0" and model.dtype == torch.float32
             and model.device.type == "cpu"
-            and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight"))
+            and (sgemm.available() or hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")))
 
 
 def pack_widths(model: Any) -> tuple[int, ...]:
@@ -193,8 +202,7 @@ def pack_widths(model: Any) -> tuple[int, ...]:
 
 def linear_kernels(model: Any, packed: bool = True) -> Any:
     """A factory: Linear module -> the callable that runs it on this model's fastest kernels
-    (pre-packed weights for the packed widths unless ``packed=False``, ``F.linear``
-    otherwise)."""
+    (pre-packed weights unless ``packed=False``, ``F.linear`` otherwise)."""
     packs = _packs(model) if packed else {}
 
     def make(module: torch.nn.Linear) -> Any:

@@ -149,8 +149,9 @@ def lean_for(model: Any, *, packed: bool = True) -> LeanLlama | None:
     model does not qualify or ``SPECTOOL_LEAN_FORWARD=0``.
 
     ``packed``: run the linear layers on :mod:`.fastpath`'s pre-packed fp32 weights where
-    those apply (not with ``SPECTOOL_PACKED_GEMM=0``). They cost one weight copy per packed
-    width, so only callers that verify wide trees (the tree decoder) ask for them.
+    those apply (not with ``SPECTOOL_PACKED_GEMM=0``). That is one weight copy with the panel
+    kernel of :mod:`.sgemm` and one per packed width with MKL's, so callers that do not verify
+    wide trees ask for them only in the first case.
     """
     if os.environ.get("SPECTOOL_LEAN_FORWARD", "1") == "0" or not supports(model):
         return None

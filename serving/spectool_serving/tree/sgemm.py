@@ -1,0 +1,131 @@
+"""fp32 linear layers for tree verification on one panel-packed weight copy (a C kernel).
+
+Why: on a CPU the rows of a verified tree (1–48) make a GEMM that should cost what streaming
+the weights costs, whatever the row count. MKL's kernels either re-pack the weights on every
+call or need one packed copy per row count (≈ 0.54 GB each for SmolLM2 in fp32). The kernel in
+``_sgemm.c`` packs each weight once into 64-column panels, serves every row count from that
+copy, prefetches the weight stream under its FMAs, and gives each row the same result whatever
+other rows share the call.
+
+The kernel is compiled on first use with the system C compiler (``cc``/``gcc``, under a second)
+into ``$SPECTOOL_KERNEL_CACHE`` (default ``~/.cache/spectool/kernels``), keyed by the source
+and flags. Without AVX-512, a compiler, or with ``SPECTOOL_SGEMM=0``, :func:`available` is
+False and callers keep torch's kernels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch  # first: the kernel must bind to the OpenMP runtime torch has loaded
+
+__all__ = ["MAX_ROWS", "PackedLinear", "available", "library"]
+
+log = logging.getLogger(__name__)
+
+MAX_ROWS = 48  # above this, BLAS kernels built for large M win (prefill)
+_SOURCE = Path(__file__).with_name("_sgemm.c")
+_FLAGS = ("-O3", "-mavx512f", "-mavx512vl", "-mfma", "-fopenmp", "-fPIC", "-shared")
+_lib: ctypes.CDLL | None = None
+_tried = False
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("SPECTOOL_KERNEL_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "spectool" / "kernels"
+
+
+def _build(compiler: str) -> Path:
+    source = _SOURCE.read_bytes()
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    tag = hashlib.sha256(source + " ".join(_FLAGS).encode() + version.encode()).hexdigest()[:16]
+    target = _cache_dir() / f"sgemm-{tag}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # build beside the target and rename: concurrent first uses never load a half-written file
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run([compiler, *_FLAGS, str(_SOURCE), "-o", tmp],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise OSError(f"{compiler} failed: {done.stderr.strip()[:400]}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded kernel library, or None where it cannot run here (reason logged once)."""
+    global _lib, _tried
+    if _tried:
+        return _lib
+    _tried = True
+    if os.environ.get("SPECTOOL_SGEMM", "1") == "0":
+        return None
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if compiler is None:
+        log.info("spectool: no C compiler; tree GEMMs stay on torch's kernels")
+        return None
+    try:
+        lib = ctypes.CDLL(str(_build(compiler)))
+    except OSError as exc:
+        log.warning("spectool: small-row GEMM kernel unavailable (%s)", exc)
+        return None
+    if not lib.spectool_sgemm_supported():
+        return None
+    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib.spectool_sgemm_packed_floats.argtypes, lib.spectool_sgemm_packed_floats.restype = [i64, i64], i64
+    lib.spectool_sgemm_pack.argtypes, lib.spectool_sgemm_pack.restype = [ptr, i64, i64, ptr], None
+    lib.spectool_sgemm.argtypes = [ptr, i64, i64, ptr, i64, i64, ptr, ptr, i64]
+    lib.spectool_sgemm.restype = None
+    _lib = lib
+    return lib
+
+
+def available() -> bool:
+    return library() is not None
+
+
+class PackedLinear:
+    """``F.linear(x, weight, bias)`` for inputs of 1..:data:`MAX_ROWS` rows, on a panel-packed
+    copy of ``weight`` (fp32, CPU). Wider inputs fall back to ``F.linear``."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        lib = library()
+        if lib is None:
+            raise RuntimeError("the small-row GEMM kernel is not available on this machine")
+        if weight.dtype != torch.float32 or weight.device.type != "cpu" or weight.dim() != 2:
+            raise ValueError("PackedLinear takes a 2-D fp32 CPU weight")
+        self.weight, self.bias = weight, bias  # references, for the wide fallback
+        w = weight.detach().contiguous()
+        self.n, self.k = w.shape
+        self.packed = torch.empty(lib.spectool_sgemm_packed_floats(self.n, self.k))
+        lib.spectool_sgemm_pack(w.data_ptr(), self.n, self.k, self.packed.data_ptr())
+        self._bias = None if bias is None else bias.detach().float().contiguous()
+        self._call = lib.spectool_sgemm
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // self.k if x.shape[-1] == self.k else -1
+        if not 0 < rows <= MAX_ROWS or x.dtype != torch.float32 or x.requires_grad:
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+        flat = x.reshape(rows, self.k)
+        if flat.stride(1) != 1:
+            flat = flat.contiguous()
+        y = torch.empty(rows, self.n)
+        self._call(flat.data_ptr(), rows, flat.stride(0), self.packed.data_ptr(), self.n, self.k,
+                   None if self._bias is None else self._bias.data_ptr(), y.data_ptr(), self.n)
+        return y.view(*x.shape[:-1], self.n)

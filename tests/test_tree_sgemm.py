@@ -1,0 +1,110 @@
+"""The small-row fp32 GEMM kernel (``spectool_serving.tree.sgemm``): results, batch
+invariance, fallbacks, and that it runs on torch's own OpenMP threads."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from spectool_serving.tree import sgemm
+
+
+def _cpu_has_avx512() -> bool:
+    try:
+        return " avx512f " in open("/proc/cpuinfo").read().replace("\n", " ")
+    except OSError:
+        return False
+
+
+# Only a machine that cannot run the kernel at all skips; on one that can, unavailability fails.
+needs_kernel = pytest.mark.skipif(not (_cpu_has_avx512() and (shutil.which("cc") or shutil.which("gcc"))),
+                                  reason="no AVX-512 CPU or no C compiler: the kernel cannot run here")
+
+
+@needs_kernel
+def test_kernel_builds_and_loads_where_the_cpu_supports_it():
+    assert sgemm.available()
+
+
+@needs_kernel
+@pytest.mark.parametrize("n,k,bias", [(576, 576, False), (192, 576, True), (100, 37, True),
+                                      (1536, 1536, False), (3, 16, False)])
+def test_packed_linear_matches_f_linear(n, k, bias):
+    g = torch.Generator().manual_seed(n * 7 + k)
+    w = torch.randn(n, k, generator=g) * 0.05
+    b = torch.randn(n, generator=g) if bias else None
+    lin = sgemm.PackedLinear(w, b)
+    for rows in (1, 2, 5, 6, 7, 13, sgemm.MAX_ROWS):
+        x = torch.randn(rows, k, generator=g)
+        ref = F.linear(x, w, b)
+        out = lin(x)
+        assert out.shape == ref.shape
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+def test_a_rows_result_does_not_depend_on_the_other_rows():
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(300, 576, generator=g)
+    lin = sgemm.PackedLinear(w)
+    x = torch.randn(11, 576, generator=g)
+    alone = torch.cat([lin(x[i:i + 1]) for i in range(11)])
+    together = lin(x)
+    assert torch.equal(alone, together)  # bit for bit: one k-ordered chain per output
+
+
+@needs_kernel
+def test_shapes_strides_and_wide_inputs():
+    g = torch.Generator().manual_seed(2)
+    w = torch.randn(64, 32, generator=g)
+    lin = sgemm.PackedLinear(w)
+    x3 = torch.randn(2, 3, 32, generator=g)  # [B, Q, K] -> [B, Q, N]
+    torch.testing.assert_close(lin(x3), F.linear(x3, w), rtol=1e-5, atol=1e-5)
+    strided = torch.randn(4, 64, generator=g)[:, ::2]  # last dim not contiguous
+    torch.testing.assert_close(lin(strided), F.linear(strided, w), rtol=1e-5, atol=1e-5)
+    wide = torch.randn(sgemm.MAX_ROWS + 1, 32, generator=g)  # prefill widths: torch's kernel
+    assert torch.equal(lin(wide), F.linear(wide, w))
+    with pytest.raises(RuntimeError):
+        lin(torch.randn(2, 31))  # wrong K: F.linear's own shape error, not a wrong read
+
+
+@needs_kernel
+def test_refuses_weights_it_cannot_pack():
+    with pytest.raises(ValueError):
+        sgemm.PackedLinear(torch.randn(4, 4, dtype=torch.bfloat16))
+    with pytest.raises(ValueError):
+        sgemm.PackedLinear(torch.randn(4))
+
+
+@needs_kernel
+def test_shares_torchs_openmp_runtime():
+    """A second OpenMP runtime would bring its own spinning threads to fight torch's for the
+    two cores; the kernel must bind to the libgomp torch loaded."""
+    import os
+
+    assert sgemm.available()
+    # the kernel asks for soname libgomp.so.1; vendored copies under hashed names (scikit-learn's)
+    # are other libraries' business
+    with open("/proc/self/maps") as maps:
+        gomps = {line.split()[-1] for line in maps if "/libgomp.so" in line}
+    assert gomps == {os.path.join(os.path.dirname(torch.__file__), "lib", "libgomp.so.1")}, gomps
+
+
+@needs_kernel
+def test_switch_off_and_build_cache(monkeypatch, tmp_path):
+    monkeypatch.setattr(sgemm, "_tried", False)
+    monkeypatch.setattr(sgemm, "_lib", None)
+    monkeypatch.setenv("SPECTOOL_SGEMM", "0")
+    assert not sgemm.available()
+    with pytest.raises(RuntimeError, match="not available"):
+        sgemm.PackedLinear(torch.randn(4, 4))
+    monkeypatch.setenv("SPECTOOL_KERNEL_CACHE", str(tmp_path))
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    first = sgemm._build(compiler)
+    stamp = first.stat().st_mtime_ns
+    assert first.parent == tmp_path and sgemm._build(compiler) == first
+    assert first.stat().st_mtime_ns == stamp  # reused, not rebuilt
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary left behind
