@@ -95,7 +95,7 @@ def test_batched_tree_decoding_matches_single(lm, refs):
 
 def test_verify_kernels_packed_gemms_match_stock_and_restore_the_model(lm, monkeypatch):
     """A 16-token tree scores the same on the packed kernels (the panel kernel of
-    :mod:`.sgemm`, or MKL's packed weights without it) as on the stock ones, up to fp32
+    :mod:`.kernels`, or MKL's packed weights without it) as on the stock ones, up to fp32
     summation order, and the model is left exactly as it was (a shared model's generate is
     untouched)."""
     from spectool_serving.tree import fastpath

@@ -9,7 +9,7 @@ Two entry points, both under ``torch.inference_mode``:
 
 Llama-architecture models run both through :mod:`.tree.lean` (the same maths as
 transformers' modules with far less per-operator overhead); others through the model's own
-forward. In fp32 the lean forward's GEMMs run on :mod:`.tree.sgemm`'s panel kernel where it
+forward. In fp32 the lean forward's GEMMs run on :mod:`.tree.kernels`'s panel kernel where it
 builds (one extra weight copy serves every row count), and otherwise on the model's own
 weights: MKL's packed alternative needs a copy per row count, gigabytes for the few tokens per
 row an engine step verifies.
@@ -38,11 +38,11 @@ class Runner:
         """token_ids [L] -> (logits of the last token [V] in fp32, batch-1 DynamicCache)."""
         from transformers import DynamicCache
 
-        from .tree import sgemm
+        from .tree import kernels
         from .tree.lean import lean_for
 
         cache = DynamicCache()
-        lean = lean_for(self.model, packed=sgemm.available())
+        lean = lean_for(self.model, packed=kernels.available())
         with torch.inference_mode():
             if lean is not None:
                 ids = torch.tensor([token_ids], device=self.device)
@@ -64,10 +64,10 @@ class Runner:
 
         The cache grows by G slots per row; the caller marks which of them stay valid.
         """
-        from .tree import sgemm
+        from .tree import kernels
         from .tree.lean import lean_for
 
-        lean = lean_for(self.model, packed=sgemm.available())
+        lean = lean_for(self.model, packed=kernels.available())
         with torch.inference_mode():
             if lean is not None:
                 logits = lean(input_ids.to(self.device), position_ids.to(self.device),

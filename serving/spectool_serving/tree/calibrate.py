@@ -86,7 +86,7 @@ def device_name() -> str:
         return f"cpu-{platform.machine()}"
     if torch.cuda.is_available():
         return "cuda-" + torch.cuda.get_device_name(0).replace(" ", "_")
-    from .sgemm import available
+    from .kernels import available
 
     # the GEMM kernels set the cost curve: tables measured on one never stand for the other
     return f"cpu-{platform.machine()}" + ("-panel" if available() else "")

@@ -13,9 +13,9 @@ matmul FLOPs is memory traffic proportional to the cache, paid every step:
   the query-length axis instead, so attention reads the cache once. Same maths, same result.
 
 And one compute fix: fp32 GEMMs of a few rows (a verified tree). Stock ``F.linear``
-re-packs the weight matrix on every call. Where the C kernel of :mod:`.sgemm` builds (x86-64
+re-packs the weight matrix on every call. Where the C kernel of :mod:`.kernels` builds (x86-64
 with AVX-512 and a C compiler), every linear layer runs on one panel-packed copy of its
-weights for any row count up to :data:`.sgemm.MAX_ROWS` (SmolLM2, context 256, same process:
+weights for any row count up to :data:`.kernels.MAX_ROWS` (SmolLM2, context 256, same process:
 4 tokens 40.4 → 36.4 ms, 8 tokens 46 → 45 ms, 12 tokens 52 → 47 ms against MKL's packing).
 Elsewhere, weights pre-packed by MKL are used for the widths in ``PACK_WIDTHS``, one copy per
 width, taken in order of value until ``SPECTOOL_PACK_MAX_GB`` (default 4) is used; widths up
@@ -43,7 +43,7 @@ from transformers.cache_utils import DynamicLayer
 
 from spectool._errors import ConfigError
 
-from . import sgemm
+from . import kernels
 
 __all__ = ["ATTENTION_NAME", "PACK_WIDTHS", "GrowableLayer", "grouped_attention",
            "linear_kernels", "new_cache", "pack_widths", "packing_enabled",
@@ -164,13 +164,13 @@ def _packs(model: Any) -> dict[Any, tuple[dict[int, torch.Tensor], Any]]:
     packs = _PACKED.get(model)
     if packs is None:
         packs = {}
-        panels = sgemm.available()  # one copy serves every width; else MKL's copy per width
+        panels = kernels.available()  # one copy serves every width; else MKL's copy per width
         widths = () if panels else pack_widths(model)
         for module in model.modules():
             if not isinstance(module, torch.nn.Linear):
                 continue
             if panels:
-                kernel = sgemm.PackedLinear(module.weight, module.bias)
+                kernel = kernels.PackedLinear(module.weight, module.bias)
                 packs[module] = (kernel, kernel)
             else:
                 by_width = {w: torch.ops.mkl._mkl_reorder_linear_weight(module.weight.detach(), w)
@@ -185,7 +185,7 @@ def packing_enabled(model: Any) -> bool:
     panel kernel builds or torch has MKL, unless ``SPECTOOL_PACKED_GEMM=0``."""
     return (os.environ.get("SPECTOOL_PACKED_GEMM", "1") != "0" and model.dtype == torch.float32
             and model.device.type == "cpu"
-            and (sgemm.available() or hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")))
+            and (kernels.available() or hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")))
 
 
 def pack_widths(model: Any) -> tuple[int, ...]:

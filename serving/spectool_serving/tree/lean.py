@@ -150,7 +150,7 @@ def lean_for(model: Any, *, packed: bool = True) -> LeanLlama | None:
 
     ``packed``: run the linear layers on :mod:`.fastpath`'s pre-packed fp32 weights where
     those apply (not with ``SPECTOOL_PACKED_GEMM=0``). That is one weight copy with the panel
-    kernel of :mod:`.sgemm` and one per packed width with MKL's, so callers that do not verify
+    kernel of :mod:`.kernels` and one per packed width with MKL's, so callers that do not verify
     wide trees ask for them only in the first case.
     """
     if os.environ.get("SPECTOOL_LEAN_FORWARD", "1") == "0" or not supports(model):

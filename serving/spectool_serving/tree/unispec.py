@@ -48,7 +48,9 @@ class NGramStore:
     def refresh(self, tokens: list[int] | np.ndarray, parents: list[int] | np.ndarray,
                 logits: "torch.Tensor") -> None:
         """:meth:`update` from the verifier's logits [n, V] at those n nodes (softmax top-k)."""
-        conf, ids = logits.float().softmax(dim=-1).topk(self.k, dim=-1)
+        from .kernels import row_stats  # one pass per row where the C kernel runs
+
+        _, ids, conf = row_stats(logits, self.k)
         self.update(np.asarray(tokens), np.asarray(parents), ids.numpy(), conf.numpy())
 
 

@@ -1,5 +1,5 @@
-"""The small-row fp32 GEMM kernel (``spectool_serving.tree.sgemm``): results, batch
-invariance, fallbacks, and that it runs on torch's own OpenMP threads."""
+"""spectool's CPU kernels (``spectool_serving.tree.kernels``): the small-row GEMM's results,
+batch invariance and fallbacks, that it runs on torch's own OpenMP threads, and row_stats."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from spectool_serving.tree import sgemm
+from spectool_serving.tree import kernels
 
 
 def _cpu_has_avx512() -> bool:
@@ -26,7 +26,7 @@ needs_kernel = pytest.mark.skipif(not (_cpu_has_avx512() and (shutil.which("cc")
 
 @needs_kernel
 def test_kernel_builds_and_loads_where_the_cpu_supports_it():
-    assert sgemm.available()
+    assert kernels.available()
 
 
 @needs_kernel
@@ -36,8 +36,8 @@ def test_packed_linear_matches_f_linear(n, k, bias):
     g = torch.Generator().manual_seed(n * 7 + k)
     w = torch.randn(n, k, generator=g) * 0.05
     b = torch.randn(n, generator=g) if bias else None
-    lin = sgemm.PackedLinear(w, b)
-    for rows in (1, 2, 5, 6, 7, 13, sgemm.MAX_ROWS):
+    lin = kernels.PackedLinear(w, b)
+    for rows in (1, 2, 5, 6, 7, 13, kernels.MAX_ROWS):
         x = torch.randn(rows, k, generator=g)
         ref = F.linear(x, w, b)
         out = lin(x)
@@ -49,7 +49,7 @@ def test_packed_linear_matches_f_linear(n, k, bias):
 def test_a_rows_result_does_not_depend_on_the_other_rows():
     g = torch.Generator().manual_seed(1)
     w = torch.randn(300, 576, generator=g)
-    lin = sgemm.PackedLinear(w)
+    lin = kernels.PackedLinear(w)
     x = torch.randn(11, 576, generator=g)
     alone = torch.cat([lin(x[i:i + 1]) for i in range(11)])
     together = lin(x)
@@ -60,12 +60,12 @@ def test_a_rows_result_does_not_depend_on_the_other_rows():
 def test_shapes_strides_and_wide_inputs():
     g = torch.Generator().manual_seed(2)
     w = torch.randn(64, 32, generator=g)
-    lin = sgemm.PackedLinear(w)
+    lin = kernels.PackedLinear(w)
     x3 = torch.randn(2, 3, 32, generator=g)  # [B, Q, K] -> [B, Q, N]
     torch.testing.assert_close(lin(x3), F.linear(x3, w), rtol=1e-5, atol=1e-5)
     strided = torch.randn(4, 64, generator=g)[:, ::2]  # last dim not contiguous
     torch.testing.assert_close(lin(strided), F.linear(strided, w), rtol=1e-5, atol=1e-5)
-    wide = torch.randn(sgemm.MAX_ROWS + 1, 32, generator=g)  # prefill widths: torch's kernel
+    wide = torch.randn(kernels.MAX_ROWS + 1, 32, generator=g)  # prefill widths: torch's kernel
     assert torch.equal(lin(wide), F.linear(wide, w))
     with pytest.raises(RuntimeError):
         lin(torch.randn(2, 31))  # wrong K: F.linear's own shape error, not a wrong read
@@ -74,9 +74,9 @@ def test_shapes_strides_and_wide_inputs():
 @needs_kernel
 def test_refuses_weights_it_cannot_pack():
     with pytest.raises(ValueError):
-        sgemm.PackedLinear(torch.randn(4, 4, dtype=torch.bfloat16))
+        kernels.PackedLinear(torch.randn(4, 4, dtype=torch.bfloat16))
     with pytest.raises(ValueError):
-        sgemm.PackedLinear(torch.randn(4))
+        kernels.PackedLinear(torch.randn(4))
 
 
 @needs_kernel
@@ -85,7 +85,7 @@ def test_shares_torchs_openmp_runtime():
     two cores; the kernel must bind to the libgomp torch loaded."""
     import os
 
-    assert sgemm.available()
+    assert kernels.available()
     # the kernel asks for soname libgomp.so.1; vendored copies under hashed names (scikit-learn's)
     # are other libraries' business
     with open("/proc/self/maps") as maps:
@@ -95,16 +95,45 @@ def test_shares_torchs_openmp_runtime():
 
 @needs_kernel
 def test_switch_off_and_build_cache(monkeypatch, tmp_path):
-    monkeypatch.setattr(sgemm, "_tried", False)
-    monkeypatch.setattr(sgemm, "_lib", None)
-    monkeypatch.setenv("SPECTOOL_SGEMM", "0")
-    assert not sgemm.available()
+    monkeypatch.setattr(kernels, "_tried", False)
+    monkeypatch.setattr(kernels, "_lib", None)
+    monkeypatch.setenv("SPECTOOL_CPU_KERNELS", "0")
+    assert not kernels.available()
     with pytest.raises(RuntimeError, match="not available"):
-        sgemm.PackedLinear(torch.randn(4, 4))
+        kernels.PackedLinear(torch.randn(4, 4))
     monkeypatch.setenv("SPECTOOL_KERNEL_CACHE", str(tmp_path))
     compiler = shutil.which("cc") or shutil.which("gcc")
-    first = sgemm._build(compiler)
+    first = kernels._build(compiler)
     stamp = first.stat().st_mtime_ns
-    assert first.parent == tmp_path and sgemm._build(compiler) == first
+    assert first.parent == tmp_path and kernels._build(compiler) == first
     assert first.stat().st_mtime_ns == stamp  # reused, not rebuilt
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary left behind
+
+
+@needs_kernel
+def test_row_stats_match_torch_and_break_ties_like_argmax():
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(9, 5000, generator=g) * 4
+    logits[2, 700] = logits[2, 1200] = logits[2].max() + 1  # an exact tie for the maximum
+    logits[5, 10:20] = 50.0  # ten tied top values
+    argmax, ids, probs = kernels.row_stats(logits, 10)
+    assert torch.equal(argmax, logits.argmax(-1))
+    assert argmax[2] == 700 and ids[2, :2].tolist() == [700, 1200]
+    assert ids[5].tolist() == list(range(10, 20))  # ties keep index order
+    ref_p, ref_i = logits.softmax(-1).topk(10, dim=-1)
+    untied = [r for r in range(9) if r not in (2, 5)]
+    assert torch.equal(ids[untied], ref_i[untied])
+    torch.testing.assert_close(probs, ref_p, rtol=1e-5, atol=1e-7)
+    _, ids4, probs4 = kernels.row_stats(logits[:, :4], 10)  # k above the vocabulary: all of it
+    assert ids4.shape == (9, 4) and torch.allclose(probs4.sum(-1), torch.ones(9))
+
+
+@needs_kernel
+def test_row_stats_without_the_kernel_is_torchs(monkeypatch):
+    logits = torch.randn(3, 800, generator=torch.Generator().manual_seed(4))
+    fast = kernels.row_stats(logits, 5)
+    monkeypatch.setattr(kernels, "_lib", None)
+    monkeypatch.setattr(kernels, "_tried", True)
+    slow = kernels.row_stats(logits, 5)
+    assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+    torch.testing.assert_close(fast[2], slow[2])

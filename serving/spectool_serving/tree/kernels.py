@@ -1,15 +1,18 @@
-"""fp32 linear layers for tree verification on one panel-packed weight copy (a C kernel).
+"""Two C kernels for the tree decoder on CPU, built on first use.
 
-Why: on a CPU the rows of a verified tree (1–48) make a GEMM that should cost what streaming
+:class:`PackedLinear` — fp32 linear layers on one panel-packed weight copy. Why: on a CPU the rows of a verified tree (1–48) make a GEMM that should cost what streaming
 the weights costs, whatever the row count. MKL's kernels either re-pack the weights on every
 call or need one packed copy per row count (≈ 0.54 GB each for SmolLM2 in fp32). The kernel in
 ``_sgemm.c`` packs each weight once into 64-column panels, serves every row count from that
 copy, prefetches the weight stream under its FMAs, and gives each row the same result whatever
 other rows share the call.
 
-The kernel is compiled on first use with the system C compiler (``cc``/``gcc``, under a second)
+:func:`row_stats` — the greedy token and the top-k softmax probabilities of each logits row in
+one pass, instead of torch's argmax + softmax + topk over [n, V] (``_rowstats.c``).
+
+The library is compiled on first use with the system C compiler (``cc``/``gcc``, under a second)
 into ``$SPECTOOL_KERNEL_CACHE`` (default ``~/.cache/spectool/kernels``), keyed by the source
-and flags. Without AVX-512, a compiler, or with ``SPECTOOL_SGEMM=0``, :func:`available` is
+and flags. Without AVX-512, a compiler, or with ``SPECTOOL_CPU_KERNELS=0``, :func:`available` is
 False and callers keep torch's kernels.
 """
 
@@ -27,13 +30,17 @@ from pathlib import Path
 
 import torch  # first: the kernel must bind to the OpenMP runtime torch has loaded
 
-__all__ = ["MAX_ROWS", "PackedLinear", "available", "library"]
+__all__ = ["MAX_ROWS", "PackedLinear", "available", "library", "row_stats"]
 
 log = logging.getLogger(__name__)
 
 MAX_ROWS = 48  # above this, BLAS kernels built for large M win (prefill)
-_SOURCE = Path(__file__).with_name("_sgemm.c")
-_FLAGS = ("-O3", "-mavx512f", "-mavx512vl", "-mfma", "-fopenmp", "-fPIC", "-shared")
+_HERE = Path(__file__).parent
+# source -> its own flags: the exp sum of row_stats may reorder (fast-math vectorises expf
+# through glibc's libmvec); the GEMM's FMA chains must not
+_SOURCES = {"_sgemm.c": (), "_rowstats.c": ("-ffast-math",)}
+_FLAGS = ("-O3", "-mavx512f", "-mavx512vl", "-mfma", "-fopenmp", "-fPIC")
+MAX_TOP_K = 64
 _lib: ctypes.CDLL | None = None
 _tried = False
 
@@ -44,26 +51,33 @@ def _cache_dir() -> Path:
 
 
 def _build(compiler: str) -> Path:
-    source = _SOURCE.read_bytes()
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    tag = hashlib.sha256(source + " ".join(_FLAGS).encode() + version.encode()).hexdigest()[:16]
-    target = _cache_dir() / f"sgemm-{tag}.so"
+    digest = hashlib.sha256(" ".join(_FLAGS).encode() + version.encode())
+    for name, extra in _SOURCES.items():
+        digest.update(name.encode() + " ".join(extra).encode() + (_HERE / name).read_bytes())
+    target = _cache_dir() / f"kernels-{digest.hexdigest()[:16]}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     # build beside the target and rename: concurrent first uses never load a half-written file
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
+    work = Path(tempfile.mkdtemp(dir=target.parent))
     try:
-        done = subprocess.run([compiler, *_FLAGS, str(_SOURCE), "-o", tmp],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            raise OSError(f"{compiler} failed: {done.stderr.strip()[:400]}")
-        os.replace(tmp, target)
+        objects = []
+        for name, extra in _SOURCES.items():
+            obj = work / (name[:-2] + ".o")
+            _run([compiler, *_FLAGS, *extra, "-c", str(_HERE / name), "-o", str(obj)])
+            objects.append(str(obj))
+        _run([compiler, "-shared", "-fopenmp", *objects, "-o", str(work / "lib.so"), "-lm"])
+        os.replace(work / "lib.so", target)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        shutil.rmtree(work, ignore_errors=True)
     return target
+
+
+def _run(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise OSError(f"{cmd[0]} failed: {done.stderr.strip()[:400]}")
 
 
 def library() -> ctypes.CDLL | None:
@@ -72,7 +86,7 @@ def library() -> ctypes.CDLL | None:
     if _tried:
         return _lib
     _tried = True
-    if os.environ.get("SPECTOOL_SGEMM", "1") == "0":
+    if os.environ.get("SPECTOOL_CPU_KERNELS", "1") == "0":
         return None
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return None
@@ -83,7 +97,7 @@ def library() -> ctypes.CDLL | None:
     try:
         lib = ctypes.CDLL(str(_build(compiler)))
     except OSError as exc:
-        log.warning("spectool: small-row GEMM kernel unavailable (%s)", exc)
+        log.warning("spectool: CPU kernels unavailable (%s)", exc)
         return None
     if not lib.spectool_sgemm_supported():
         return None
@@ -92,6 +106,8 @@ def library() -> ctypes.CDLL | None:
     lib.spectool_sgemm_pack.argtypes, lib.spectool_sgemm_pack.restype = [ptr, i64, i64, ptr], None
     lib.spectool_sgemm.argtypes = [ptr, i64, i64, ptr, i64, i64, ptr, ptr, i64]
     lib.spectool_sgemm.restype = None
+    lib.spectool_row_stats.argtypes = [ptr, i64, i64, i64, ptr, ptr, ptr]
+    lib.spectool_row_stats.restype = None
     _lib = lib
     return lib
 
@@ -107,7 +123,7 @@ class PackedLinear:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         lib = library()
         if lib is None:
-            raise RuntimeError("the small-row GEMM kernel is not available on this machine")
+            raise RuntimeError("spectool's CPU kernels are not available on this machine")
         if weight.dtype != torch.float32 or weight.device.type != "cpu" or weight.dim() != 2:
             raise ValueError("PackedLinear takes a 2-D fp32 CPU weight")
         self.weight, self.bias = weight, bias  # references, for the wide fallback
@@ -129,3 +145,22 @@ class PackedLinear:
         self._call(flat.data_ptr(), rows, flat.stride(0), self.packed.data_ptr(), self.n, self.k,
                    None if self._bias is None else self._bias.data_ptr(), y.data_ptr(), self.n)
         return y.view(*x.shape[:-1], self.n)
+
+
+def row_stats(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """logits [n, V] -> (argmax [n] (first maximum, as ``torch.argmax``), top-k ids [n, k],
+    top-k softmax probabilities [n, k]); torch's ops where the kernel is not available."""
+    k = min(k, logits.shape[-1])
+    lib = library()
+    if lib is None or logits.dim() != 2 or k > MAX_TOP_K or logits.device.type != "cpu":
+        probs, ids = logits.float().softmax(dim=-1).topk(k, dim=-1)
+        return logits.argmax(-1), ids, probs
+    x = logits.float().contiguous()
+    n, vocab = x.shape
+    argmax = torch.empty(n, dtype=torch.long)
+    ids = torch.empty(n, k, dtype=torch.long)
+    probs = torch.empty(n, k)
+    if n:
+        lib.spectool_row_stats(x.data_ptr(), n, vocab, k, argmax.data_ptr(), ids.data_ptr(),
+                               probs.data_ptr())
+    return argmax, ids, probs
