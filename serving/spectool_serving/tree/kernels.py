@@ -90,6 +90,8 @@ def library() -> ctypes.CDLL | None:
         return None
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return None
+    if not _cpu_has("avx512f"):  # checked before loading: the library's code is AVX-512
+        return None
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if compiler is None:
         log.info("spectool: no C compiler; tree GEMMs stay on torch's kernels")
@@ -110,6 +112,14 @@ def library() -> ctypes.CDLL | None:
     lib.spectool_row_stats.restype = None
     _lib = lib
     return lib
+
+
+def _cpu_has(flag: str) -> bool:
+    try:
+        with open("/proc/cpuinfo") as info:
+            return any(line.startswith("flags") and flag in line.split() for line in info)
+    except OSError:
+        return False
 
 
 def available() -> bool:
