@@ -12,16 +12,10 @@ import torch.nn.functional as F
 from spectool_serving.tree import kernels
 
 
-def _cpu_has_avx512() -> bool:
-    try:
-        return " avx512f " in open("/proc/cpuinfo").read().replace("\n", " ")
-    except OSError:
-        return False
-
-
 # Only a machine that cannot run the kernel at all skips; on one that can, unavailability fails.
-needs_kernel = pytest.mark.skipif(not (_cpu_has_avx512() and (shutil.which("cc") or shutil.which("gcc"))),
-                                  reason="no AVX-512 CPU or no C compiler: the kernel cannot run here")
+needs_kernel = pytest.mark.skipif(
+    not (kernels._cpu_has("avx512f") and (shutil.which("cc") or shutil.which("gcc"))),
+    reason="no AVX-512 CPU or no C compiler: the kernel cannot run here")
 
 
 @needs_kernel

@@ -88,8 +88,9 @@ def device_name() -> str:
         return "cuda-" + torch.cuda.get_device_name(0).replace(" ", "_")
     from .kernels import available
 
-    # the GEMM kernels set the cost curve: tables measured on one never stand for the other
-    return f"cpu-{platform.machine()}" + ("-panel" if available() else "")
+    # the kernels set the cost curve: tables measured on one never stand for the other
+    # ("-fused": the panel GEMM with every Llama layer's glue in C, :mod:`.fused`)
+    return f"cpu-{platform.machine()}" + ("-fused" if available() else "")
 
 
 def calibration_dir() -> Path:

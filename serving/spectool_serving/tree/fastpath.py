@@ -46,7 +46,7 @@ from spectool._errors import ConfigError
 from . import kernels
 
 __all__ = ["ATTENTION_NAME", "PACK_WIDTHS", "GrowableLayer", "grouped_attention",
-           "linear_kernels", "new_cache", "pack_widths", "packing_enabled",
+           "linear_kernels", "new_cache", "pack_widths", "packing_enabled", "reserve_slots",
            "verify_kernels"]
 
 ATTENTION_NAME = "spectool_grouped_sdpa"
@@ -137,7 +137,7 @@ def verify_kernels(model: Any) -> Iterator[None]:
     if swap:
         _register()
         cfg._attn_implementation = ATTENTION_NAME
-    packs = _packs(model)
+    packs = {} if _runs_fused(model) else _packs(model)
     for module, (_, forward) in packs.items():
         module.forward = forward  # an instance attribute shadows the class's forward
     _active[key] = 1
@@ -150,6 +150,15 @@ def verify_kernels(model: Any) -> Iterator[None]:
         if swap:
             cfg._attn_implementation = previous
         _last_masks.clear()
+
+
+def _runs_fused(model: Any) -> bool:
+    """Whether the tree code runs ``model`` through :class:`.fused.FusedLlama`, which holds
+    its own packed weights: module-level copies would only double the memory."""
+    from .fused import FusedLlama
+    from .lean import lean_for
+
+    return isinstance(lean_for(model), FusedLlama)
 
 
 _PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -242,29 +251,36 @@ class GrowableLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         start = self.keys.shape[-2] if self.keys.dim() == 4 else 0
         end = start + key_states.shape[-2]
-        if not self._owns_views(key_states) or end > self._kbuf.shape[-2]:
-            self._reallocate(key_states, start, end)
-        self._kbuf[:, :, start:end] = key_states
-        self._vbuf[:, :, start:end] = value_states
-        self.keys, self.values = self._kbuf[:, :, :end], self._vbuf[:, :, :end]
+        kbuf, vbuf = reserve_slots(self, key_states, end)
+        kbuf[:, :, start:end] = key_states
+        vbuf[:, :, start:end] = value_states
+        self.keys, self.values = kbuf[:, :, :end], vbuf[:, :, :end]
         return self.keys, self.values
 
-    def _owns_views(self, new: torch.Tensor) -> bool:
-        """True while keys/values are still prefix views of our buffers (transformers' own
-        reorder/select methods replace them with copies)."""
-        kb, vb = self._kbuf, self._vbuf
-        return (kb is not None and vb is not None and self.keys.dim() == 4
-                and kb.shape[0] == new.shape[0] and self.keys.data_ptr() == kb.data_ptr()
-                and self.values.data_ptr() == vb.data_ptr() and self.keys.stride() == kb.stride())
 
-    def _reallocate(self, like: torch.Tensor, length: int, need: int) -> None:
-        bsz, heads, _, dim = like.shape
-        cap = max(_MIN_CAPACITY, 2 * need)
-        kbuf, vbuf = like.new_empty(bsz, heads, cap, dim), like.new_empty(bsz, heads, cap, dim)
-        if length:
-            kbuf[:, :, :length] = self.keys
-            vbuf[:, :, :length] = self.values
-        self._kbuf, self._vbuf = kbuf, vbuf
+def reserve_slots(layer: DynamicLayer, like: torch.Tensor, need: int
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layer's KV buffers [B, H, capacity ≥ need, D] (shaped like ``like``), whose prefix
+    its keys/values are views of: kept while they still are (transformers' own reorder/select
+    methods replace keys/values with copies), else reallocated at twice ``need`` with the
+    cached slots copied in. Works on any ``DynamicLayer``: the buffers ride as attributes."""
+    kbuf, vbuf = getattr(layer, "_kbuf", None), getattr(layer, "_vbuf", None)
+    keys, values = layer.keys, layer.values
+    owned = (kbuf is not None and vbuf is not None and keys.dim() == 4
+             and kbuf.shape[0] == like.shape[0] and keys.data_ptr() == kbuf.data_ptr()
+             and values.data_ptr() == vbuf.data_ptr() and keys.stride() == kbuf.stride())
+    if owned and need <= kbuf.shape[-2]:
+        return kbuf, vbuf
+    bsz, heads, _, dim = like.shape
+    length = keys.shape[-2] if keys.dim() == 4 else 0
+    cap = max(_MIN_CAPACITY, 2 * need)
+    kbuf, vbuf = like.new_empty(bsz, heads, cap, dim), like.new_empty(bsz, heads, cap, dim)
+    if length:
+        kbuf[:, :, :length] = keys
+        vbuf[:, :, :length] = values
+    layer._kbuf, layer._vbuf = kbuf, vbuf
+    layer.keys, layer.values = kbuf[:, :, :length], vbuf[:, :, :length]
+    return kbuf, vbuf
 
 
 def new_cache() -> DynamicCache:

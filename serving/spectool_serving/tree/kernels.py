@@ -1,4 +1,4 @@
-"""Two C kernels for the tree decoder on CPU, built on first use.
+"""C kernels for the tree decoder on CPU, built on first use.
 
 :class:`PackedLinear` — fp32 linear layers on one panel-packed weight copy. Why: on a CPU the rows of a verified tree (1–48) make a GEMM that should cost what streaming
 the weights costs, whatever the row count. MKL's kernels either re-pack the weights on every
@@ -9,6 +9,9 @@ other rows share the call.
 
 :func:`row_stats` — the greedy token and the top-k softmax probabilities of each logits row in
 one pass, instead of torch's argmax + softmax + topk over [n, V] (``_rowstats.c``).
+
+``_layers.c`` — every decoder layer of a Llama model for those few rows in one call, on the
+panel GEMM (used by :mod:`.fused`).
 
 The library is compiled on first use with the system C compiler (``cc``/``gcc``, under a second)
 into ``$SPECTOOL_KERNEL_CACHE`` (default ``~/.cache/spectool/kernels``), keyed by the source
@@ -38,7 +41,8 @@ MAX_ROWS = 48  # above this, BLAS kernels built for large M win (prefill)
 _HERE = Path(__file__).parent
 # source -> its own flags: the exp sum of row_stats may reorder (fast-math vectorises expf
 # through glibc's libmvec); the GEMM's FMA chains must not
-_SOURCES = {"_sgemm.c": (), "_rowstats.c": ("-ffast-math",)}
+# (and the layer glue keeps transformers' elementwise rounding: no fused multiply-adds)
+_SOURCES = {"_sgemm.c": (), "_rowstats.c": ("-ffast-math",), "_layers.c": ("-ffp-contract=off",)}
 _FLAGS = ("-O3", "-mavx512f", "-mavx512vl", "-mfma", "-fopenmp", "-fPIC")
 MAX_TOP_K = 64
 _lib: ctypes.CDLL | None = None
@@ -110,6 +114,9 @@ def library() -> ctypes.CDLL | None:
     lib.spectool_sgemm.restype = None
     lib.spectool_row_stats.argtypes = [ptr, i64, i64, i64, ptr, ptr, ptr]
     lib.spectool_row_stats.restype = None
+    lib.spectool_llama_layers.argtypes = [ptr, ptr, i64, i64, ptr, ptr, ptr, i64, ptr, ptr, ptr]
+    lib.spectool_llama_layers.restype = ctypes.c_int
+    lib.spectool_llama_max_head_dim.argtypes, lib.spectool_llama_max_head_dim.restype = [], i64
     _lib = lib
     return lib
 

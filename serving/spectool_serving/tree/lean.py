@@ -144,21 +144,26 @@ class LeanLlama:
 _LEAN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def lean_for(model: Any, *, packed: bool = True) -> LeanLlama | None:
-    """The model's :class:`LeanLlama`, built once per model and kernel choice; None where the
+def lean_for(model: Any, *, packed: bool = True) -> Any:
+    """The model's lean forward, built once per model and kernel choice; None where the
     model does not qualify or ``SPECTOOL_LEAN_FORWARD=0``.
 
-    ``packed``: run the linear layers on :mod:`.fastpath`'s pre-packed fp32 weights where
-    those apply (not with ``SPECTOOL_PACKED_GEMM=0``). That is one weight copy with the panel
-    kernel of :mod:`.kernels` and one per packed width with MKL's, so callers that do not verify
-    wide trees ask for them only in the first case.
+    ``packed``: run on :mod:`.fastpath`'s pre-packed fp32 weights where those apply (not with
+    ``SPECTOOL_PACKED_GEMM=0``). Where the panel kernel of :mod:`.kernels` builds and the
+    model has no projection biases, that is :class:`~.fused.FusedLlama` (one C call for all
+    layers, one weight copy); elsewhere a :class:`LeanLlama` on MKL's copy per packed width,
+    so callers that do not verify wide trees ask for packing only in the first case.
     """
     if os.environ.get("SPECTOOL_LEAN_FORWARD", "1") == "0" or not supports(model):
         return None
     from .fastpath import linear_kernels, packing_enabled
+    from .fused import FusedLlama, fusable
 
     built = _LEAN.setdefault(model, {})
     flag = packed and packing_enabled(model)
     if flag not in built:
-        built[flag] = LeanLlama(model, linear_kernels(model, packed=flag))
+        if flag and fusable(model):
+            built[flag] = FusedLlama(model, lean_for(model, packed=False))
+        else:
+            built[flag] = LeanLlama(model, linear_kernels(model, packed=flag))
     return built[flag]

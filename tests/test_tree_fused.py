@@ -1,0 +1,114 @@
+"""The fused C decoder layers (``spectool_serving.tree.fused``) score what the torch path scores.
+
+Tiny randomly initialised Llama models (no weights needed) cover head sizes that are and are
+not multiples of the 16-float vector, grouped and multi-query attention, batches with left
+padding and holes, and caches shared with the wide (torch) path. The real SmolLM2 runs through
+the fused path in test_tree_model.py's greedy identity tests.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from spectool_serving.tree import DraftTree, commit_paths, kernels, pad_trees, prefill, tree_forward
+from spectool_serving.tree.fused import FusedLlama, fusable
+from spectool_serving.tree.lean import LeanLlama, lean_for
+
+needs_kernel = pytest.mark.skipif(
+    not (kernels._cpu_has("avx512f") and (shutil.which("cc") or shutil.which("gcc"))),
+    reason="no AVX-512 CPU or no C compiler: the fused layers cannot run here")
+
+
+def _tiny_llama(heads: int, kv_heads: int, hidden: int = 48, bias: bool = False):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(heads * 100 + kv_heads * 10 + hidden)
+    cfg = LlamaConfig(vocab_size=97, hidden_size=hidden, intermediate_size=80, num_hidden_layers=3,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads,
+                      attention_bias=bias, max_position_embeddings=256)
+    cfg._attn_implementation = "sdpa"
+    return LlamaForCausalLM(cfg).eval()
+
+
+def _run_batch(model, prompts, monkeypatch, fused: bool):
+    """Prefill two rows, verify a different tree per row, keep different paths, step again."""
+    monkeypatch.setenv("SPECTOOL_PACKED_GEMM", "1" if fused else "0")
+    expected = FusedLlama if fused else LeanLlama
+    assert isinstance(lean_for(model), expected)
+    state, warm, roots = prefill(model, prompts)
+    trees = []
+    for b, root in enumerate(roots):
+        t = DraftTree.root(root)
+        a = t.add(0, 5 + b, .5)
+        t.add(a, 6, .4)
+        t.add(0, 7, .3)
+        if b:
+            t.add(a, 8, .2)
+        trees.append(t)
+    toks, depth, anc, real = pad_trees(trees)
+    first = tree_forward(model, state, toks, depth, anc, real)
+    commit_paths(state, [[0, 1, 2], [0, 3]], toks.shape[1])  # a hole in row 1's slots
+    toks, depth, anc, real = pad_trees([DraftTree.root(9), DraftTree.root(11)])
+    second = tree_forward(model, state, toks, depth, anc, real)
+    return warm, first, second
+
+
+@needs_kernel
+@pytest.mark.parametrize("heads,kv_heads,hidden", [(4, 2, 48), (3, 1, 96), (2, 2, 64)])
+def test_fused_layers_score_batched_trees_like_the_torch_path(heads, kv_heads, hidden,
+                                                                monkeypatch):
+    model = _tiny_llama(heads, kv_heads, hidden)
+    g = torch.Generator().manual_seed(hidden)
+    prompts = [torch.randint(1, 97, (n,), generator=g).tolist() for n in (9, 17)]
+    ref = _run_batch(model, prompts, monkeypatch, fused=False)
+    got = _run_batch(model, prompts, monkeypatch, fused=True)  # 32-row prefill: fused too
+    for r, x in zip(ref, got):
+        assert r.shape == x.shape
+        torch.testing.assert_close(x, r, atol=2e-5, rtol=1e-5)
+    # and against a plain forward of each row's accepted sequence: slots and holes are right
+    with torch.no_grad():
+        plain = model(torch.tensor([prompts[1] + [7, 11]])).logits[0, -1]
+    torch.testing.assert_close(got[2][1, 0], plain, atol=2e-5, rtol=1e-5)
+
+
+@needs_kernel
+def test_fused_steps_continue_a_plain_cache_filled_by_the_wide_path():
+    from transformers import DynamicCache
+
+    model = _tiny_llama(4, 2)
+    fused = lean_for(model)
+    assert isinstance(fused, FusedLlama)
+    seq = torch.randint(1, 97, (60,)).tolist()  # more rows than the panel kernel takes
+    cache = DynamicCache()  # the engine's runner: plain layers that grow by torch.cat
+    n = len(seq)
+    causal = torch.zeros(n, n).masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(),
+                                           torch.finfo(torch.float32).min)
+    with torch.no_grad():
+        fused(torch.tensor([seq]), torch.arange(n)[None], causal[None, None], cache, 1)
+        for tok in (3, 4, 5):  # one-token steps: the C layers write into the same cache
+            mask = torch.zeros(1, 1, 1, len(seq) + 1)
+            step = fused(torch.tensor([[tok]]), torch.tensor([[len(seq)]]), mask, cache)
+            seq.append(tok)
+            assert cache.layers[0].keys.shape[2] == len(seq)
+            plain = model(torch.tensor([seq])).logits[0, -1]
+            torch.testing.assert_close(step[0, 0], plain, atol=2e-5, rtol=1e-5)
+
+
+@needs_kernel
+def test_a_mask_that_disagrees_with_the_cache_is_refused_before_anything_is_written():
+    model = _tiny_llama(4, 2)
+    fused = lean_for(model)
+    state, _, _ = prefill(model, [[1, 2, 3, 4, 5]])
+    before = [layer.keys.clone() for layer in state.cache.layers]
+    with pytest.raises(ValueError, match="cached slots"), torch.no_grad():
+        fused(torch.tensor([[7]]), torch.tensor([[4]]), torch.zeros(1, 1, 1, 9), state.cache)
+    for layer, keys in zip(state.cache.layers, before):
+        assert torch.equal(layer.keys, keys)
+
+
+def test_models_with_projection_biases_keep_the_torch_path():
+    assert not fusable(_tiny_llama(4, 2, bias=True))
+    assert isinstance(lean_for(_tiny_llama(4, 2, bias=True)), LeanLlama)
