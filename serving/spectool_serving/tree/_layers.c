@@ -183,11 +183,9 @@ int spectool_llama_layers(const spectool_llama *m, float *x, int64_t batch, int6
     float *out = malloc((size_t)(rows * e) * sizeof(float));
     float *gu = malloc((size_t)(rows * 2 * f) * sizeof(float));
     float *act = malloc((size_t)(rows * f) * sizeof(float));
-    float *res = malloc((size_t)(rows * e) * sizeof(float));
-    int ok = h && qkv && att && out && gu && act && res;
-    if (ok) memcpy(res, x, (size_t)(rows * e) * sizeof(float));
+    int ok = h && qkv && att && out && gu && act;  /* x is untouched unless all are had */
     for (int64_t l = 0; ok && l < m->layers; l++) {
-        rms_norm(res, rows, e, m->ln_in[l], m->eps, h);
+        rms_norm(x, rows, e, m->ln_in[l], m->eps, h);
         spectool_sgemm(h, rows, e, m->qkv[l], nqkv, e, 0, qkv, nqkv);
         for (int64_t r = 0; r < rows; r++)  /* q and k heads are adjacent: rotate both at once */
             rotary(qkv + r * nqkv, m->heads + hk, d, cos + r * d, sin + r * d);
@@ -201,14 +199,13 @@ int spectool_llama_layers(const spectool_llama *m, float *x, int64_t batch, int6
         }
         attention(m, qkv, nqkv, att, batch, q_len, keys[l], values[l], caps[l], mask, t);
         spectool_sgemm(att, rows, hq, m->o[l], e, hq, 0, out, e);
-        add_into(res, out, rows * e);
-        rms_norm(res, rows, e, m->ln_post[l], m->eps, h);
+        add_into(x, out, rows * e);
+        rms_norm(x, rows, e, m->ln_post[l], m->eps, h);
         spectool_sgemm(h, rows, e, m->gate_up[l], 2 * f, e, 0, gu, 2 * f);
         silu_mul(gu, rows, f, act);
         spectool_sgemm(act, rows, f, m->down[l], e, f, 0, out, e);
-        add_into(res, out, rows * e);
+        add_into(x, out, rows * e);
     }
-    if (ok) memcpy(x, res, (size_t)(rows * e) * sizeof(float));
-    free(h); free(qkv); free(att); free(out); free(gu); free(act); free(res);
+    free(h); free(qkv); free(att); free(out); free(gu); free(act);
     return ok ? 0 : -1;
 }
