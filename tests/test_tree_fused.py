@@ -8,29 +8,18 @@ the fused path in test_tree_model.py's greedy identity tests.
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 
-from spectool_serving.tree import DraftTree, commit_paths, kernels, pad_trees, prefill, tree_forward
+from spectool_serving.tree import DraftTree, commit_paths, pad_trees, prefill, tree_forward
 from spectool_serving.tree.fused import FusedLlama, fusable
 from spectool_serving.tree.lean import LeanLlama, lean_for
-
-needs_kernel = pytest.mark.skipif(
-    not (kernels._cpu_has("avx512f") and (shutil.which("cc") or shutil.which("gcc"))),
-    reason="no AVX-512 CPU or no C compiler: the fused layers cannot run here")
+from tree_fixtures import needs_kernel, tiny_llama
 
 
 def _tiny_llama(heads: int, kv_heads: int, hidden: int = 48, bias: bool = False):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(heads * 100 + kv_heads * 10 + hidden)
-    cfg = LlamaConfig(vocab_size=97, hidden_size=hidden, intermediate_size=80, num_hidden_layers=3,
-                      num_attention_heads=heads, num_key_value_heads=kv_heads,
-                      attention_bias=bias, max_position_embeddings=256)
-    cfg._attn_implementation = "sdpa"
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(heads, kv_heads, seed=heads * 100 + kv_heads * 10 + hidden,
+                      hidden=hidden, bias=bias)
 
 
 def _run_batch(model, prompts, monkeypatch, fused: bool):

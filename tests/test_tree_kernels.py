@@ -10,12 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from spectool_serving.tree import kernels
-
-
-# Only a machine that cannot run the kernel at all skips; on one that can, unavailability fails.
-needs_kernel = pytest.mark.skipif(
-    not (kernels._cpu_has("avx512f") and (shutil.which("cc") or shutil.which("gcc"))),
-    reason="no AVX-512 CPU or no C compiler: the kernel cannot run here")
+from tree_fixtures import needs_kernel
 
 
 @needs_kernel

@@ -12,17 +12,11 @@ import torch
 
 from spectool_serving.tree import DraftTree, commit_paths, pad_trees, prefill, tree_forward
 from spectool_serving.tree.lean import LeanLlama, lean_for, supports
+from tree_fixtures import tiny_llama
 
 
 def _tiny_llama(heads: int, kv_heads: int, bias: bool = False, **extra):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(heads * 10 + kv_heads)
-    cfg = LlamaConfig(vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
-                      num_attention_heads=heads, num_key_value_heads=kv_heads,
-                      attention_bias=bias, max_position_embeddings=256, **extra)
-    cfg._attn_implementation = "sdpa"
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(heads, kv_heads, seed=heads * 10 + kv_heads, bias=bias, **extra)
 
 
 def _score_tree(model, prompt, monkeypatch, lean: bool):
