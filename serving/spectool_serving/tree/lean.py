@@ -7,8 +7,8 @@ module, mask and rotary bookkeeping per layer). :class:`LeanLlama` reads the mod
 weights (and the packed fp32 weights of :mod:`.fastpath`) and runs the decoder as one flat
 loop:
 
-* rotary cos/sin come from a table indexed by position (the values transformers computes
-  per forward, elementwise, so the same bits), and ``rotate_half`` becomes one ``roll``
+* rotary cos/sin are computed per forward from the positions, on their device (the values
+  transformers computes), and ``rotate_half`` becomes one ``roll``
   against a sign-folded sine (``-a*b == a*(-b)`` exactly);
 * query heads are folded into their KV group's query axis as they are projected (the
   :func:`.fastpath.grouped_attention` layout), and the grouped mask is built once per forward
@@ -85,21 +85,20 @@ class LeanLlama:
             for layer in inner.layers[:cfg.num_hidden_layers]]
         self._inv_freq = inner.rotary_emb.inv_freq.float()
         self._rope_scale = inner.rotary_emb.attention_scaling
-        self._cos = self._sin = torch.empty(0)
 
     def _rope(self, positions: torch.Tensor, dtype: torch.dtype
               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sign-folded sin [B, Q, D] for position ids [B, Q]."""
-        need = int(positions.max()) + 1
-        if need > self._cos.shape[0]:
-            size = max(need, 2 * self._cos.shape[0], 1024)
-            freqs = torch.arange(size, dtype=torch.float)[:, None] * self._inv_freq  # [P, D/2]
-            emb = torch.cat((freqs, freqs), dim=-1)
-            cos, sin = emb.cos() * self._rope_scale, emb.sin() * self._rope_scale
-            half = sin.shape[-1] // 2
-            sin = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
-            self._cos, self._sin = cos.to(dtype), sin.to(dtype)
-        return self._cos[positions], self._sin[positions]
+        """cos, sign-folded sin [B, Q, D] for position ids [B, Q].
+
+        Computed per forward on the positions' own device (as transformers does): a cached
+        table would need ``positions.max()`` on the host, a device sync per forward, and a
+        table built on the CPU breaks any other device."""
+        freqs = positions.to(self._inv_freq.device, torch.float)[..., None] * self._inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)  # [B, Q, D]
+        cos, sin = emb.cos() * self._rope_scale, emb.sin() * self._rope_scale
+        half = sin.shape[-1] // 2
+        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        return cos.to(dtype), sin.to(dtype)
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         h = x.to(torch.float32)
