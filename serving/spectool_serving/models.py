@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from spectool._embedded import EMBEDDED_MODEL, load_causal_lm
-from spectool._errors import ConfigError
+from spectool.embedded import EMBEDDED_MODEL, load_causal_lm
+from spectool.errors import ConfigError
 
 from .toolcalls import FORMATS, PromptFormat, detect_format
 

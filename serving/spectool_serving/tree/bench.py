@@ -22,16 +22,21 @@ from typing import Any
 
 import numpy as np
 
-from .calibrate import Calibration, calibrate, calibration_dir, device_name, load_calibration
-from .cast import CastShaper, CostTable, measure_cost_table
+from .calibrate import (
+    COST_WIDTHS,
+    MODEL_NAME,
+    Calibration,
+    calibrate,
+    cost_table,
+    device_name,
+    load_calibration,
+)
+from .cast import CastShaper, CostTable
 from .decode import decode
 
 __all__ = ["load_calibration_prompts", "load_prompts", "run_bench"]
 
-MODEL_NAME = "SmolLM2-135M-Instruct"
 TREE_POLICIES = ("unispec", "cast", "both")
-# dense at small widths, where CPU GEMM kernels switch (fp32 here: 3 rows cost about 1, 4 cost 1.5)
-COST_WIDTHS = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64]
 
 
 def _prompt_data() -> dict[str, Any]:
@@ -63,20 +68,6 @@ def load_prompts(quick: bool = False, ids: list[str] | None = None) -> list[dict
 def _geomean(xs: list[float]) -> float:
     xs = [x for x in xs if x and x > 0]
     return float(math.exp(np.mean(np.log(xs)))) if xs else float("nan")
-
-
-def cost_table(model: Any, dtype: str, batches: list[int], refresh: bool = False,
-               name: str = MODEL_NAME) -> CostTable:
-    """Measured f(B, c, n), cached per (device, model, dtype) in the spectool cache dir."""
-    safe = name.replace("/", "_")
-    path = calibration_dir() / f"costs-v5-{device_name()}-{safe}-{dtype}.json"
-    if path.exists() and not refresh:
-        table = CostTable.from_json(path.read_text())
-        if set(batches) <= set(table.batches) and table.ns == COST_WIDTHS:
-            return table
-    table = measure_cost_table(model, batches, [256, 768], COST_WIDTHS, reps=7)
-    table.save(path)
-    return table
 
 
 def get_calibration(model: Any, tok: Any, dtype: str, table: CostTable, batch: int = 1,
@@ -131,7 +122,7 @@ def _record(outs: list[list[int]], secs: float, refs: list[list[int]], **extra: 
 
 def _run_dtype(dtype: str, items: list[dict], n: int, batches: list[int], log: Any,
                refresh: bool) -> dict:
-    from spectool._embedded import load_causal_lm
+    from spectool.embedded import load_causal_lm
 
     model, tok = load_causal_lm(dtype=dtype)
     table = cost_table(model, dtype, batches, refresh)

@@ -97,10 +97,32 @@ def calibration_dir() -> Path:
     """Where cost tables and g* live: ``$SPECTOOL_TREE_CALIBRATION`` or the spectool cache."""
     import os
 
-    from spectool._embedded import cache_dir
+    from spectool.embedded import cache_dir
 
     override = os.environ.get("SPECTOOL_TREE_CALIBRATION")
     return Path(override) if override else cache_dir() / "tree-calibration"
+
+
+MODEL_NAME = "SmolLM2-135M-Instruct"
+# dense at small widths, where CPU GEMM kernels switch (fp32 here: 3 rows cost about 1, 4 cost 1.5)
+COST_WIDTHS = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64]
+
+
+def cost_table(model: Any, dtype: str, batches: list[int], refresh: bool = False,
+               name: str = MODEL_NAME) -> Any:
+    """Measured f(B, c, n) (a :class:`.cast.CostTable`), cached per (device, model, dtype) in
+    the spectool cache dir. The engine's CAST policy and decode-bench both read it."""
+    from .cast import CostTable, measure_cost_table
+
+    safe = name.replace("/", "_")
+    path = calibration_dir() / f"costs-v5-{device_name()}-{safe}-{dtype}.json"
+    if path.exists() and not refresh:
+        table = CostTable.from_json(path.read_text())
+        if set(batches) <= set(table.batches) and table.ns == COST_WIDTHS:
+            return table
+    table = measure_cost_table(model, batches, [256, 768], COST_WIDTHS, reps=7)
+    table.save(path)
+    return table
 
 
 # bumped whenever what g* is measured on changes (v2: the lean Llama forward; v3: held-out

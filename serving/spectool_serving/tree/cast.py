@@ -124,7 +124,7 @@ def _random_state(model: Any, bsz: int, ctx: int) -> Any:
     import torch
 
     from .fastpath import new_cache
-    from .verify import TreeState
+    from .forward import TreeState
 
     cfg = model.config
     heads = getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)
@@ -141,7 +141,7 @@ def _timed_forward(model: Any, state: Any, tokens: Any, chain: Any) -> None:
     """One forward of a chain of ``tokens`` [B, n], then the cache cut back to its length."""
     import torch
 
-    from .verify import tree_forward
+    from .forward import tree_forward
 
     bsz, n = tokens.shape
     tree_forward(model, state, tokens, torch.arange(n).expand(bsz, n), chain.expand(bsz, n, n),

@@ -18,7 +18,7 @@ import torch
 from .accept import greedy_tree_accept, sample_tree_accept
 from .tree import DraftTree, pad_trees
 from .unispec import ContextIndex, NGramStore, TopG, TreeDrafter
-from .verify import commit_paths, prefill, tree_forward
+from .forward import commit_paths, prefill, tree_forward
 
 __all__ = ["POLICIES", "DecodeResult", "decode", "make_drafter"]
 

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from spectool._errors import ConfigError
+from spectool.errors import ConfigError
 
 from . import kernels
 

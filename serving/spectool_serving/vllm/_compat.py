@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from spectool._errors import ConfigError
+from spectool.errors import ConfigError
 
 __all__ = ["SUPPORTED_VLLM", "check_vllm_version", "response_id_of"]
 

@@ -13,11 +13,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["DraftCounters", "DraftMirror"]
+__all__ = ["DraftMirror", "ProposerCounters"]
 
 
 @dataclass
-class DraftCounters:
+class ProposerCounters:
     """Proposed and accepted draft tokens, tool-call drafts apart from text (fallback) drafts."""
 
     tool_drafts: int = 0

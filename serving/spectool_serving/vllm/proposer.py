@@ -23,7 +23,7 @@ from typing import Any
 
 from ..toolcalls import FORMATS, PromptFormat, draft_cached_call
 from ._compat import response_id_of
-from ._mirror import DraftCounters, DraftMirror
+from ._mirror import DraftMirror, ProposerCounters
 
 __all__ = ["ToolCacheProposer"]
 
@@ -38,7 +38,7 @@ class ToolCacheProposer:
         spec = vllm_config.speculative_config
         self.k = int(spec.num_speculative_tokens)
         self.mirror = DraftMirror()
-        self.counters = DraftCounters()
+        self.counters = ProposerCounters()
         self.fmt: PromptFormat = FORMATS[os.environ.get("SPECTOOL_VLLM_FORMAT", "chatml")]
         self._runner: Any = None
         self._last: dict[str, tuple[str, int]] = {}  # req id -> (kind, tokens proposed last step)

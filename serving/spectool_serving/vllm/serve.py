@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Sequence
 
-from spectool._errors import ConfigError
+from spectool.errors import ConfigError
 
 __all__ = ["VllmServer", "add_arguments", "build_command", "run", "vllm_env_missing", "vllm_python"]
 
@@ -51,12 +51,12 @@ def vllm_env_missing() -> str | None:
 
 def _model_folder(model: str) -> tuple[str, bool]:
     """(HF folder, is the embedded SmolLM2) — GGUF files are converted once and cached."""
-    from spectool._embedded import EMBEDDED_MODEL, _gguf_to_hf, embedded_hf_folder
+    from spectool.embedded import EMBEDDED_MODEL, embedded_hf_folder, gguf_to_hf
 
     if model in ("", "embedded", EMBEDDED_MODEL):
         return str(embedded_hf_folder()), True
     if model.endswith(".gguf"):
-        return str(_gguf_to_hf(Path(model))), False
+        return str(gguf_to_hf(Path(model))), False
     return model, False
 
 

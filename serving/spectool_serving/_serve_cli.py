@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._errors import missing_extra
+from spectool.errors import missing_extra
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,12 +34,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.backend == "vllm":
         try:
-            from spectool_serving.vllm import serve as serve_vllm
+            from .vllm import serve as serve_vllm
         except ImportError as exc:
             raise missing_extra("spectool_serving", "serve") from exc
         return serve_vllm(args)
     try:
-        from spectool_serving.server import build_server, serve
+        from .server import build_server, serve
     except ImportError as exc:
         raise missing_extra("spectool_serving", "serve") from exc
     app = build_server(args.model, api_keys=set(args.api_key) if args.api_key else None,
