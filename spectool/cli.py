@@ -27,8 +27,10 @@ from importlib import metadata
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("spectool._bench_cli", "BFCL multi-agent benchmark of speculative tool calling"),
     "calibrate": ("spectool.bench._decode_cli", "re-measure tree-decoding cost tables and draft size g*"),
-    "decode-bench": ("spectool.bench._decode_cli",
-                     "tree speculative decoding vs autoregressive and prompt lookup"),
+    "decode-bench": (
+        "spectool.bench._decode_cli",
+        "tree speculative decoding vs autoregressive and prompt lookup",
+    ),
     "model": ("spectool._model_cli", "the performance model: calculator and Figure 3"),
     "overhead": ("spectool._overhead", "middleware overhead per turn and time saved (scripted)"),
     "serve": ("spectool_serving._serve_cli", "serve a model with the engine-side tool cache (OpenAI API)"),

@@ -12,5 +12,12 @@ from ._embedded import (
 )
 from ._embedded import _gguf_to_hf as gguf_to_hf
 
-__all__ = ["EMBEDDED_MODEL", "cache_dir", "embedded_gguf", "embedded_hf_folder", "fetch_wheel",
-           "gguf_to_hf", "load_causal_lm"]
+__all__ = [
+    "EMBEDDED_MODEL",
+    "cache_dir",
+    "embedded_gguf",
+    "embedded_hf_folder",
+    "fetch_wheel",
+    "gguf_to_hf",
+    "load_causal_lm",
+]

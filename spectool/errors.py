@@ -17,6 +17,16 @@ from ._errors import (
     missing_extra,
 )
 
-__all__ = ["ConfigError", "DrafterError", "EngineError", "ModelOutputError", "SpectoolError",
-           "ToolArgumentsError", "ToolCacheError", "ToolDefinitionError", "ToolError",
-           "ToolNotFoundError", "missing_extra"]
+__all__ = [
+    "ConfigError",
+    "DrafterError",
+    "EngineError",
+    "ModelOutputError",
+    "SpectoolError",
+    "ToolArgumentsError",
+    "ToolCacheError",
+    "ToolDefinitionError",
+    "ToolError",
+    "ToolNotFoundError",
+    "missing_extra",
+]

@@ -13,9 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from spectool_serving.backends import lean_for
+from spectool_serving.backends.lean import LeanLlama
 from spectool_serving.kv import BatchKV
 from spectool_serving.runner import Runner
-from spectool_serving.tree.lean import LeanLlama, lean_for
 from tests.tree_fixtures import tiny_llama
 
 META = torch.device("meta")

@@ -27,6 +27,7 @@ def fake_vllm(monkeypatch):
         vllm.logger = logger
         monkeypatch.setitem(sys.modules, "vllm", vllm)
         monkeypatch.setitem(sys.modules, "vllm.logger", logger)
+
     monkeypatch.delenv("SPECTOOL_VLLM_ALLOW_ANY_VERSION", raising=False)
     return install
 
@@ -36,8 +37,10 @@ def test_out_of_range_warns_and_stays_off(fake_vllm, caplog, version):
     fake_vllm(version)
     with caplog.at_level(logging.WARNING, logger="vllm.spectool"):
         assert register() is False
-    assert any(r.levelno == logging.WARNING and "stays off" in r.getMessage()
-               and version in r.getMessage() for r in caplog.records)
+    assert any(
+        r.levelno == logging.WARNING and "stays off" in r.getMessage() and version in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_supported_version_turns_on(fake_vllm, caplog):

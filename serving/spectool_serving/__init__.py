@@ -17,14 +17,32 @@ from typing import Any
 # name -> module; imported on first use, so ``spectool serve --help``, the vLLM plugins and
 # the tool-output store do not pay for torch, transformers and FastAPI up front
 _EXPORTS = {
-    "CacheEntry": ".toolcache", "Engine": ".engine", "EngineStats": ".engine",
-    "LoadedModel": ".models", "Runner": ".runner", "Scheduler": ".scheduler",
-    "ToolCache": ".toolcache", "build_engine": ".server", "build_server": ".server",
-    "create_app": ".app", "load_model": ".models",
+    "CacheEntry": ".toolcache",
+    "Engine": ".engine",
+    "EngineStats": ".engine",
+    "LoadedModel": ".models",
+    "Runner": ".runner",
+    "Scheduler": ".scheduler",
+    "ToolCache": ".toolcache",
+    "build_engine": ".server",
+    "build_server": ".server",
+    "create_app": ".app",
+    "load_model": ".models",
 }
 
-__all__ = ["CacheEntry", "Engine", "EngineStats", "LoadedModel", "Runner", "Scheduler", "ToolCache",
-           "build_engine", "build_server", "create_app", "load_model"]
+__all__ = [
+    "CacheEntry",
+    "Engine",
+    "EngineStats",
+    "LoadedModel",
+    "Runner",
+    "Scheduler",
+    "ToolCache",
+    "build_engine",
+    "build_server",
+    "create_app",
+    "load_model",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -23,8 +23,13 @@ class LoadedModel:
     device: str
 
 
-def load_model(source: str | None = None, *, dtype: str = "float32", device: str = "cpu",
-               prompt_format: str | None = None) -> LoadedModel:
+def load_model(
+    source: str | None = None,
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    prompt_format: str | None = None,
+) -> LoadedModel:
     """Load weights + tokenizer and pick the prompt format (auto-detected unless given)."""
     if device.startswith("cuda"):
         import torch

@@ -49,7 +49,9 @@ def register() -> bool:
     log.info(
         "spectool plugin loaded on vLLM %s; "
         "vLLM patches applied: none (endpoint plugin, custom_class "
-        "proposer and worker extension use vLLM's own extension points)", version)
+        "proposer and worker extension use vLLM's own extension points)",
+        version,
+    )
     return True
 
 

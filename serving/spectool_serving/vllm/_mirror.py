@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 __all__ = ["DraftMirror", "ProposerCounters"]
 
@@ -38,8 +38,9 @@ class ProposerCounters:
 class DraftMirror:
     """response id -> [(name, arguments text, expires)], newest first; bounded."""
 
-    def __init__(self, max_responses: int = 4096, max_entries: int = 256,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, max_responses: int = 4096, max_entries: int = 256, clock: Callable[[], float] = time.time
+    ) -> None:
         self._items: OrderedDict[str, list[tuple[str, str, float]]] = OrderedDict()
         self.max_responses, self.max_entries, self._clock = max_responses, max_entries, clock
 
