@@ -5,10 +5,10 @@ the ratios are side by side even on a shared, noisy CPU. Speed = generated token
 including prefill. The reference output is HF ``generate`` greedy at batch 1 (``ar``).
 
 Two autoregressive baselines, because the tree policies run on spectool's own forward
-(:mod:`.lean`), not transformers': ``ar`` is HF ``generate`` — what prompt lookup is measured
-against too — and ``engine_ar`` is plain one-token decoding through the very forward the
-trees use. ``speedup_vs_ar`` includes whatever the forward itself gains over transformers;
-``speedup_vs_engine_ar`` is the speculation alone.
+(:mod:`spectool_serving.backends.lean`), not transformers': ``ar`` is HF ``generate`` —
+what prompt lookup is measured against too — and ``engine_ar`` is plain one-token decoding
+through the very forward the trees use. ``speedup_vs_ar`` includes whatever the forward
+itself gains over transformers; ``speedup_vs_engine_ar`` is the speculation alone.
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def device_name() -> str:
     from ..backends.kernels import available
 
     # the kernels set the cost curve: tables measured on one never stand for the other
-    # ("-fused": the panel GEMM with every Llama layer's glue in C, :mod:`.fused`)
+    # ("-fused": the panel GEMM with every Llama layer's glue in C, :mod:`spectool_serving.backends.fused`)
     return f"cpu-{platform.machine()}" + ("-fused" if available() else "")
 
 
