@@ -234,4 +234,8 @@ def test_wheel_in_a_fresh_venv_serves(tmp_path):
         assert r.json()["choices"][0]["message"]["role"] == "assistant"
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=30)
