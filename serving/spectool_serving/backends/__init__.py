@@ -14,8 +14,11 @@ applies:
   :func:`.lean.supports` rejects, with :func:`verify_kernels` patching its attention and, on a
   CPU in fp32, its GEMMs.
 
-``torch.compile`` was measured against these (``scripts/bench_forward_backends.py``,
-docs/tree-decoding.md) and is not a backend: it lost at every tree width on this CPU.
+``torch.compile`` (inductor, frozen weights) is not a backend: measured here
+(``scripts/bench_forward_backends.py``, SmolLM2 fp32, context 300) it needs one graph per tree
+width and 300–470 s to compile each on this 2-core CPU, and its logits match eager within
+5e-5 (the C path within 7e-5). The side-by-side timing table is in docs/tree-decoding.md
+("Forward backends"), pending where that run did not finish.
 
 Switches: ``SPECTOOL_LEAN_FORWARD=0`` (transformers' forward), ``SPECTOOL_CPU_KERNELS=0`` (no
 C), ``SPECTOOL_PACKED_GEMM=0`` (no packed weights).
