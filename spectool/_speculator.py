@@ -233,6 +233,11 @@ class Speculator:
         """State in ``scope`` changed outside spectool (a mutating call the caller ran)."""
         self.cache.invalidate(scope)
 
+    def cancel_drafts(self) -> None:
+        """The model has answered: drafts still running for this turn are moot."""
+        if self._turn is not None:
+            self._turn.cancel()
+
     async def resolve_all(self, calls: Sequence[ToolCall]) -> list[Outcome]:
         """Resolve one response's calls concurrently, with in-order state semantics.
 
