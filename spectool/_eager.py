@@ -129,7 +129,7 @@ class EagerBatch:
         with the same ordering rule (earlier mutating calls of the scope first). ``calls`` are
         :func:`extract_calls`'s items: a malformed one is its error tuple, answered as such."""
         self.finished = True
-        self.speculator.cancel_drafts()
+        self.speculator.end_turn([c for c in calls if isinstance(c, ToolCall)])
         calls = list(calls)
         for i, call in list(self.started.items()):
             now = calls[i] if i < len(calls) else None
