@@ -10,8 +10,9 @@ module only keeps the estimates it needs, from what the speculator sees:
 * per tool run: its seconds (T per tool).
 
 The per-sample hit chance p_τ of each tool is the maximum-likelihood fit of α(λ) = 1 − (1 −
-p)^λ to its (λ, hit) records, with one pseudo hit and one pseudo miss so that a tool seen once
-is not written off. Mutating tools have p = 0 (never drafted). If the choice is λ = 0, every
+p)^λ to its (λ, hit) records plus a few pseudo records at the pooled p of all tools (itself
+fitted with one pseudo hit and one pseudo miss): a tool seen once, or never (agents whose tools
+change per task), borrows what the drafter does on the others. Mutating tools have p = 0 (never drafted). If the choice is λ = 0, every
 ``explore_every``-th such turn still drafts one sample, so the estimates can recover when the
 drafter (or the workload) improves.
 """
@@ -30,10 +31,13 @@ _GRID = [i / 200 for i in range(1, 200)]
 NO_CALL = "\x00no call"
 
 
-def fit_per_sample(records: Iterable[tuple[int, bool]]) -> float:
-    """Maximum-likelihood p of α(λ) = 1 − (1 − p)^λ from (λ, hit) records (+1 hit, +1 miss at λ=1)."""
-    counts: dict[tuple[int, bool], int] = defaultdict(int)
-    for lam, hit in [(1, True), (1, False), *records]:
+def fit_per_sample(records: Iterable[tuple[int, bool]], prior: float = 0.5, weight: float = 2.0) -> float:
+    """Maximum-likelihood p of α(λ) = 1 − (1 − p)^λ from (λ, hit) records, plus ``weight``
+    pseudo records at λ = 1 of which a share ``prior`` are hits."""
+    counts: dict[tuple[int, bool], float] = defaultdict(float)
+    counts[(1, True)] += weight * prior
+    counts[(1, False)] += weight * (1.0 - prior)
+    for lam, hit in records:
         if lam > 0:
             counts[(lam, bool(hit))] += 1
 
@@ -111,9 +115,10 @@ class AutoSamples:
         return max(0.0, my - slope * mx), slope
 
     def odds(self) -> list[ToolOdds]:
+        pooled = fit_per_sample([r for name in self.hits for r in self.hits[name]])
         out = []
         for name, n in self.calls.items():
-            p = fit_per_sample(self.hits[name]) if self.speculable.get(name) else 0.0
+            p = fit_per_sample(self.hits[name], pooled, 4.0) if self.speculable.get(name) else 0.0
             t = self.T[name].get() if name in self.T else 0.0
             out.append(ToolOdds(weight=n, per_sample=p, T=t))
         return out
