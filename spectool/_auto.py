@@ -12,7 +12,8 @@ module only keeps the estimates it needs, from what the speculator sees:
 The per-sample hit chance p_τ of each tool is the maximum-likelihood fit of α(λ) = 1 − (1 −
 p)^λ to its (λ, hit) records plus a few pseudo records at the pooled p of all tools (itself
 fitted with one pseudo hit and one pseudo miss): a tool seen once, or never (agents whose tools
-change per task), borrows what the drafter does on the others. Mutating tools have p = 0 (never drafted). If the choice is λ = 0, every
+change per task), borrows what the drafter does on the others. Mutating tools have p = 0
+(never drafted). If the choice is λ = 0, every
 ``explore_every``-th such turn still drafts one sample, so the estimates can recover when the
 drafter (or the workload) improves.
 """

@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     if len(sections) > 1:
         results["embedded"] = sections[1]
     results["wall_s"] = time.perf_counter() - t0
-    for i, section in enumerate(sections):
+    for section in sections:
         if section.get("title"):
             print(f"\n== {section['title']}")
         print(f"main model: {section['main_model']}")
@@ -180,8 +180,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_plots:
         for png in write_plots(sections[0]["runs"], args.out, sections[0].get("title", "")):
             print(f"wrote {png}")
-        for png in write_plots(sections[1]["runs"], args.out / "embedded", "(embedded engine)") if len(sections) > 1 else ():
-            print(f"wrote {png}")
+        for section in sections[1:]:
+            for png in write_plots(section["runs"], args.out / "embedded", "(embedded engine)"):
+                print(f"wrote {png}")
     return 0
 
 

@@ -196,9 +196,8 @@ class StreamWatcher:
             self._ordinal[_get(event, "output_index", 0)] = len(self._ordinal)
         elif kind == "response.output_item.done" and _get(item, "type") == "function_call":
             i = self._ordinal.get(_get(event, "output_index", 0))
-            call = _closed_call({"id": _get(item, "call_id"),
-                                 "function": {"name": _get(item, "name"), "arguments": _get(item, "arguments")}},
-                                True)
+            fn = {"name": _get(item, "name"), "arguments": _get(item, "arguments")}
+            call = _closed_call({"id": _get(item, "call_id"), "function": fn}, True)
             if i is not None and call is not None:
                 self.batch.offer(i, call, final=True)
 

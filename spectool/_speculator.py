@@ -128,7 +128,8 @@ class Speculator:
         if not auto and (not isinstance(samples, int) or samples < 1):
             raise ConfigError(f"samples must be an int >= 1 or 'auto', got {samples!r}")
         if max_proposals < 0 or draft_timeout <= 0 or max_samples < 0 or sample_cost < 0:
-            raise ConfigError("max_proposals >= 0, draft_timeout > 0, max_samples >= 0 and sample_cost >= 0 required")
+            raise ConfigError("max_proposals >= 0, draft_timeout > 0, max_samples >= 0 and sample_cost >= 0 "
+                              "required")
         self.auto = AutoSamples(max_samples, sample_cost) if auto else None
         self.toolbox = tools if isinstance(tools, Toolbox) else Toolbox(tools)
         self.drafter = drafter

@@ -58,7 +58,7 @@ def test_single_turn_steps_are_parallel_calls_streamed_at_the_decode_rate():
     # The first call's arguments are complete well before the response ends; the whole response
     # takes the token-rate time.
     assert first_done < arrivals[-1][1] - 0.05
-    assert arrivals[-1][1] == pytest.approx(expected.seconds, abs=0.15)
+    assert expected.seconds - 0.05 <= arrivals[-1][1] < expected.seconds + 0.6  # sleeps only overshoot
 
 
 def test_eager_arm_is_lossless_and_the_drafter_is_credited_over_it():

@@ -176,7 +176,8 @@ class ReplayModel:
         """SSE chunks paced like decoding: pieces of the output at the decode rate."""
         def sse(delta: dict[str, Any] | None, finish_reason: str | None = None, **extra: Any) -> bytes:
             choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish_reason}]
-            return f"data: {json.dumps({**base, 'object': 'chat.completion.chunk', 'choices': choices, **extra})}\n\n".encode()
+            body = {**base, "object": "chat.completion.chunk", "choices": choices, **extra}
+            return f"data: {json.dumps(body)}\n\n".encode()
 
         tick = 1.0 / self.rates.decode_tok_s
         pieces: list[dict[str, Any]] = []

@@ -135,8 +135,8 @@ def saved_vs_alpha_plot(runs: Sequence[Mapping[str, Any]], path: Path, plt: Any,
     colours: dict[str, Any] = {}
     palette = plt.get_cmap("tab10")
     ax.axhline(0, color="grey", lw=0.8)
-    ax.annotate("sequential baseline (no eager dispatch, no drafter)", (0.01, 0), fontsize=7, color="grey",
-                xytext=(0, 3), textcoords="offset points")
+    ax.annotate("sequential baseline (no eager dispatch, no drafter)", (1.0, 0), fontsize=7, color="grey",
+                xytext=(0, -10), textcoords="offset points", ha="right")
     drawn: set[str] = set()
     for r in runs:
         if r["config"] == "baseline":
