@@ -141,12 +141,13 @@ def _request_options(plan: Plan) -> dict[str, Any]:
 def _select_tasks(plan: Plan) -> list:
     from ._splits import in_split
 
-    tasks = []
-    for c in plan.categories:
-        picked = in_split(load_tasks(c), plan.split) if plan.split else load_tasks(c)
-        tasks.extend(picked[: plan.tasks_per_category] if plan.tasks_per_category else picked)
     if not plan.task_ids:
+        tasks = []
+        for c in plan.categories:
+            picked = in_split(load_tasks(c), plan.split) if plan.split else load_tasks(c)
+            tasks.extend(picked[: plan.tasks_per_category] if plan.tasks_per_category else picked)
         return tasks
+    tasks = [t for c in plan.categories for t in load_tasks(c)]  # named tasks: no split, no cap
     by_id = {t.id: t for t in tasks}
     missing = [i for i in plan.task_ids if i not in by_id]
     if missing:
