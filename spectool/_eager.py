@@ -91,7 +91,8 @@ class EagerBatch:
                 return
             self.started[i] = self.known[i]
             self._done[i] = anyio.Event()
-            self.speculator.cache.task_group.start_soon(self._run, i, specs, name="spectool:eager")
+            self.speculator.cache.task_group.start_soon(self._run, i, self.started[i], self._done[i], specs,
+                                                        name="spectool:eager")
 
     def _specs(self) -> list[Any]:
         """Specs of the calls 0..n-1 known so far (the contiguous prefix)."""
@@ -100,8 +101,7 @@ class EagerBatch:
             out.append(self.speculator.toolbox._specs.get(self.known[len(out)].name))
         return out
 
-    async def _run(self, i: int, specs: Sequence[Any]) -> None:
-        call, done = self.started[i], self._done[i]
+    async def _run(self, i: int, call: ToolCall, done: anyio.Event, specs: Sequence[Any]) -> None:
         outcome = Outcome(cancelled=True)
         try:
             for j in _depends_on(specs, i):

@@ -339,9 +339,9 @@ class SpeculativeOpenAI:
 
     def _eager_batch(self, response: Any, calls: list[Any]) -> EagerBatch | None:
         """The eager batch of the streamed response these calls came from, if any started."""
-        if isinstance(response, SpeculativeStream):
+        if isinstance(response, SpeculativeStream):  # its own batch, even if a call changed late
             batch = response.eager
-            return batch if batch is not None and batch.matches(calls) else None
+            return batch if batch is not None and not batch.finished and batch.started else None
         for batch in reversed(self._eager):  # the caller passed the final message or output
             if batch.matches(calls):
                 return batch

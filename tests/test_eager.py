@@ -146,3 +146,20 @@ async def test_resolving_the_final_message_reuses_the_eager_runs_once() -> None:
 def test_bad_eager_option_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="eager"):
         spectool.speculative(object(), [], eager="sometimes")
+
+
+@pytest.mark.parametrize("policy", ["speculable", "all"])
+async def test_a_call_that_changed_after_it_started_is_resolved_again_as_finally_made(policy) -> None:
+    from spectool import ToolCall
+    from spectool._eager import EagerBatch
+
+    world = KeyValueWorld()
+    async with spectool.Speculator(world.toolbox) as spec:
+        batch = EagerBatch(spec, policy)
+        batch.offer(0, ToolCall("get", {"key": "a"}, id="c0"), final=True)
+        batch.offer(1, ToolCall("put", {"key": "a", "value": "q"}, id="c1"), final=True)
+        assert 0 in batch.started and (1 in batch.started) == (policy == "all")
+        # A malformed stream: the final message says get(b); the eager get(a) is not used.
+        outcomes = await batch.resolve_all([ToolCall("get", {"key": "b"}, id="c0"),
+                                            ToolCall("put", {"key": "a", "value": "q"}, id="c1")])
+    assert [o.value for o in outcomes] == ["2", "ok"] and world.log.count("put") == 1
