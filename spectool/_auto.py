@@ -9,11 +9,14 @@ module only keeps the estimates it needs, from what the speculator sees:
 * per draft: its seconds at its λ (g(λ) = g + (λ−1)·extra, least squares once two λ were seen);
 * per tool run: its seconds (T per tool).
 
-The per-sample hit chance p_τ of each tool is the maximum-likelihood fit of α(λ) = 1 − (1 −
-p)^λ to its (λ, hit) records plus a few pseudo records at the pooled p of all tools (itself
-fitted with one pseudo hit and one pseudo miss): a tool seen once, or never (agents whose tools
-change per task), borrows what the drafter does on the others. Mutating tools have p = 0
-(never drafted). If the choice is λ = 0, every
+Hits follow α(λ) = a·(1 − (1 − p)^λ): p the chance one sample drafts the call, a the ceiling no
+number of samples passes (a drafter's samples are not independent: a deterministic one's λ
+samples add little). (a, p) is the maximum-likelihood fit to all tools' (λ, hit) records
+(with one pseudo hit and one pseudo miss at λ = 1); each tool's ceiling is then scaled by its
+own hit rate over the pooled one, shrunk towards 1 with 4 pseudo records, so a tool seen once,
+or never (agents whose tools change per task), borrows what the drafter does on the others.
+To tell a from p the records need more than one λ: when the choice is λ > 1, every 4th drafted
+request uses λ = 1. Mutating tools have a = 0 (never drafted). If the choice is λ = 0, every
 ``explore_every``-th such turn still drafts one sample, so the estimates can recover when the
 drafter (or the workload) improves.
 """
@@ -26,30 +29,34 @@ from collections.abc import Iterable, Sequence
 
 from .model import SampleChoice, ToolOdds, choose_samples
 
-__all__ = ["AutoSamples", "fit_per_sample"]
+__all__ = ["AutoSamples", "fit_hits"]
 
-_GRID = [i / 200 for i in range(1, 200)]
+_P_GRID = [i / 50 for i in range(1, 50)]
+_A_GRID = [i / 40 for i in range(1, 41)]
 NO_CALL = "\x00no call"
 
 
-def fit_per_sample(records: Iterable[tuple[int, bool]], prior: float = 0.5, weight: float = 2.0) -> float:
-    """Maximum-likelihood p of α(λ) = 1 − (1 − p)^λ from (λ, hit) records, plus ``weight``
-    pseudo records at λ = 1 of which a share ``prior`` are hits."""
+def fit_hits(records: Iterable[tuple[int, bool]], prior: float = 0.5,
+             weight: float = 2.0) -> tuple[float, float]:
+    """Maximum-likelihood (a, p) of α(λ) = a·(1 − (1 − p)^λ) from (λ, hit) records, plus
+    ``weight`` pseudo records at λ = 1 of which a share ``prior`` are hits. Ties go to the
+    larger p (fewer samples reach the ceiling)."""
     counts: dict[tuple[int, bool], float] = defaultdict(float)
     counts[(1, True)] += weight * prior
     counts[(1, False)] += weight * (1.0 - prior)
     for lam, hit in records:
         if lam > 0:
             counts[(lam, bool(hit))] += 1
-
-    def loglik(p: float) -> float:
-        total = 0.0
-        for (lam, hit), n in counts.items():
-            miss_all = (1.0 - p) ** lam
-            total += n * (math.log(1.0 - miss_all) if hit else lam * math.log(1.0 - p))
-        return total
-
-    return max(_GRID, key=loglik)
+    best, best_ll = (prior, 1.0), -math.inf
+    for a in _A_GRID:
+        for p in reversed(_P_GRID):
+            ll = 0.0
+            for (lam, hit), n in counts.items():
+                alpha = min(1.0 - 1e-9, max(1e-9, a * (1.0 - (1.0 - p) ** lam)))
+                ll += n * math.log(alpha if hit else 1.0 - alpha)
+            if ll > best_ll + 1e-9:
+                best, best_ll = (a, p), ll
+    return best
 
 
 class _Mean:
@@ -80,6 +87,7 @@ class AutoSamples:
         self.drafts: deque[tuple[int, float]] = deque(maxlen=window)
         self.last: SampleChoice | None = None
         self._idle = 0  # consecutive turns the decision was λ = 0
+        self._drafted = 0  # requests drafted at the chosen λ > 1 (every 4th probes λ = 1)
 
     # -- observations -----------------------------------------------------------------------
 
@@ -112,16 +120,20 @@ class AutoSamples:
         ys = [s for _, s in self.drafts]
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         var = sum((x - mx) ** 2 for x in xs)
-        slope = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var) if var > 0 else 0.0
+        slope = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var) if var > 0 else 0.0
         return max(0.0, my - slope * mx), slope
 
     def odds(self) -> list[ToolOdds]:
-        pooled = fit_per_sample([r for name in self.hits for r in self.hits[name]])
+        records = [r for name in self.hits for r in self.hits[name]]
+        a, p = fit_hits(records)
+        rate = (sum(h for _, h in records) + 1.0) / (len(records) + 2.0)
         out = []
         for name, n in self.calls.items():
-            p = fit_per_sample(self.hits[name], pooled, 4.0) if self.speculable.get(name) else 0.0
+            own = self.hits[name]
+            ratio = (sum(h for _, h in own) + 4.0 * rate) / (len(own) + 4.0) / rate
+            ceiling = min(1.0, a * ratio) if self.speculable.get(name) else 0.0
             t = self.T[name].get() if name in self.T else 0.0
-            out.append(ToolOdds(weight=n, per_sample=p, T=t))
+            out.append(ToolOdds(weight=n, per_sample=p, T=t, ceiling=ceiling))
         return out
 
     def choose(self) -> int:
@@ -133,6 +145,10 @@ class AutoSamples:
                                    cost_per_sample_s=self.cost_per_sample_s, max_samples=self.max_samples)
         if self.last.samples > 0:
             self._idle = 0
+            if self.last.samples > 1:
+                self._drafted += 1
+                if self._drafted % 4 == 0:
+                    return 1  # a probe: records at λ = 1 tell the ceiling from the per-sample chance
             return self.last.samples
         self._idle += 1
         return 1 if self.explore_every and self._idle % self.explore_every == 0 and self.max_samples else 0

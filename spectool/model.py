@@ -26,8 +26,9 @@ tokens, T_i tool time)::
 Eq. 6 is the engine with O1–O3: on a hit the call's tokens are verified in one step (O2) and
 the output is appended to the live sequence without a new request or re-prefill (O3).
 
-λ by the numbers (``samples="auto"``): with λ samples the hit rate is α(λ) = Σ_τ w_τ (1 − (1 −
-p_τ)^λ) (w_τ: how often the model calls tool τ, p_τ: the chance one sample drafts its call), a
+λ by the numbers (``samples="auto"``): with λ samples the hit rate is α(λ) = Σ_τ w_τ a_τ (1 − (1 −
+p_τ)^λ) (w_τ: how often the model calls tool τ, p_τ: the chance one sample drafts its call, a_τ
+the most any number of samples reaches: samples of one drafter are not independent), a
 hit saves Eq. 1 − Eq. 2 = G + T_τ − max{G, g(λ) + T_τ} seconds (never below 0: a late draft
 is no hit), and each sample costs ``c`` seconds' worth of drafter price. :func:`choose_samples`
 picks the λ in 0…λ_max with the largest expected saving minus cost (0: do not draft).
@@ -201,11 +202,13 @@ def engine_times(w: EngineWorkload, alpha: float) -> EngineTimes:
 @dataclass(frozen=True)
 class ToolOdds:
     """One tool in the λ decision: ``weight`` (share of the model's calls that go to it),
-    ``per_sample`` (chance one draft sample predicts its call) and ``T`` (its seconds)."""
+    ``per_sample`` (chance one draft sample predicts its call), ``T`` (its seconds) and
+    ``ceiling`` (the hit rate no number of samples exceeds: α(λ) = ceiling·(1 − (1 − p)^λ))."""
 
     weight: float
     per_sample: float
     T: float
+    ceiling: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -251,7 +254,7 @@ def choose_samples(
         g_lam = g + (lam - 1) * g_per_extra_sample
         alpha = saved = 0.0
         for t in tools if total > 0 else ():
-            w, a = max(0.0, t.weight) / total, hit_rate_at(t.per_sample, lam)
+            w, a = max(0.0, t.weight) / total, min(1.0, max(0.0, t.ceiling)) * hit_rate_at(t.per_sample, lam)
             alpha += w * a
             saved += w * a * max(0.0, G + t.T - max(G, g_lam + t.T))
         net = saved - lam * cost_per_sample_s

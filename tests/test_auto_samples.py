@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import spectool
 from spectool import ConfigError, Speculator
-from spectool._auto import AutoSamples, fit_per_sample
+from spectool._auto import AutoSamples, fit_hits
 from spectool.model import (
     ToolOdds,
     choose_samples,
@@ -66,15 +66,6 @@ def test_the_choice_is_the_best_of_its_table_and_never_negative(G, g, T, p, cost
     assert c.net_s >= 0.0 and c.net_s == pytest.approx(max(row[3] for row in c.table))
     if c.samples == 0:
         assert all(row[3] <= 1e-12 for row in c.table)
-
-
-def test_fit_per_sample_recovers_the_chance_per_sample():
-    import random
-
-    rng = random.Random(1)
-    records = [(lam, rng.random() < hit_rate_at(0.3, lam)) for lam in (1, 3) for _ in range(400)]
-    assert fit_per_sample(records) == pytest.approx(0.3, abs=0.05)
-    assert fit_per_sample([]) == pytest.approx(0.5, abs=0.01)  # the pseudo hit and miss alone
 
 
 def test_auto_stops_drafting_a_useless_drafter_and_explores_now_and_then():
@@ -136,3 +127,31 @@ def test_transcripts_are_identical_with_auto_samples(script, hit_rate, cost):
         if cost > 0:  # a sample costing 10 s can never pay: only the first request drafts
             assert spec.stats["drafts"] <= 1
     anyio.run(check)
+
+
+def test_fit_hits_tells_a_ceiling_from_the_chance_per_sample():
+    # A deterministic drafter: λ samples hit exactly when one does (30 % of calls), at any λ.
+    records = [(lam, i % 10 < 3) for lam in (1, 5) for i in range(100)]
+    a, p = fit_hits(records)
+    assert a == pytest.approx(0.3, abs=0.05) and p > 0.8
+    # Independent samples with p = 0.3: no ceiling below 1.
+    import random
+
+    rng = random.Random(2)
+    records = [(lam, rng.random() < hit_rate_at(0.3, lam)) for lam in (1, 3, 6) for _ in range(300)]
+    a, p = fit_hits(records)
+    assert a > 0.85 and p == pytest.approx(0.3, abs=0.08)
+
+
+def test_auto_keeps_few_samples_for_a_drafter_whose_samples_agree():
+    auto = AutoSamples(max_samples=5, cost_per_sample_s=0.05)
+    picked = []
+    for i in range(60):
+        lam = auto.choose()
+        picked.append(lam)
+        auto.observe_draft(lam, 0.05)
+        auto.observe_tool("get", 1.0)
+        auto.observe_turn(lam, 2.0, [("get", True, i % 10 < 4)])  # hits do not depend on λ
+    # Independent samples would call for λ = 5 (α 0.4 → 0.92); the ceiling says more buy little.
+    assert sum(picked[-20:]) / 20 < 2.0 and max(picked[-20:]) <= 2
+    assert 0.3 < auto.odds()[0].ceiling < 0.6
