@@ -57,6 +57,7 @@ class Plan:
     split: str | None = None  # keep only tasks of this split (train / dev / test)
     tasks_per_category: int | None = None  # first N tasks of each category (after the split)
     latency_matches_G: bool = False  # tool latency mean = the replay model's mean seconds per call step
+    calibration_tokens: int = 1024  # embedded engine: prompt-length difference φ is timed over
     sample_cost: float = 0.05  # samples="auto": one draft sample's price (and the run it may waste), in seconds
     title: str = ""
 
@@ -73,7 +74,7 @@ def quick_plan() -> Plan:
     process, and on a busy 2-core box two OpenMP threads spin-wait; ``--threads 2`` on an idle one."""
     return Plan(main="embedded", model="smollm2", categories=("simple_python",), split="test", tasks_per_category=1,
                 agents=(1,), threads=1, latencies=(1.0,), samples=(1,), drafters=("history",),
-                configs=("client", "engine"), max_turns=1, max_steps_per_turn=2, max_tokens=48,
+                configs=("client", "engine"), max_turns=1, max_steps_per_turn=2, max_tokens=48, calibration_tokens=384,
                 tool_choice="required", title="Embedded engine end to end (SmolLM2-135M-Instruct as main model, CPU)")
 
 
@@ -201,9 +202,10 @@ def tuned_adapter() -> Any:
     """The shipped LoRA adapter of the tuned drafter, or None where this checkout has none."""
     try:
         from ..drafters._adapter import shipped_adapter_path  # type: ignore[import-not-found]
-    except ImportError:
+
+        path = shipped_adapter_path()  # raises ConfigError where the adapter is missing
+    except (ImportError, ConfigError):
         return None
-    path = shipped_adapter_path()
     return path if path is not None and Path(path).exists() else None
 
 
@@ -273,7 +275,7 @@ def run_plan(plan: Plan, progress: bool = True) -> dict[str, Any]:
     # max_rounds: never resolve past the step cap
     with EmbeddedMain(threads=plan.threads, backend=plan.backend, dtype=plan.dtype,
                       max_rounds=max(0, plan.max_steps_per_turn - 1)) as main:
-        calibration = main.calibrate()
+        calibration = main.calibrate(prefill_tokens=plan.calibration_tokens)
         return anyio.run(_run_plan, plan, progress, main.base_url, calibration)
 
 
