@@ -115,3 +115,17 @@ def test_cli_replay_with_eager_arm_and_auto_writes_the_headline_plot(tmp_path, c
     assert all(split_of(t) == "test" for t in results["tasks"])
     assert runs[0]["tool_latency_mean"] == pytest.approx(runs[0]["G_mean_s"], rel=0.35)  # T ≈ G
     assert (out / "time_saved_vs_alpha.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_quick_runs_the_headline_then_the_embedded_engine():
+    import argparse
+
+    from spectool._bench_cli import add_arguments, build_plans
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    headline, embedded = build_plans(parser.parse_args(["--quick"]))
+    assert headline.main == "replay" and headline.split == "test" and headline.eager_arm
+    assert embedded.main == "embedded" and embedded.split == "test" and "engine" in embedded.configs
+    only = build_plans(parser.parse_args(["--quick", "--main", "replay", "--samples", "1,3,auto"]))
+    assert len(only) == 1 and only[0].samples == (1, 3, "auto")
