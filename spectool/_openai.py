@@ -278,7 +278,8 @@ class SpeculativeOpenAI:
             batch = None
             if self.eager != "off":
                 batch = EagerBatch(self.speculator, self.eager)
-                self._eager = [*self._eager[-7:], batch]
+                self._eager.append(batch)  # in place: with_options() views share the list
+                del self._eager[:-8]
             result = SpeculativeStream(result, api, self._on_response_id, request, batch)
         else:
             rid = getattr(result, "id", None)
