@@ -61,19 +61,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # --- drafter names -> constructors (heavy imports happen only when a drafter is built) ---------
 
 
-def _history() -> Any:
+def _history(category: str = "") -> Any:
     from .drafters import HistoryDrafter
 
     return HistoryDrafter()
 
 
-def _local() -> Any:
+def _local(category: str = "") -> Any:
     from .drafters import LocalDrafter
 
     return LocalDrafter("embedded")
 
 
-def _tuned() -> Any:
+def _tuned(category: str = "") -> Any:
     from .drafters import LocalDrafter
 
     try:
@@ -90,26 +90,34 @@ def _tuned() -> Any:
         raise ConfigError("this LocalDrafter does not take adapter=; the 'tuned' drafter needs it") from exc
 
 
-def _combined() -> Any:
+def _combined(category: str = "") -> Any:
     from .drafters import CombinedDrafter
 
     return CombinedDrafter([_history(), _local()])
 
 
-DRAFTERS: dict[str, Callable[[], Any]] = {
+def _mined(category: str = "") -> Any:
+    from .bench._drafter_eval import train_traces
+    from .drafters import HistoryDrafter
+
+    return HistoryDrafter.from_traces(train_traces(category) if category else ())
+
+
+DRAFTERS: dict[str, Callable[[str], Any]] = {
     "combined": _combined,
     "history": _history,
     "local": _local,
+    "mined": _mined,
     "tuned": _tuned,
 }
 
 
-def _check_drafters(names: tuple[str, ...]) -> dict[str, Callable[[], Any]]:
+def _check_drafters(names: tuple[str, ...]) -> dict[str, Callable[[str], Any]]:
     unknown = [n for n in names if n not in DRAFTERS]
     if unknown or not names:
         raise ConfigError(f"unknown drafter(s) {unknown}; known: {', '.join(DRAFTERS)}")
     for name in names:  # fail before hours of work if a drafter cannot even be built
-        DRAFTERS[name]()
+        DRAFTERS[name]("")
     return {n: DRAFTERS[n] for n in names}
 
 

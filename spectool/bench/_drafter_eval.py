@@ -55,6 +55,17 @@ def speculable_tools(task: Task, env: Environment | None = None) -> set[str]:
 
 def replay_steps(task: Task) -> tuple[list[Step], set[str]]:
     """The task's responses with the true history before each, and its speculable tools."""
+    steps, _, speculable = replay(task)
+    return steps, speculable
+
+
+def train_traces(category: str) -> list[list[dict[str, Any]]]:
+    """The full ground-truth conversations of a category's train split (for mining drafters)."""
+    return [replay(t)[1] for t in in_split(load_tasks(category), "train")]
+
+
+def replay(task: Task) -> tuple[list[Step], list[dict[str, Any]], set[str]]:
+    """Steps, the whole conversation after the last turn, and the speculable tools."""
     env = Environment(task.classes, task.initial_config, task.long_context) if task.multi_turn else None
     messages: list[dict[str, Any]] = []
     steps: list[Step] = []
@@ -77,7 +88,7 @@ def replay_steps(task: Task) -> tuple[list[Step], set[str]]:
                 messages.append({"role": "tool", "tool_call_id": i, "content": out})
         messages.append({"role": "assistant",
                          "content": "Done: " + ", ".join(c.name for c in calls) + "." if calls else "Nothing to do."})
-    return steps, speculable_tools(task, env)
+    return steps, messages, speculable_tools(task, env)
 
 
 async def _draft(drafter: Drafter, request: DraftRequest) -> tuple[list[ToolCall], float, bool]:
@@ -105,10 +116,9 @@ def prepare(category: str, split: str, limit: int | None) -> list[Prepared]:
     return [Prepared(t, *replay_steps(t)) for t in tasks]
 
 
-async def evaluate(make_drafter: Callable[[], Drafter], prepared: Sequence[Prepared], samples: int,
+async def evaluate(drafter: Drafter, prepared: Sequence[Prepared], samples: int,
                    progress: Callable[[int, int], None] | None = None) -> list[StepScore]:
-    """Score one fresh drafter at λ = ``samples`` on the prepared tasks, in order."""
-    drafter = make_drafter()
+    """Score a (fresh) drafter at λ = ``samples`` on the prepared tasks, in order."""
     scores: list[StepScore] = []
     for done, item in enumerate(prepared, 1):
         for step in item.steps:
@@ -134,9 +144,11 @@ def _progress_printer(label: str) -> Callable[[int, int], None]:
     return show
 
 
-async def run_grid(drafters: Mapping[str, Callable[[], Drafter]], categories: Sequence[str], split: str,
+async def run_grid(drafters: Mapping[str, Callable[[str], Drafter]], categories: Sequence[str], split: str,
                    samples: Sequence[int], limit: int | None, progress: bool = True) -> list[dict[str, Any]]:
-    """One row per drafter × category × λ (fields: see :func:`summarize`)."""
+    """One row per drafter × category × λ (fields: see :func:`summarize`). ``drafters`` maps
+    a name to a factory called with the category (a mining drafter mines that category's
+    train split)."""
     rows: list[dict[str, Any]] = []
     for category in categories:
         prepared = prepare(category, split, limit)
@@ -146,7 +158,7 @@ async def run_grid(drafters: Mapping[str, Callable[[], Drafter]], categories: Se
         for name, make in drafters.items():
             for lam in samples:
                 show = _progress_printer(f"{name} λ={lam}") if progress else None
-                scores = await evaluate(make, prepared, lam, show)
+                scores = await evaluate(make(category), prepared, lam, show)
                 rows.append({"drafter": name, "category": category, "split": split, "samples": lam,
                              "n_tasks": len(prepared), **summarize(scores)})
     return rows

@@ -4,6 +4,9 @@ Each candidate value for a parameter has a *strength* (3: the user wrote ``name:
 2: a tool output or an earlier call has a field named like the parameter, or the user's text
 names one of its enum values; 1: a bare literal of the right type in the user's text) and a
 *recency* (message index). Stronger wins, then more recent, then earlier in the text.
+Mined data flow (:mod:`._flows`) adds candidates from the sources a parameter took its value
+from in earlier sessions, at strength 2 + the source's share (above same-name evidence, below
+an explicit ``name: value``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ _SENTENCE_START = re.compile(r"(?:^|[.!?]\s+)$")
 @dataclass(frozen=True)
 class Candidate:
     value: Any
-    strength: int
+    strength: float
     recency: int
     order: int = 0
     literal_id: int | None = None
@@ -43,9 +46,17 @@ class Evidence:
 
     named: list[tuple[str, Any, int]] = field(default_factory=list)
     texts: list[tuple[str, int]] = field(default_factory=list)
+    #: latest values per data-flow source (``("arg", tool, param)`` / ``("out", tool, field)``)
+    sourced: dict[tuple[str, ...], list[tuple[Any, int]]] = field(default_factory=dict)
 
-    def candidates(self, pname: str, schema: Mapping[str, Any], taken: set[int]) -> list[Candidate]:
+    def candidates(self, pname: str, schema: Mapping[str, Any], taken: set[int],
+                   mined: Sequence[tuple[tuple[str, ...], float]] = ()) -> list[Candidate]:
         found: list[Candidate] = []
+        for source, share in mined:
+            for order, (value, rec) in enumerate(self.sourced.get(source, ())):
+                coerced = _coerce(value, schema)
+                if coerced is not _NO:
+                    found.append(Candidate(coerced, 2 + share, rec, order))
         key = _norm(pname)
         for name, value, rec in self.named:
             if name == key:
@@ -88,14 +99,24 @@ class Evidence:
 
 
 def collect_evidence(messages: Sequence[Mapping[str, Any]]) -> Evidence:
+    from ._flows import output_fields
+
     ev = Evidence()
+    call_names: dict[str, str] = {}
     for i, m in enumerate(messages):
         role = m.get("role")
         if role == "assistant":
             for call in assistant_calls(m):
+                call_names[str(call.id)] = call.name
                 for k, v in call.arguments.items():
                     ev.named.append((_norm(str(k)), v, i))
+                    ev.sourced[("arg", call.name, str(k))] = [(v, i)]
         elif role == "tool":
+            tool = call_names.get(str(m.get("tool_call_id")), "")
+            fresh: dict[tuple[str, ...], list[tuple[Any, int]]] = {}
+            for k, v in output_fields(m.get("content")):
+                fresh.setdefault(("out", tool, k), []).append((v, i))
+            ev.sourced.update(fresh)  # a tool's latest output replaces its earlier one
             text = message_text(m.get("content"))
             try:
                 value = json.loads(text)
