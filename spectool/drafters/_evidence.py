@@ -25,6 +25,11 @@ _QUOTED = re.compile(r"\"([^\"]{1,200})\"|'([^']{1,200})'|`([^`]{1,200})`")
 # Proper nouns, tickers, file names, ids: the tokens a string argument usually is.
 _ENTITY = re.compile(r"\b(?:[A-Z][\w-]*(?:\.[\w-]+)*|[\w-]+\.[A-Za-z0-9]{1,8}|[a-z]+\d[\w-]*)\b")
 _SENTENCE_START = re.compile(r"(?:^|[.!?]\s+)$")
+# Multi-word names, optionally with a region after a comma: "San Francisco", "New York, NY",
+# "Chennai, Tamil Nadu", "2020 Addison Street, Berkeley, CA, USA".
+_PLACE = re.compile(r"\b(?:\d+[A-Z]?\s)?[A-Z][a-z]+(?:\s[A-Z][a-z]+)+(?:,\s[A-Z][A-Za-z]+(?:\s[A-Z][a-z]+)*)*"
+                    r"|\b[A-Z][a-z]+(?:,\s[A-Z][A-Za-z]+(?:\s[A-Z][a-z]+)*)+")
+_NOT_ENTITY = frozenset({"I", "I'm", "I'd", "I've"})
 
 
 @dataclass(frozen=True)
@@ -151,7 +156,12 @@ def _literals(text: str, types: set[str]) -> Iterator[tuple[int, Any]]:
         for m in _QUOTED.finditer(text):
             quoted_spans.append(m.span())
             yield m.start(), next(g for g in m.groups() if g is not None)
+        for m in _PLACE.finditer(text):
+            if not any(a <= m.start() < b for a, b in quoted_spans):
+                yield m.start(), m.group()
         for m in _ENTITY.finditer(text):
+            if m.group() in _NOT_ENTITY:
+                continue
             inside = any(a <= m.start() < b for a, b in quoted_spans)
             sentence_start = _SENTENCE_START.search(text[: m.start()]) is not None
             if not inside and not (sentence_start and m.group()[0].isupper() and m.group()[1:].islower()):
