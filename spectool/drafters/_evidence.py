@@ -157,8 +157,14 @@ def _literals(text: str, types: set[str]) -> Iterator[tuple[int, Any]]:
             quoted_spans.append(m.span())
             yield m.start(), next(g for g in m.groups() if g is not None)
         for m in _PLACE.finditer(text):
-            if not any(a <= m.start() < b for a, b in quoted_spans):
-                yield m.start(), m.group()
+            start, name = m.start(), m.group()
+            if _SENTENCE_START.search(text[:start]) is not None:  # "Use Oslo": drop the capital verb
+                first, _, rest = name.partition(" ")
+                start, name = start + len(first) + 1, rest
+                if " " not in name and "," not in name:
+                    continue
+            if name and not any(a <= start < b for a, b in quoted_spans):
+                yield start, name
         for m in _ENTITY.finditer(text):
             if m.group() in _NOT_ENTITY:
                 continue
