@@ -48,14 +48,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ev.add_argument("--threads", type=int, help="torch CPU threads for model drafters")
     ev.add_argument("--no-progress", action="store_true")
     ev.add_argument("--no-plot", action="store_true")
-    tune = sub.add_parser("tune", help="LoRA-tune the local drafter on traces (spectool.drafters._tune)")
+    help_ = "LoRA-tune the local drafter on traces (spectool.drafters._tune)"
     try:
         module = importlib.import_module(TUNE_MODULE)
     except ImportError:
+        # No options to parse: take everything, so `run` can say what is missing.
+        tune = sub.add_parser("tune", help=help_, prefix_chars="+")
         tune.set_defaults(_tune_missing=True)
-        tune.add_argument("rest", nargs=argparse.REMAINDER)
+        tune.add_argument("rest", nargs="*")
     else:
-        module.add_arguments(tune)
+        module.add_arguments(sub.add_parser("tune", help=help_))
 
 
 # --- drafter names -> constructors (heavy imports happen only when a drafter is built) ---------
