@@ -95,7 +95,7 @@ def _tuned(category: str = "") -> Any:
 def _combined(category: str = "") -> Any:
     from .drafters import CombinedDrafter
 
-    return CombinedDrafter([_history(), _local()])
+    return CombinedDrafter([_mined(category), _local()], rank="confidence")
 
 
 def _mined(category: str = "") -> Any:
