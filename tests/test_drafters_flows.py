@@ -91,3 +91,16 @@ def test_calibration_ignores_a_different_session():
     other = [{"role": "user", "content": "B"}, call("ls", {"path": "/x"}, "c"), out("c", {})]
     anyio.run(drafter.propose, DraftRequest(other, tools, 1))
     assert drafter.calibration == {}
+
+
+def test_fan_out_spreads_the_users_literals_over_parallel_calls():
+    tools = [fn("calculate_bmi", {"height": {"type": "number"}, "weight": {"type": "number"}})]
+    text = "BMI for 6 feet and 80 kg, also for 5.6 feet and 60 kg."
+    request = DraftRequest([{"role": "user", "content": text}], tools, samples=1)
+    calls = HistoryDrafter().predict(request)
+    assert calls[:2] == [ToolCall("calculate_bmi", {"height": 6, "weight": 80}),
+                         ToolCall("calculate_bmi", {"height": 5.6, "weight": 60})]
+    assert HistoryDrafter(fan_out=0).predict(request) == calls[:1]
+    # nothing left to spread: one call
+    single = DraftRequest([{"role": "user", "content": "BMI for 6 feet and 80 kg"}], tools, samples=1)
+    assert len(HistoryDrafter().predict(single)) == 1
