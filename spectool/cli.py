@@ -10,6 +10,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("spectool._bench_cli", "BFCL multi-agent benchmark of speculative tool calling"),
     "calibrate": ("spectool._decode_cli", "re-measure tree-decoding cost tables and draft size g*"),
+    "drafters": ("spectool._drafters_cli", "evaluate drafters on BFCL ground truth (eval) or tune one (tune)"),
     "decode-bench": ("spectool._decode_cli", "tree speculative decoding vs autoregressive and prompt lookup"),
     "model": ("spectool._model_cli", "the performance model: calculator and Figure 3"),
     "overhead": ("spectool._overhead", "middleware overhead per turn and time saved (scripted)"),
