@@ -98,7 +98,7 @@ def test_verify_kernels_packed_gemms_match_stock_and_restore_the_model(lm, monke
     kernel of :mod:`.kernels`, or MKL's packed weights without it) as on the stock ones, up to fp32
     summation order, and the model is left exactly as it was (a shared model's generate is
     untouched)."""
-    from spectool_serving.tree import fastpath
+    from spectool_serving.backends import fastpath
 
     model, _, prompts = lm
     ids = prompts[1]
@@ -112,8 +112,8 @@ def test_verify_kernels_packed_gemms_match_stock_and_restore_the_model(lm, monke
         toks, depth, anc, real = pad_trees([chain])
         return tree_forward(model, state, toks, depth, anc, real)
 
-    from spectool_serving.tree.fused import FusedLlama
-    from spectool_serving.tree.lean import lean_for
+    from spectool_serving.backends.fused import FusedLlama
+    from spectool_serving.backends import lean_for
 
     packed = score()
     # the fused C layers hold their own packed copy; otherwise each Linear module gets one
