@@ -39,6 +39,26 @@ json_values = st.recursive(scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)), max_leaves=6)
 
 
+def values_for(annotation: Any) -> st.SearchStrategy:
+    """JSON values aimed at ``annotation`` (mostly valid), mixed with arbitrary JSON."""
+    origin = getattr(annotation, "__origin__", None)
+    args = getattr(annotation, "__args__", ())
+    if origin is list:
+        aimed: st.SearchStrategy = st.lists(values_for(args[0]), max_size=3)
+    elif origin is dict:
+        aimed = st.dictionaries(st.text(max_size=3), values_for(args[1]), max_size=3)
+    elif args:  # a union (Optional included)
+        aimed = st.one_of(*[values_for(a) for a in args])
+    elif annotation is type(None):
+        aimed = st.none()
+    else:
+        aimed = {int: st.one_of(st.integers(-(2**70), 2**70), st.sampled_from([5, 10**20])),
+                 float: st.one_of(st.floats(), st.sampled_from([5.0, 1e20])),
+                 str: st.one_of(st.text(max_size=4), st.sampled_from(["nan", "5"])),
+                 bool: st.booleans()}.get(annotation, json_values)
+    return st.one_of(aimed, aimed, aimed, json_values)
+
+
 @st.composite
 def near(draw: Any, value: Any) -> Any:
     """A value a model might produce for the same intent: numbers retyped, or something else."""
@@ -96,7 +116,7 @@ def outcome(spec: Any, args: dict) -> tuple[str | None, Any]:
 def test_equal_keys_iff_equal_validated_arguments(data) -> None:
     annotation = data.draw(types, label="type")
     spec = spectool.tool_spec(make_tool(annotation, []))
-    a = data.draw(json_values, label="a")
+    a = data.draw(values_for(annotation), label="a")
     b = data.draw(near(a), label="b")
     key_a, val_a = outcome(spec, {"x": a})
     key_b, val_b = outcome(spec, {"x": b})
@@ -111,7 +131,7 @@ def test_a_served_speculation_gave_the_tool_what_it_would_have_received(data) ->
     seen: list = []
     tool = make_tool(annotation, seen)
     spec = spectool.tool_spec(tool)
-    drafted = data.draw(json_values, label="drafted")
+    drafted = data.draw(values_for(annotation), label="drafted")
     called = data.draw(near(drafted), label="called")
 
     async def go() -> tuple[bool, Any]:
