@@ -220,6 +220,9 @@ class SpeculativeOpenAI:
             tools, drafter, samples=samples, draft_timeout=draft_timeout,
             on_complete=self.sink.on_tool_output if self.sink is not None else None, **options,
         )
+        bind = getattr(self.sink, "bind", None)
+        if bind is not None:  # the sink posts only what this session's cache still holds valid
+            bind(self.speculator.cache)
         self.toolbox = self.speculator.toolbox
         self.chat = _Chat(self)
         self.responses = _Responses(self)
