@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import re
 import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -182,3 +183,38 @@ def test_toolcall_keys_use_the_servers_schema() -> None:
     spec = mcp_tool_spec(None, tool)  # type: ignore[arg-type]  # never called: no session needed
     assert spec.key({"key": "a"}) == spec.key('{"key": "a"}')
     assert spec.key(ToolCall("get", {"key": "a"}).arguments) != spec.key({"key": "b"})
+
+
+@pytest.mark.anyio
+async def test_create_agent_with_adapters_tools_speculates(tmp_path: Path) -> None:
+    """MCP tools loaded by langchain-mcp-adapters, declared, run by a create_agent agent with
+    the middleware: read-only calls run early, the transcript is unchanged."""
+    from langchain.agents import create_agent
+    from langchain_mcp_adapters.tools import load_mcp_tools
+
+    from langchain_spectool import SpeculativeToolMiddleware
+    from langchain_spectool.testing import ScriptedChatModel
+    from langchain_spectool.testing import call as lc_call
+    from langchain_spectool.testing import reply, transcript
+    from spectool_mcp.langchain import declare_mcp_tools
+
+    script = [reply("", lc_call("get", {"key": "a"}, "c1")),
+              reply("", lc_call("put", {"key": "a", "value": "7"}, "c2")),
+              reply("", lc_call("get", {"key": "b"}, "c3")),
+              reply("done")]
+
+    async def run(drafter):
+        async with fixture_session(tmp_path / "lc.log") as session:
+            tools = declare_mcp_tools(await load_mcp_tools(session), scope="kv")
+            model = ScriptedChatModel(script=script, latency=0.2)
+            mw = SpeculativeToolMiddleware(drafter, draft_timeout=1.0) if drafter else None
+            agent = create_agent(model, tools, middleware=[mw] if mw else [])
+            out = await agent.ainvoke({"messages": [("user", "go")]})
+            # the adapters give each content block a fresh random id on every run, speculation or not
+            return [re.sub(r"'id': 'lc_[0-9a-f-]+'", "'id': _", repr(m)) for m in transcript(out["messages"])], mw
+
+    base, _ = await run(None)
+    fast, mw = await run(ScriptedDrafter(ScriptedChatModel(script=script).next_calls))
+    assert fast == base
+    stats = mw.stats()
+    assert stats["hits"] + stats["joins"] >= 2
