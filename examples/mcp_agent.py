@@ -68,7 +68,6 @@ SCRIPT = [
 async def run_once(latency: float, drafter: ScriptedDrafter | None, model: ScriptedModel):
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
-
     from spectool_mcp import mcp_tools
 
     server = StdioServerParameters(command=sys.executable,

@@ -15,9 +15,9 @@ import time
 
 import anyio
 from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+from spectool_agents import speculate
 
 from spectool.testing import ScriptedDrafter, ScriptedModel, call, openai_client, say
-from spectool_agents import speculate
 
 STOCK = {"apple": 3, "pear": 0}
 

@@ -23,8 +23,10 @@ from ._openai import (
     SpeculativeStream,
     speculative,
 )
+from ._observe import Observer, add_observer, remove_observer
 from ._speculator import DraftCounters, Speculator, Turn
 from ._sync import SyncSpeculator
+from ._tracing import instrument, uninstrument
 from ._tools import Effect, Toolbox, ToolSpec, tool, tool_spec
 from ._types import Drafter, DraftRequest, ToolCall
 from .drafters import CombinedDrafter, EndpointDrafter, HistoryDrafter, LocalDrafter
@@ -48,6 +50,7 @@ __all__ = [
     "LocalDrafter",
     "ModelOutputError",
     "ModelRequest",
+    "Observer",
     "Outcome",
     "RequestHook",
     "SpectoolError",
@@ -65,9 +68,13 @@ __all__ = [
     "ToolSpec",
     "Toolbox",
     "Turn",
+    "add_observer",
     "canonical_key",
+    "instrument",
+    "remove_observer",
     "run_agent",
     "speculative",
     "tool",
     "tool_spec",
+    "uninstrument",
 ]

@@ -19,6 +19,7 @@ import anyio
 
 from ._cache import CacheCounters, OnComplete, Outcome, ToolCache
 from ._errors import ConfigError, SpectoolError
+from ._observe import hooks as _observe
 from ._tools import Effect, Toolbox, ToolSpec
 from ._types import Drafter, DraftRequest, ToolCall
 
@@ -165,19 +166,24 @@ class Speculator:
     async def _draft(self, turn: Turn, request: DraftRequest) -> None:
         assert self.drafter is not None
         self.draft_counters.drafts += 1
+        watch, status = _observe.draft_started(request), "cancelled"
         try:
             with turn.scope:
                 with anyio.move_on_after(self.draft_timeout) as timeout:
                     proposals = await self.drafter.propose(request)
                 if timeout.cancelled_caught:
                     self.draft_counters.draft_timeouts += 1
+                    status = "timeout"
                     return
                 self._admit(turn, proposals)
+                status = "ok"
         except Exception as exc:  # a drafter's failure never reaches the agent
             self.draft_counters.draft_errors += 1
+            status = "error"
             log.debug("drafter failed: %r", exc)
         finally:
             turn.finished.set()
+            _observe.draft_finished(watch, status, len(turn.proposals), len(turn.admitted))
 
     def _admit(self, turn: Turn, proposals: Any) -> None:
         if not isinstance(proposals, (list, tuple)):

@@ -17,11 +17,11 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import ToolAnnotations
+from spectool_mcp import effect_from_annotations, mcp_tools
 
 import spectool
 from spectool import ConfigError, Effect, ToolCall, ToolError
 from spectool.testing import ScriptedDrafter, ScriptedModel, call, openai_client, say
-from spectool_mcp import effect_from_annotations, mcp_tools
 
 HERE = Path(__file__).parent
 HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
@@ -144,7 +144,6 @@ async def test_langchain_mcp_adapters_tools_are_declared() -> None:
     if importlib.util.find_spec("langchain_mcp_adapters") is None:  # pragma: no cover
         pytest.fail("langchain-mcp-adapters is part of the dev environment")
     from langchain_mcp_adapters.tools import load_mcp_tools
-
     from langchain_spectool import effect_of
     from spectool_mcp.langchain import declare_mcp_tools
 
@@ -175,7 +174,6 @@ def test_example_runs_offline_with_hits(capsys: pytest.CaptureFixture[str]) -> N
 def test_toolcall_keys_use_the_servers_schema() -> None:
     # a ToolSpec built from an MCP tool keys calls by its inputSchema like any other tool
     from mcp.types import Tool
-
     from spectool_mcp import mcp_tool_spec
 
     tool = Tool(name="get", inputSchema={"type": "object", "properties": {"key": {"type": "string"}}},
@@ -191,11 +189,9 @@ async def test_create_agent_with_adapters_tools_speculates(tmp_path: Path) -> No
     the middleware: read-only calls run early, the transcript is unchanged."""
     from langchain.agents import create_agent
     from langchain_mcp_adapters.tools import load_mcp_tools
-
     from langchain_spectool import SpeculativeToolMiddleware
-    from langchain_spectool.testing import ScriptedChatModel
+    from langchain_spectool.testing import ScriptedChatModel, reply, transcript
     from langchain_spectool.testing import call as lc_call
-    from langchain_spectool.testing import reply, transcript
     from spectool_mcp.langchain import declare_mcp_tools
 
     script = [reply("", lc_call("get", {"key": "a"}, "c1")),

@@ -10,12 +10,18 @@ from pathlib import Path
 
 import anyio
 import pytest
-from agents import (Agent, OpenAIChatCompletionsModel, RunContextWrapper, Runner, function_tool,
-                    set_tracing_disabled)
+from agents import (
+    Agent,
+    OpenAIChatCompletionsModel,
+    RunContextWrapper,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
+from spectool_agents import speculate
 
 from spectool import ConfigError, ToolCall, ToolDefinitionError
 from spectool.testing import ScriptedDrafter, ScriptedModel, call, openai_client, say
-from spectool_agents import speculate
 
 LATENCY = 0.1
 SCRIPT = [

@@ -17,8 +17,9 @@ Users override any of this per tool by name.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from spectool import ConfigError, Effect, ToolSpec
 

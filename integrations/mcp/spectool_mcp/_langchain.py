@@ -6,7 +6,8 @@ the same conservative mapping and declares the effect with ``langchain_spectool.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from langchain_core.tools import BaseTool
 from langchain_spectool import speculable

@@ -8,7 +8,8 @@ and without speculation.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from mcp import ClientSession, types
 

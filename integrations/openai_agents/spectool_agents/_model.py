@@ -7,7 +7,8 @@ model has answered, drafts still running are cancelled (their started tool runs 
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio.lowlevel
 from agents.models.interface import Model

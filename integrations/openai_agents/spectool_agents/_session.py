@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Mapping
+from typing import Any
 
 from agents import Agent, FunctionTool
 from agents.models.interface import Model, ModelProvider

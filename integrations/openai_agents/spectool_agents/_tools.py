@@ -12,7 +12,8 @@ from __future__ import annotations
 import copy
 import json
 import uuid
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from agents import FunctionTool
 from agents.tool_context import ToolContext
@@ -83,7 +84,7 @@ class SpeculativeInvoker:
     def __getattr__(self, name: str) -> Any:  # the SDK's markers and prepare_arguments
         return getattr(self._inner, name)
 
-    def __agents_bind_function_tool__(self, function_tool: FunctionTool) -> "SpeculativeInvoker":
+    def __agents_bind_function_tool__(self, function_tool: FunctionTool) -> SpeculativeInvoker:
         bind = getattr(self._inner, "__agents_bind_function_tool__", None)
         inner = bind(function_tool) if callable(bind) else self._inner
         return SpeculativeInvoker(inner, self._speculator, self._spec)
