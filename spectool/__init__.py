@@ -26,6 +26,7 @@ from ._openai import (
 from ._observe import Observer, add_observer, remove_observer
 from ._speculator import DraftCounters, Speculator, Turn
 from ._sync import SyncSpeculator
+from ._sync_openai import SyncSpeculativeOpenAI, SyncSpeculativeStream, speculative_sync
 from ._tracing import instrument, uninstrument
 from ._tools import Effect, Toolbox, ToolSpec, tool, tool_spec
 from ._types import Drafter, DraftRequest, ToolCall
@@ -57,6 +58,8 @@ __all__ = [
     "SpeculativeOpenAI",
     "SpeculativeStream",
     "Speculator",
+    "SyncSpeculativeOpenAI",
+    "SyncSpeculativeStream",
     "SyncSpeculator",
     "ToolArgumentsError",
     "ToolCache",
@@ -74,6 +77,7 @@ __all__ = [
     "remove_observer",
     "run_agent",
     "speculative",
+    "speculative_sync",
     "tool",
     "tool_spec",
     "uninstrument",

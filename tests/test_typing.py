@@ -1,6 +1,6 @@
 """The wrapper keeps the OpenAI SDK's types for a type checker: mypy on a typed usage example
 (tests/typing/typed_usage.py) reveals ChatCompletion, the stream's ChatCompletionChunk and
-Response through ``spectool.speculative(...)``. mypy's cache (.mypy_cache) makes re-runs quick."""
+Response through ``spectool.speculative(...)`` (and ``speculative_sync``). mypy's cache (.mypy_cache) makes re-runs quick."""
 
 from __future__ import annotations
 
@@ -25,4 +25,8 @@ def test_mypy_sees_the_sdk_types_through_the_wrapper() -> None:
     assert "ChatCompletionMessageFunctionToolCall" in revealed[1]
     assert revealed[2] == "openai.types.chat.chat_completion_chunk.ChatCompletionChunk"
     assert revealed[3] == "openai.types.responses.response.Response"
-    assert revealed[4] == "builtins.list[builtins.dict[builtins.str, Any]]" or revealed[4] == "list[dict[str, Any]]"
+    assert revealed[4] == "list[dict[str, Any]]"
+    # the sync client
+    assert revealed[5] == "openai.types.chat.chat_completion.ChatCompletion"
+    assert revealed[6] == "openai.types.chat.chat_completion_chunk.ChatCompletionChunk"
+    assert len(revealed) == 7

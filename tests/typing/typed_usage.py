@@ -30,3 +30,13 @@ async def main() -> None:
         reveal_type(response)  # noqa: F821
         messages = await client.run_tool_calls(completion)
         reveal_type(messages)  # noqa: F821
+
+
+def sync_main() -> None:
+    from openai import OpenAI
+
+    with spectool.speculative_sync(OpenAI(api_key="x"), [lookup]) as client:
+        completion = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        reveal_type(completion)  # noqa: F821
+        for chunk in client.chat.completions.create(model="m", messages=[], stream=True):
+            reveal_type(chunk)  # noqa: F821
