@@ -9,7 +9,8 @@ the loop has the answer; streams are handed over chunk by chunk.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, cast
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio.to_thread
 
@@ -35,7 +36,7 @@ class _ThreadedStream:
     def __init__(self, stream: Any) -> None:
         self._stream, self._it = stream, iter(stream)
 
-    def __aiter__(self) -> "_ThreadedStream":
+    def __aiter__(self) -> _ThreadedStream:
         return self
 
     async def __anext__(self) -> Any:
@@ -76,14 +77,14 @@ class _AsyncFacade:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
-    def with_options(self, **options: Any) -> "_AsyncFacade":
+    def with_options(self, **options: Any) -> _AsyncFacade:
         return _AsyncFacade(self._client.with_options(**options))
 
 
 class SyncSpeculativeStream:
     """A speculative stream for sync code: iterate it for the SDK's chunks / events."""
 
-    def __init__(self, owner: "SyncSpeculativeOpenAI", stream: SpeculativeStream) -> None:
+    def __init__(self, owner: SyncSpeculativeOpenAI, stream: SpeculativeStream) -> None:
         self._owner, self.stream = owner, stream
         self._it = stream.__aiter__()
 
@@ -94,10 +95,10 @@ class SyncSpeculativeStream:
                 return
             yield item
 
-    def __enter__(self) -> "SyncSpeculativeStream":
+    def __enter__(self) -> SyncSpeculativeStream:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -115,7 +116,7 @@ async def _anext_or_end(it: Any) -> Any:
 
 
 class _SyncResource:
-    def __init__(self, owner: "SyncSpeculativeOpenAI", path: tuple[str, ...]) -> None:
+    def __init__(self, owner: SyncSpeculativeOpenAI, path: tuple[str, ...]) -> None:
         self._owner, self._path = owner, path
 
     def _target(self) -> Any:
@@ -136,7 +137,7 @@ class _SyncResource:
 
 
 class _SyncChat:
-    def __init__(self, owner: "SyncSpeculativeOpenAI") -> None:
+    def __init__(self, owner: SyncSpeculativeOpenAI) -> None:
         self._owner = owner
         self.completions = _SyncResource(owner, ("chat", "completions"))
 
@@ -152,8 +153,8 @@ class SyncSpeculativeOpenAI:
     SDK's sync resources. ``mode="engine"`` is not offered here (use the async client).
     """
 
-    chat: "Chat"
-    responses: "Responses"
+    chat: Chat
+    responses: Responses
 
     def __init__(
         self,
@@ -180,11 +181,11 @@ class SyncSpeculativeOpenAI:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
 
-    def __enter__(self) -> "SyncSpeculativeOpenAI":
+    def __enter__(self) -> SyncSpeculativeOpenAI:
         self._session.open()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._session.close()
 
     def stats(self) -> dict[str, Any]:

@@ -41,18 +41,18 @@ def test_same_transcript_with_hits(stream: bool) -> None:
 def test_create_returns_the_sdk_objects_and_streams() -> None:
     model = ScriptedModel(SCRIPT)
     world = KeyValueWorld()
-    with ServerThread(model) as url:
-        with speculative_sync(OpenAI(base_url=url, api_key="x", max_retries=0), world.toolbox) as c:
-            messages = [{"role": "user", "content": "hi"}]
-            completion = c.chat.completions.create(model="scripted", messages=messages)
-            assert isinstance(completion, ChatCompletion)
-            results = c.run_tool_calls(completion)
-            assert [r["content"] for r in results] == ["1", "2"]
-            stream = c.chat.completions.create(model="scripted", messages=messages, stream=True)
-            chunks = list(stream)
-            assert chunks and all(ch.object == "chat.completion.chunk" for ch in chunks)
-            assert [r["content"] for r in c.run_tool_calls(stream)] == ["1", "2"]
-            assert c.models is c.client.models  # everything else is the SDK's own
+    with ServerThread(model) as url, \
+            speculative_sync(OpenAI(base_url=url, api_key="x", max_retries=0), world.toolbox) as c:
+        messages = [{"role": "user", "content": "hi"}]
+        completion = c.chat.completions.create(model="scripted", messages=messages)
+        assert isinstance(completion, ChatCompletion)
+        results = c.run_tool_calls(completion)
+        assert [r["content"] for r in results] == ["1", "2"]
+        stream = c.chat.completions.create(model="scripted", messages=messages, stream=True)
+        chunks = list(stream)
+        assert chunks and all(ch.object == "chat.completion.chunk" for ch in chunks)
+        assert [r["content"] for r in c.run_tool_calls(stream)] == ["1", "2"]
+        assert c.models is c.client.models  # everything else is the SDK's own
 
 
 def test_engine_mode_is_refused_clearly() -> None:
