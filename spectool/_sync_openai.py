@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import anyio.to_thread
 
@@ -95,7 +95,7 @@ class SyncSpeculativeStream:
                 return
             yield item
 
-    def __enter__(self) -> SyncSpeculativeStream:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -181,7 +181,7 @@ class SyncSpeculativeOpenAI:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
 
-    def __enter__(self) -> SyncSpeculativeOpenAI:
+    def __enter__(self) -> Self:
         self._session.open()
         return self
 
