@@ -27,6 +27,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ._errors import ConfigError, SpectoolError, ToolError
+from ._observe import hooks as _observe
 from ._tools import Effect, Toolbox, ToolSpec, json_round_trip
 from ._types import ToolCall
 
@@ -290,6 +291,7 @@ class ToolCache:
         if entry is not None:
             if entry.spec.effect is Effect.READ_ONLY and not entry.used:
                 self.counters.stale_discards += 1
+                _observe.resolved("stale", entry.call, entry.spec, started=now, outcome=entry.outcome)
             self._discard(key)
         entry = _Entry(key, call, spec, self.epoch(spec.scope), now, speculative=True)
         if not self._make_room(now) or not self._acquire(entry):
@@ -360,20 +362,27 @@ class ToolCache:
 
     async def _execute(self, call: ToolCall, spec: ToolSpec, *, speculative: bool) -> Outcome:
         started = self._clock()
+        watch = _observe.tool_started(call, spec, speculative)
         try:
             value = await spec.invoke(call.arguments)
         except Exception as exc:  # the tool's own failure is its outcome
-            return Outcome(error=exc, started=started, finished=self._clock(),
-                           speculative=speculative)
+            outcome = Outcome(error=exc, started=started, finished=self._clock(),
+                              speculative=speculative)
         except BaseException as exc:
             if not foreign_cancellation(exc):
-                raise  # a real cancellation (ours or the caller's) goes on
+                # a real cancellation (ours or the caller's) goes on; observers still see the end
+                _observe.tool_finished(watch, Outcome(cancelled=True, started=started,
+                                                      finished=self._clock(), speculative=speculative))
+                raise
             error = ToolError(f"tool {spec.name!r} raised {type(exc).__name__} without being cancelled",
                               tool=spec.name)
             error.__cause__ = exc
-            return Outcome(error=error, started=started, finished=self._clock(), speculative=speculative)
-        return Outcome(value=value, started=started, finished=self._clock(),
-                       speculative=speculative)
+            outcome = Outcome(error=error, started=started, finished=self._clock(), speculative=speculative)
+        else:
+            outcome = Outcome(value=value, started=started, finished=self._clock(),
+                              speculative=speculative)
+        _observe.tool_finished(watch, outcome)
+        return outcome
 
     # -- main path --------------------------------------------------------------------------
 
@@ -401,6 +410,7 @@ class ToolCache:
             self.counters.time_saved += entry.outcome.duration
         entry.used = True
         self.counters.hits += 1
+        _observe.resolved("hit", call, spec, started=now, outcome=entry.outcome)
         if spec.effect is Effect.READ_ONLY:
             self._entries.pop(key, None)
         return True
@@ -419,11 +429,15 @@ class ToolCache:
         except SpectoolError as exc:
             now = self._clock()
             self.counters.misses += 1
+            _observe.resolved("miss", call, spec, started=now)
             return Outcome(error=exc, started=now, finished=now)
+        asked = self._clock()
         outcome = await self._cached(key)
         if outcome is not None:
+            self._observe_use(call, spec, asked, outcome)
             return outcome
         self.counters.misses += 1
+        _observe.resolved("miss", call, spec, started=asked)
         outcome = await self._execute(call, spec, speculative=False)
         if spec.effect is Effect.PURE and outcome.ok and self._make_room(self._clock()):
             fresh = _Entry(key, call, spec, 0, outcome.started, speculative=False, used=True,
@@ -441,13 +455,23 @@ class ToolCache:
         spec = self.toolbox._specs.get(call.name) if isinstance(call.name, str) else None
         if spec is None or not spec.speculable:
             return None
+        asked = self._clock()
         try:
             outcome = await self._cached(spec.key(call.arguments))
         except SpectoolError:  # malformed arguments: no entry can match
             outcome = None
         if outcome is None:
             self.counters.misses += 1
+            _observe.resolved("miss", call, spec, started=asked)
+        else:
+            self._observe_use(call, spec, asked, outcome)
         return outcome
+
+    @staticmethod
+    def _observe_use(call: ToolCall, spec: ToolSpec, asked: float, outcome: Outcome) -> None:
+        # A run still going when the main path asked was joined; one already done was a hit.
+        kind = "join" if outcome.finished > asked else "hit"
+        _observe.resolved(kind, call, spec, started=asked, outcome=outcome)
 
     async def _cached(self, key: str) -> Outcome | None:
         """A valid entry's finished outcome (awaited), or None; stale entries are dropped."""
@@ -459,6 +483,7 @@ class ToolCache:
         if entry is not None:
             if entry.speculative and not entry.used and entry.spec.effect is Effect.READ_ONLY:
                 self.counters.stale_discards += 1
+                _observe.resolved("stale", entry.call, entry.spec, started=now, outcome=entry.outcome)
             self._discard(key)
         return None
 

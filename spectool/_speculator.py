@@ -22,6 +22,7 @@ import anyio
 from ._auto import AutoSamples
 from ._cache import CacheCounters, OnComplete, Outcome, ToolCache, foreign_cancellation
 from ._errors import ConfigError, SpectoolError
+from ._observe import hooks as _observe
 from ._tools import Effect, Toolbox, ToolSpec
 from ._types import Drafter, DraftRequest, ToolCall
 
@@ -193,6 +194,7 @@ class Speculator:
     async def _draft(self, turn: Turn, request: DraftRequest) -> None:
         assert self.drafter is not None
         self.draft_counters.drafts += 1
+        watch, status = _observe.draft_started(request), "cancelled"
         try:
             with turn.scope:
                 with anyio.move_on_after(self.draft_timeout) as timeout:
@@ -201,15 +203,19 @@ class Speculator:
                     self.auto.observe_draft(request.samples, time.perf_counter() - turn.started)
                 if timeout.cancelled_caught:
                     self.draft_counters.draft_timeouts += 1
+                    status = "timeout"
                     return
                 self._admit(turn, proposals)
+                status = "ok"
         except BaseException as exc:  # a drafter's failure never reaches the agent
             if not isinstance(exc, Exception) and not foreign_cancellation(exc):
                 raise  # a real cancellation (the turn's or the session's) goes on
             self.draft_counters.draft_errors += 1
+            status = "error"
             log.debug("drafter failed: %r", exc)
         finally:
             turn.finished.set()
+            _observe.draft_finished(watch, status, len(turn.proposals), len(turn.admitted))
 
     def _admit(self, turn: Turn, proposals: Any) -> None:
         if not isinstance(proposals, (list, tuple)):
