@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from .._errors import ConfigError
 from .._tools import Effect
-from .._types import DraftRequest, Drafter, ToolCall
+from .._types import Drafter, DraftRequest, ToolCall
 from ..drafters._common import tool_schemas
 from ._bfcl import Task, load_tasks
 from ._drafter_metrics import StepScore, score_step, summarize

@@ -59,7 +59,7 @@ class HistoryDrafter:
         self._sessions: OrderedDict[str, list[str]] = OrderedDict()
 
     @classmethod
-    def from_traces(cls, traces: Iterable[Sequence[Mapping[str, Any]]], **options: Any) -> "HistoryDrafter":
+    def from_traces(cls, traces: Iterable[Sequence[Mapping[str, Any]]], **options: Any) -> HistoryDrafter:
         """A drafter primed with the control flow and data flow of finished conversations
         (Chat Completions message lists: user turns, assistant calls, tool outputs)."""
         flows = mine_flows(traces)
