@@ -24,7 +24,7 @@ PACKAGES = {
 MEASUREMENT = ("spectool.bench", "spectool_serving.bench", "spectool_serving.tree.bench")
 # the `spectool bench` and `spectool drafters` command modules sit beside the core; they are
 # measurement's entry points and reached from the CLI only by name
-MEASUREMENT_ENTRY = ("spectool._bench_cli", "spectool._drafters_cli")
+MEASUREMENT_ENTRY = ("spectool._bench_cli",)
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess:
