@@ -298,3 +298,39 @@ def test_external_is_a_keyword_of_the_decorator_and_of_from_schema() -> None:
     spec = ToolSpec.from_schema({"name": "s", "parameters": {"type": "object"}}, effect="pure", external=True)
     assert spec.external and spec.speculable
     assert not math.isnan(0.0)
+
+
+# -- anyio throughout: engine mode on trio ------------------------------------------------------
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_engine_mode_runs_on_trio(anyio_backend) -> None:
+    """The engine client used to replay through asyncio's loop, which does not exist on trio."""
+    fs = {"x": "old"}
+    model = ScriptedModel([call("upper", text="a"), call("upper", text="b"), say("done")])
+    engine = RecordingEngine(model, state=lambda: dict(fs))
+    drafter = Always(ToolCall("upper", {"text": "a"}))
+    async with spectool.speculative(openai_client(engine), file_tools(fs, []), drafter, mode="engine",
+                                    samples=1, engine_options={"http_client": asgi_http_client(engine)}) as agent:
+        result = await spectool.run_agent(agent, model="m", messages="go", stream=True)
+    assert result.stop_reason == "answer"
+    # upper("a") finished in turn 1 and, being pure, was replayed to turn 2's response too.
+    assert len({p.response_id for p in engine.posts if p.item["params"] == {"text": "a"}}) >= 2
+
+
+async def test_a_session_opts_in_to_external_speculation() -> None:
+    seen: list[str] = []
+
+    @spectool.tool(effect="pure", external=True)
+    async def lookup(q: str) -> str:
+        """Ask a third party."""
+        seen.append(q)
+        return q * 2
+
+    model = ScriptedModel([call("lookup", q="a"), say("done")])
+    for opt_in in (False, True):
+        seen.clear()
+        async with spectool.speculative(openai_client(model), [lookup], Always(ToolCall("lookup", {"q": "zz"})),
+                                        samples=1, speculate_external=opt_in) as agent:
+            await spectool.run_agent(agent, model="m", messages="go")
+        assert ("zz" in seen) is opt_in  # the wrong guess reached the third party only when allowed
