@@ -55,6 +55,7 @@ class EngineClient:
         self._finished: deque[tuple[str, dict[str, Any]]] = deque(maxlen=replay)  # (key, item)
         self._cache: Any = None
         self.enabled = True
+        self.send_effect = True  # off once a server refuses the field (422 naming it)
         self._pending: list[tuple[list[dict[str, Any]], str]] = []
         self.counters = {"posted": 0, "cached": 0, "failed": 0, "withheld": 0}
 
@@ -120,7 +121,16 @@ class EngineClient:
         if not self.enabled or rid is None or not items:
             return
         self.counters["posted"] += len(items)
-        status, body = await self._send(f"{self.root}/cache-tool-output/{rid}", items)
+        url = f"{self.root}/cache-tool-output/{rid}"
+        if not self.send_effect:
+            items = [{k: v for k, v in item.items() if k != "effect"} for item in items]
+        status, body = await self._send(url, items)
+        if status == 422 and self.send_effect and "effect" in body:
+            # A server from before the effect field: post without it from now on (it then
+            # treats every entry as it always did; the client still never posts across a write).
+            self.send_effect = False
+            items = [{k: v for k, v in item.items() if k != "effect"} for item in items]
+            status, body = await self._send(url, items)
         if status == 200:
             try:
                 self.counters["cached"] += int(json.loads(body).get("cached", 0))

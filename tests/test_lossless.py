@@ -334,3 +334,36 @@ async def test_a_session_opts_in_to_external_speculation() -> None:
                                         samples=1, speculate_external=opt_in) as agent:
             await spectool.run_agent(agent, model="m", messages="go")
         assert ("zz" in seen) is opt_in  # the wrong guess reached the third party only when allowed
+
+
+async def test_a_server_without_the_effect_field_still_gets_posts() -> None:
+    """Today's engine refuses unknown item fields (422 naming them): the client then posts
+    without ``effect`` instead of losing engine mode. Fake: the refusal of an older server."""
+    import json as _json
+
+    from spectool._engine_client import EngineClient
+
+    bodies: list = []
+
+    async def old_server(scope, receive, send):
+        body = _json.loads((await receive())["body"])
+        bodies.append(body)
+        unknown = sorted(set().union(*body) - {"name", "params", "output", "keep_alive"})
+        status, payload = (422, {"detail": f"item 0: unknown fields {unknown}"}) if unknown else (200, {"cached": len(body)})
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": _json.dumps(payload).encode()})
+
+    @spectool.tool(effect="pure")
+    def f(a: int) -> int:
+        """Identity."""
+        return a
+
+    sink = EngineClient("http://old/v1", client=openai_client(old_server))
+    async with ToolCache([f], on_complete=sink.on_tool_output) as cache:
+        sink.bind(cache)
+        sink.on_response_id("chatcmpl-1")
+        cache.speculate(ToolCall("f", {"a": 1}))
+        await anyio.sleep(0.05)
+    await sink.aclose()
+    assert [("effect" in b[0]) for b in bodies] == [True, False]
+    assert sink.counters["cached"] == 1 and sink.send_effect is False
