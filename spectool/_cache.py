@@ -202,6 +202,10 @@ class ToolCache:
     def epoch(self, scope: str) -> int:
         return self._epochs.get(scope, 0)
 
+    def epochs(self) -> dict[str, int]:
+        """A snapshot of every scope's epoch (a response created now sees this state)."""
+        return dict(self._epochs)
+
     def invalidate(self, scope: str = "default") -> None:
         """Mark that state in ``scope`` changed outside spectool: read_only entries go stale."""
         self._epochs[scope] = self.epoch(scope) + 1

@@ -72,7 +72,7 @@ class EngineClient:
         """A new response streams: replay what is still valid to it, in the background."""
         self.response_id = response_id
         # The state this response was created in: a read from an older epoch is not for it.
-        self._response_epochs = dict(self._cache._epochs) if self._cache is not None else None
+        self._response_epochs = self._cache.epochs() if self._cache is not None else None
         items = self._postable([key for key, _ in self._finished])
         if not items or not self.enabled:
             return
