@@ -274,7 +274,7 @@ class ToolCache:
         if spec is None or not self.may_run_early(spec) or not self.is_open:
             self.counters.skipped_proposals += spec is not None and self.may_run_early(spec)
             return False
-        arguments = json_round_trip(call.arguments) if isinstance(call.arguments, Mapping) else None
+        arguments = json_round_trip(dict(call.arguments)) if isinstance(call.arguments, Mapping) else None
         if arguments is None:  # not what a model's JSON call could carry: never stand in for one
             return False
         call = ToolCall(call.name, arguments, call.id)

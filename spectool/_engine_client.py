@@ -1,10 +1,14 @@
 """The client half of the engine-side algorithm (Algorithm 4), behind ``mode="engine"``.
 
 :class:`EngineClient` is the :class:`~spectool._openai.EngineSink` the wrapper calls: it learns
-each response id from the stream's first chunk and posts every finished speculative output to
-``POST /cache-tool-output/{response_id}`` on the serving engine, so the engine can verify the
-call (O2) and continue in place (O3). Outputs that finish before an id is known are posted as
-soon as it is. On a miss the wrapper already awaits the run in flight in the client cache.
+each response id from the stream's first chunk and posts finished speculative outputs to
+``POST /cache-tool-output/{response_id}`` on the serving engine (through the wrapped SDK
+client), so the engine can verify the call (O2) and continue in place (O3). Outputs that
+finish before an id is known are posted as soon as it is, and re-posted to later responses
+only while the session's cache still holds them valid: the engine cannot see the client's
+writes, so a read_only output never reaches a response created after a mutating call in its
+scope (withheld, counted in ``stale_discards``). Each entry carries its ``effect``. On a miss
+the wrapper already awaits the run in flight in the client cache.
 
 Posting never breaks the main path: errors are counted and swallowed, and a server without
 the endpoint (a 404/405 that is not our "unknown response id") switches posting off, which
