@@ -88,7 +88,8 @@ class EngineClient:
     async def on_tool_output(self, call: ToolCall, key: str, outcome: Outcome) -> None:
         if not outcome.ok:
             return  # a failed speculative run is re-run on demand, never cached server-side
-        item = {"name": call.name, "params": dict(call.arguments), "output": format_output(outcome.value)}
+        item: dict[str, Any] = {"name": call.name, "params": dict(call.arguments),
+                                "output": format_output(outcome.value)}
         if self.keep_alive is not None:
             item["keep_alive"] = self.keep_alive
         self._finished.append((key, item))
