@@ -367,3 +367,40 @@ async def test_a_server_without_the_effect_field_still_gets_posts() -> None:
     await sink.aclose()
     assert [("effect" in b[0]) for b in bodies] == [True, False]
     assert sink.counters["cached"] == 1 and sink.send_effect is False
+
+
+async def test_engine_client_withholds_used_and_cross_epoch_reads_but_replays_pure() -> None:
+    """The sink's rules one by one, on a bound cache: a read the client already used is not
+    posted again; a read from before a write never reaches a response created after it; a pure
+    output is replayed to each new response."""
+    from spectool._engine_client import EngineClient
+
+    fs = {"x": "old"}
+    model = ScriptedModel([say("unused")])
+    engine = RecordingEngine(model, state=lambda: dict(fs))
+    read_file, write_file, upper = file_tools(fs, [])
+    sink = EngineClient("http://scripted.local/v1", client=openai_client(engine))
+    async with ToolCache([read_file, write_file, upper], on_complete=sink.on_tool_output) as cache:
+        sink.bind(cache)
+        engine.created["chatcmpl-r1"] = dict(fs)
+        sink.on_response_id("chatcmpl-r1")
+        cache.speculate(ToolCall("read_file", {"path": "x"}))
+        cache.speculate(ToolCall("upper", {"text": "a"}))
+        await anyio.sleep(0.05)  # both finished and posted to r1
+        await cache.resolve(ToolCall("write_file", {"path": "x", "text": "new"}))  # epoch moves
+        engine.created["chatcmpl-r2"] = dict(fs)
+        sink.on_response_id("chatcmpl-r2")  # replay: upper yes, the old read no
+        await anyio.sleep(0.05)
+        cache.speculate(ToolCall("read_file", {"path": "x"}))  # a fresh read, posted to r2
+        await anyio.sleep(0.05)
+        assert (await cache.resolve(ToolCall("read_file", {"path": "x"}))).value == "new"  # used
+        sink.on_response_id("chatcmpl-r3")  # the used read is not replayed
+        await anyio.sleep(0.05)
+    await sink.aclose()
+    by_rid = {}
+    for p in engine.posts:
+        by_rid.setdefault(p.response_id, []).append((p.item["name"], p.item["output"]))
+    assert sorted(by_rid["chatcmpl-r1"]) == [("read_file", "old"), ("upper", "A")]
+    assert sorted(by_rid["chatcmpl-r2"]) == [("read_file", "new"), ("upper", "A")]
+    assert by_rid["chatcmpl-r3"] == [("upper", "A")]
+    assert cache.counters.stale_discards == 1 and sink.counters["withheld"] >= 1
