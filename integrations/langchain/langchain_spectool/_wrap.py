@@ -32,7 +32,7 @@ from pydantic import ConfigDict, PrivateAttr
 
 from spectool import Drafter
 
-from ._convert import conversation_key
+from ._convert import session_key
 from ._effects import has_injected_args
 from ._middleware import _end_turn, _Speculation
 
@@ -115,7 +115,7 @@ class SpeculativeChatModel(BaseChatModel):
 
     def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
                   **kwargs: Any) -> ChatResult:
-        key = conversation_key(messages)
+        key = session_key(messages)
         session = self._spec.start(key, messages, None, list(self._tools.values()))
         try:
             result = self.model._generate(messages, stop=stop, run_manager=run_manager, **kwargs)  # noqa: SLF001
@@ -126,7 +126,7 @@ class SpeculativeChatModel(BaseChatModel):
 
     async def _agenerate(self, messages: list[BaseMessage], stop: Any = None,
                          run_manager: Any = None, **kwargs: Any) -> ChatResult:
-        key = conversation_key(messages)
+        key = session_key(messages)
         session = await self._spec.astart(key, messages, None, list(self._tools.values()))
         try:
             result = await self.model._agenerate(  # noqa: SLF001
