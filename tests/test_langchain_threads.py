@@ -10,12 +10,12 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import HumanMessage, RemoveMessage
 from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-
 from langchain_spectool import SpeculativeToolMiddleware, speculable
 from langchain_spectool._convert import conversation_key, session_key
 from langchain_spectool.testing import ScriptedChatModel, call, reply, transcript
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+
 from spectool import ToolCall
 from spectool.testing import ScriptedDrafter
 
@@ -101,4 +101,4 @@ def test_trimmed_thread_keeps_its_session_and_hits() -> None:
     # pear was drafted in the first turn and served in the second, after the first message was
     # trimmed away: one session across the trim (keyed by the first message, it would be two)
     assert stats["hits"] + stats["joins"] == 2 and log.count("pear") == 1
-    assert not mw._spec.sessions._async  # noqa: SLF001 - the run's session was closed, none leaked
+    assert not mw._spec.sessions._async

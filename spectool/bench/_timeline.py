@@ -15,10 +15,11 @@ without speculation, and ``draw_timeline(plain, fast, "turn.png")``::
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .._observe import Observer, add_observer, remove_observer
 from .._openai import RequestHook
@@ -59,7 +60,7 @@ class TimelineRecorder(Observer, RequestHook):
         self._served: list[tuple[float, str, str]] = []
 
     @contextmanager
-    def observing(self) -> Iterator["TimelineRecorder"]:
+    def observing(self) -> Iterator[TimelineRecorder]:
         add_observer(self)
         try:
             yield self
