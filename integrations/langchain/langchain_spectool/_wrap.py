@@ -96,6 +96,12 @@ class SpeculativeChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return f"speculative-{self.model._llm_type}"
 
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
+        # Tracing sees the wrapped model's provider and name: the wrapper adds no model of its own.
+        params = dict(self.model._get_ls_params(stop=stop, **kwargs))  # noqa: SLF001
+        params.setdefault("ls_model_name", getattr(self.model, "model_name", None) or self.model._llm_type)  # noqa: SLF001
+        return params
+
     def wrap_tools(self, tools: Sequence[BaseTool]) -> list[BaseTool]:
         """The tools, each served from this model's drafts when the model calls it."""
         wrapped = []
