@@ -98,8 +98,8 @@ class SpeculativeChatModel(BaseChatModel):
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
         # Tracing sees the wrapped model's provider and name: the wrapper adds no model of its own.
-        params = dict(self.model._get_ls_params(stop=stop, **kwargs))  # noqa: SLF001
-        params.setdefault("ls_model_name", getattr(self.model, "model_name", None) or self.model._llm_type)  # noqa: SLF001
+        params = dict(self.model._get_ls_params(stop=stop, **kwargs))
+        params.setdefault("ls_model_name", getattr(self.model, "model_name", None) or self.model._llm_type)
         return params
 
     def wrap_tools(self, tools: Sequence[BaseTool]) -> list[BaseTool]:
