@@ -20,7 +20,8 @@ PATHS = [ROOT / "integrations" / "mcp", ROOT / "integrations" / "openai_agents",
     ("mcp.md", ["You need milk. 2", "read-only, open world", r"Effect\.MUTATING"]),
     ("openai-agents.md", [r"Sunny in Paris\. 1"]),
     # tool 50 ms, model 100 ms: the early run is served (finished: hit; on a slow machine: join)
-    ("tracing.md", [r"spectool.resolve get \{'spectool.outcome': '(hit|join)'\}", r"\['(hit|join)'\]"]),
+    ("tracing.md", [r"spectool.resolve get \{'spectool.outcome': '(hit|join)'\}", r"\['(hit|join)'\]",
+                    r"picture: turn.png 1 served early"]),
 ])
 def test_page_runs(page: str, expect: list[str]) -> None:
     code = "\n".join(re.findall(r"```python\n(.*?)```", (ROOT / "docs" / page).read_text(), re.DOTALL))
