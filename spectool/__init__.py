@@ -23,8 +23,11 @@ from ._openai import (
     SpeculativeStream,
     speculative,
 )
+from ._observe import Observer, add_observer, remove_observer
 from ._speculator import DraftCounters, Speculator, Turn
 from ._sync import SyncSpeculator
+from ._sync_openai import SyncSpeculativeOpenAI, SyncSpeculativeStream, speculative_sync
+from ._tracing import instrument, uninstrument
 from ._tools import Effect, Toolbox, ToolSpec, tool, tool_spec
 from ._types import Drafter, DraftRequest, ToolCall
 from .drafters import CombinedDrafter, EndpointDrafter, HistoryDrafter, LocalDrafter
@@ -48,12 +51,15 @@ __all__ = [
     "LocalDrafter",
     "ModelOutputError",
     "ModelRequest",
+    "Observer",
     "Outcome",
     "RequestHook",
     "SpectoolError",
     "SpeculativeOpenAI",
     "SpeculativeStream",
     "Speculator",
+    "SyncSpeculativeOpenAI",
+    "SyncSpeculativeStream",
     "SyncSpeculator",
     "ToolArgumentsError",
     "ToolCache",
@@ -65,9 +71,14 @@ __all__ = [
     "ToolSpec",
     "Toolbox",
     "Turn",
+    "add_observer",
     "canonical_key",
+    "instrument",
+    "remove_observer",
     "run_agent",
     "speculative",
+    "speculative_sync",
     "tool",
     "tool_spec",
+    "uninstrument",
 ]

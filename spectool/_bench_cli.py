@@ -1,6 +1,8 @@
 """``spectool bench``: BFCL multi-agent benchmark of speculative tool calling.
 
     spectool bench --quick --out bench-out          # the main job: a few minutes on 2 cores
+                                                    # (replay headline on the test split, then
+                                                    # the embedded engine end to end)
     spectool bench --full --out bench-full          # the paper's grid (hours)
     spectool bench --validate --out bench-validate  # oracle drafter, T ≈ G, α ∈ {0.5, 0.8, 1.0}
 
@@ -31,6 +33,20 @@ def _words(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
+def _lambdas(text: str) -> tuple[int | str, ...]:
+    """λ values: integers ≥ 1 or ``auto``."""
+    out: list[int | str] = []
+    for word in _words(text):
+        if word == "auto":
+            out.append(word)
+            continue
+        try:
+            out.append(int(word))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"λ must be an integer or 'auto', got {word!r}") from exc
+    return tuple(out)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     preset = p.add_mutually_exclusive_group()
     preset.add_argument("--quick", action="store_true", help="short experiment (default)")
@@ -43,9 +59,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks-per-agent", type=int)
     p.add_argument("--latencies", type=_floats, help="mean tool latencies (s), e.g. 0,0.1,0.5")
     p.add_argument("--latency-cv", type=float, help="tool latency sd / mean (default 0.2)")
-    p.add_argument("--samples", type=_ints, help="λ values, e.g. 1,3,5,7,9")
+    p.add_argument("--samples", type=_lambdas, help="λ values, e.g. 1,3,auto (auto: chosen per request)")
+    p.add_argument("--split", choices=("train", "dev", "test", "all"), help="BFCL task split (by task id)")
+    p.add_argument("--tasks-per-category", type=int, help="first N tasks of each category (after --split)")
+    p.add_argument("--eager-arm", action=argparse.BooleanOptionalAction, default=None,
+                   help="run eager dispatch alone as an arm, and drafter arms with eager dispatch on")
     p.add_argument("--configs", type=_words, help="client and/or engine")
-    p.add_argument("--drafters", type=_words, help="oracle, history, local, endpoint")
+    p.add_argument("--drafters", type=_words, help="oracle, history, local, tuned, endpoint")
     p.add_argument("--alphas", type=_floats, help="oracle hit probabilities")
     p.add_argument("--oracle-delay", type=float, help="oracle delay g (s)")
     p.add_argument("--repeats", type=int)
@@ -88,23 +108,36 @@ def validate_plan():
                 oracle_delay=0.05, rates=TokenRates(prefill_tok_s=2000.0, decode_tok_s=20.0, overhead_s=0.2))
 
 
+def build_plans(args: argparse.Namespace) -> list:
+    """--quick without --main: the replay headline, then the embedded engine end to end (as
+    given: the options shape the headline). Otherwise one plan."""
+    from .bench._sweep import quick_plan
+
+    if args.full or args.validate or args.main is not None:
+        return [build_plan(args)]
+    return [build_plan(args), quick_plan()]
+
+
 def build_plan(args: argparse.Namespace):
-    from .bench._sweep import full_plan, quick_plan, replay_plan
+    from .bench._sweep import full_plan, headline_plan, quick_plan
 
     if args.full:
         plan = full_plan()
     elif args.validate:
         plan = validate_plan()
-    else:  # --quick: the embedded engine; --quick --main replay: the controlled replay grid
-        plan = replay_plan() if args.main == "replay" else quick_plan()
+    else:  # --quick: the replay headline; --main embedded: the engine end to end
+        plan = quick_plan() if args.main in ("embedded", "endpoint") else headline_plan()
     simple = {"categories": "categories", "agents": "agents", "tasks_per_agent": "tasks_per_agent",
               "latencies": "latencies", "latency_cv": "latency_cv", "samples": "samples", "configs": "configs",
               "drafters": "drafters", "alphas": "oracle_alphas", "oracle_delay": "oracle_delay",
               "repeats": "repeats", "seed": "seed", "main": "main", "base_url": "base_url", "model": "model",
               "drafter_base_url": "drafter_base_url", "drafter_model": "drafter_model", "task_ids": "task_ids",
               "max_turns": "max_turns", "max_steps": "max_steps_per_turn", "max_tokens": "max_tokens",
-              "tool_choice": "tool_choice", "threads": "threads", "dtype": "dtype"}
+              "tool_choice": "tool_choice", "threads": "threads", "dtype": "dtype", "split": "split",
+              "tasks_per_category": "tasks_per_category", "eager_arm": "eager_arm"}
     changes = {field: getattr(args, a) for a, field in simple.items() if getattr(args, a, None) is not None}
+    if args.latencies is not None:
+        changes["latency_matches_G"] = False
     plan = replace(plan, **changes)
     rate_args = {"prefill_tok_s": args.prefill_rate, "decode_tok_s": args.decode_rate,
                  "reasoning_tokens": args.reasoning_tokens, "overhead_s": args.overhead}
@@ -127,10 +160,35 @@ def build_plan(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    import time
+
     from .bench._report import summary_table, write_plots, write_results
+
+    t0 = time.perf_counter()
+    sections = [_run_one(plan, args) for plan in build_plans(args)]
+    results = dict(sections[0])
+    if len(sections) > 1:
+        results["embedded"] = sections[1]
+    results["wall_s"] = time.perf_counter() - t0
+    for section in sections:
+        if section.get("title"):
+            print(f"\n== {section['title']}")
+        print(f"main model: {section['main_model']}")
+        print(summary_table(section["runs"]))
+    path = write_results(results, args.out)
+    print(f"wrote {path} ({results['wall_s']:.0f} s in all)")
+    if not args.no_plots:
+        for png in write_plots(sections[0]["runs"], args.out, sections[0].get("title", "")):
+            print(f"wrote {png}")
+        for section in sections[1:]:
+            for png in write_plots(section["runs"], args.out / "embedded", "(embedded engine)"):
+                print(f"wrote {png}")
+    return 0
+
+
+def _run_one(plan, args: argparse.Namespace) -> dict:
     from .bench._sweep import run_plan
 
-    plan = build_plan(args)
     choice = None
     if plan.main == "embedded":
         from .bench._backend import resolve_backend
@@ -140,11 +198,4 @@ def run(args: argparse.Namespace) -> int:
     results = run_plan(plan, progress=not args.no_progress)
     if choice is not None:
         results["backend"] = choice
-    print(f"main model: {results['main_model']}")
-    print(summary_table(results["runs"]))
-    path = write_results(results, args.out)
-    print(f"wrote {path}")
-    if not args.no_plots:
-        for png in write_plots(results["runs"], args.out):
-            print(f"wrote {png}")
-    return 0
+    return results

@@ -16,17 +16,22 @@ from __future__ import annotations
 import inspect
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Literal, Protocol, Sequence, cast
 
 import anyio.lowlevel
 
 from ._cache import CacheCounters, Outcome
+from ._eager import EagerBatch, StreamWatcher, eager_policy
 from ._errors import ConfigError
 from ._speculator import Speculator
 from ._tools import Toolbox
 from ._types import Drafter, ToolCall
 from ._wire import (ChatAccumulator, as_dict, engine_resolved, extract_calls, format_output,
                     responses_input_to_messages)
+
+if TYPE_CHECKING:  # the SDK's own types, for type checkers only: openai is never imported here
+    from openai.resources.chat import AsyncChat
+    from openai.resources.responses import AsyncResponses
 
 __all__ = ["EngineSink", "ModelRequest", "RequestHook", "SpeculativeOpenAI", "SpeculativeStream",
            "speculative"]
@@ -89,19 +94,26 @@ class SpeculativeStream:
 
     def __init__(
         self, stream: Any, api: str, on_id: Callable[[str], None] | None,
-        request: ModelRequest | None = None,
+        request: ModelRequest | None = None, eager: EagerBatch | None = None,
     ) -> None:
         self._stream, self.api, self._on_id, self.request = stream, api, on_id, request
         self.response_id: str | None = None
         self.response: Any = None  # responses API: the completed Response
         self._chat = ChatAccumulator()
         self._done = False
+        #: the calls started while streaming (eager dispatch), or None
+        self.eager = eager
+        self._watch = StreamWatcher(eager) if eager is not None else None
 
     def _see(self, event: Any) -> None:
         if self.api == "chat":
             self._chat.add(event)
             rid = self._chat.id
+            if self._watch is not None:
+                self._watch.see_chat(self._chat.calls, event)
         else:
+            if self._watch is not None:
+                self._watch.see_responses(event)
             response = getattr(event, "response", None)
             if response is None and isinstance(event, dict):
                 response = event.get("response")
@@ -180,8 +192,14 @@ class _Responses:
 class SpeculativeOpenAI:
     """An ``AsyncOpenAI`` client that speculates tool calls. Use ``async with`` (one session).
 
-    Other attributes (``models``, ``embeddings`` …) delegate to the wrapped client.
+    Other attributes (``models``, ``embeddings`` …) delegate to the wrapped client. For a type
+    checker ``chat`` and ``responses`` are the SDK's own resources, so ``create`` keeps its
+    overloads (``ChatCompletion``; a stream of ``ChatCompletionChunk`` with ``stream=True``,
+    which at run time is a :class:`SpeculativeStream` iterating the same chunks).
     """
+
+    chat: "AsyncChat"
+    responses: "AsyncResponses"
 
     def __init__(
         self,
@@ -195,6 +213,7 @@ class SpeculativeOpenAI:
         sink: EngineSink | None = None,
         hooks: Sequence[RequestHook] = (),
         on_tool_error: Literal["message", "raise"] = "message",
+        eager: Literal["speculable", "all"] | bool = "speculable",
         speculator: Speculator | None = None,
         **options: Any,
     ) -> None:
@@ -204,16 +223,21 @@ class SpeculativeOpenAI:
             raise ConfigError(f"on_tool_error must be 'message' or 'raise', got {on_tool_error!r}")
         self.client, self.mode, self.hooks = client, mode, list(hooks)
         self.on_tool_error = on_tool_error
+        self.eager = eager_policy(eager)
         engine_options = options.pop("engine_options", {})
         self.sink = sink if sink is not None or mode == "client" else _engine_sink(client, engine_options)
         self.speculator = speculator or Speculator(
             tools, drafter, samples=samples, draft_timeout=draft_timeout,
             on_complete=self.sink.on_tool_output if self.sink is not None else None, **options,
         )
+        bind = getattr(self.sink, "bind", None)
+        if bind is not None:  # the sink posts only what this session's cache still holds valid
+            bind(self.speculator.cache)
         self.toolbox = self.speculator.toolbox
-        self.chat = _Chat(self)
-        self.responses = _Responses(self)
+        self.chat = cast("AsyncChat", _Chat(self))
+        self.responses = cast("AsyncResponses", _Responses(self))
         self._history: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self._eager: list[EagerBatch] = []  # streamed responses whose calls may have started
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
@@ -234,7 +258,7 @@ class SpeculativeOpenAI:
         twin = object.__new__(SpeculativeOpenAI)
         twin.__dict__.update(self.__dict__)
         twin.client = self.client.with_options(**options)
-        twin.chat, twin.responses = _Chat(twin), _Responses(twin)
+        twin.chat, twin.responses = cast("AsyncChat", _Chat(twin)), cast("AsyncResponses", _Responses(twin))
         return twin
 
     @property
@@ -264,7 +288,12 @@ class SpeculativeOpenAI:
         await anyio.lowlevel.checkpoint()
         result = await self._call_chain(0, request)
         if request.kwargs.get("stream"):
-            result = SpeculativeStream(result, api, self._on_response_id, request)
+            batch = None
+            if self.eager != "off":
+                batch = EagerBatch(self.speculator, self.eager)
+                self._eager.append(batch)  # in place: with_options() views share the list
+                del self._eager[:-8]
+            result = SpeculativeStream(result, api, self._on_response_id, request, batch)
         else:
             rid = getattr(result, "id", None)
             if isinstance(rid, str):
@@ -313,16 +342,24 @@ class SpeculativeOpenAI:
             if response.api == "responses":
                 self._remember_stream(response)
         api, parsed = extract_calls(response)
-        calls = [p for p in parsed if isinstance(p, ToolCall)]
-        outcomes = iter(await self.speculator.resolve_all(calls))
-        results = []
-        for p in parsed:
-            if isinstance(p, ToolCall):
-                call_id, outcome = p.id, next(outcomes)
-            else:
-                call_id, outcome = p[0], Outcome(error=p[2])
-            results.append(self._tool_result(api, call_id, outcome))
-        return results
+        batch = self._eager_batch(response, parsed)
+        if batch is not None:  # some calls started while the response streamed
+            aligned = await batch.resolve_all(parsed)
+        else:
+            outcomes = iter(await self.speculator.resolve_all([p for p in parsed if isinstance(p, ToolCall)]))
+            aligned = [next(outcomes) if isinstance(p, ToolCall) else Outcome(error=p[2]) for p in parsed]
+        return [self._tool_result(api, p.id if isinstance(p, ToolCall) else p[0], o)
+                for p, o in zip(parsed, aligned)]
+
+    def _eager_batch(self, response: Any, calls: list[Any]) -> EagerBatch | None:
+        """The eager batch of the streamed response these calls came from, if any started."""
+        if isinstance(response, SpeculativeStream):  # its own batch, even if a call changed late
+            batch = response.eager
+            return batch if batch is not None and not batch.finished and batch.started else None
+        for batch in reversed(self._eager):  # the caller passed the final message or output
+            if batch.matches(calls):
+                return batch
+        return None
 
     def engine_resolved(self, response: Any) -> list[dict[str, Any]]:
         """Messages for the calls a spectool engine resolved inside ``response`` (engine mode;

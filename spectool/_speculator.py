@@ -9,16 +9,20 @@ main path never waits on a drafter.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import time
 from dataclasses import asdict, dataclass
 from collections.abc import Mapping
 from typing import Any, Iterable, Sequence
 
 import anyio
 
-from ._cache import CacheCounters, OnComplete, Outcome, ToolCache
+from ._auto import AutoSamples
+from ._cache import CacheCounters, OnComplete, Outcome, ToolCache, foreign_cancellation
 from ._errors import ConfigError, SpectoolError
+from ._observe import hooks as _observe
 from ._tools import Effect, Toolbox, ToolSpec
 from ._types import Drafter, DraftRequest, ToolCall
 
@@ -37,6 +41,7 @@ class DraftCounters:
     proposals: int = 0  # proposed calls seen
     admitted: int = 0  # proposals handed to the cache (started or joined)
     rejected: int = 0  # unknown tool, malformed arguments, not speculable, or garbage
+    undrafted_turns: int = 0  # model requests samples="auto" chose not to draft for (λ = 0)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,6 +90,9 @@ class Turn:
         self.finished = anyio.Event()
         self.proposals: list[ToolCall] = []
         self.admitted: list[ToolCall] = []
+        self.samples = 0  # λ drafted for this request (0: none)
+        self.started = time.perf_counter()
+        self.observed = False  # samples="auto" has recorded this request
 
     def cancel(self) -> None:
         if not self.finished.is_set():  # a finished turn has nothing to cancel (and it is cheaper)
@@ -107,15 +115,24 @@ class Speculator:
         tools: Toolbox | Iterable[Any],
         drafter: Drafter | None = None,
         *,
-        samples: int = 3,
+        samples: int | str = 3,
         draft_timeout: float = 5.0,
         max_proposals: int = 16,
+        max_samples: int = 9,
+        sample_cost: float = 0.0,
         on_complete: OnComplete | None = None,
         cache: ToolCache | None = None,
         **cache_options: Any,
     ) -> None:
-        if samples < 1 or max_proposals < 0 or draft_timeout <= 0:
-            raise ConfigError("samples >= 1, max_proposals >= 0 and draft_timeout > 0 required")
+        # samples="auto": λ per request from running estimates (spectool._auto); sample_cost is
+        # what one draft sample is worth in seconds of the agent's time (its price / your value).
+        auto = samples == "auto"
+        if not auto and (not isinstance(samples, int) or samples < 1):
+            raise ConfigError(f"samples must be an int >= 1 or 'auto', got {samples!r}")
+        if max_proposals < 0 or draft_timeout <= 0 or max_samples < 0 or sample_cost < 0:
+            raise ConfigError("max_proposals >= 0, draft_timeout > 0, max_samples >= 0 and sample_cost >= 0 "
+                              "required")
+        self.auto = AutoSamples(max_samples, sample_cost) if auto else None
         self.toolbox = tools if isinstance(tools, Toolbox) else Toolbox(tools)
         self.drafter = drafter
         self.samples, self.draft_timeout, self.max_proposals = samples, draft_timeout, max_proposals
@@ -151,33 +168,54 @@ class Speculator:
         anyio.lowlevel.checkpoint()`` before a main call that might complete without
         suspending (the OpenAI wrapper does this), so the drafter's request goes out first.
         """
-        if self._turn is not None:
-            self._turn.cancel()
+        self.end_turn(answered=False)
         turn = self._turn = Turn()
         if self.drafter is None or not self.cache.is_open:
             turn.finished.set()
             return turn
+        turn.samples = self.auto.choose() if self.auto is not None else int(self.samples)
+        if turn.samples == 0:
+            self.draft_counters.undrafted_turns += 1
+            turn.finished.set()
+            return turn
         offered = chat_tools(tools) if tools is not None else self.toolbox.openai_tools("chat")
-        request = DraftRequest(messages=list(messages), tools=offered, samples=self.samples)
+        # The drafter gets its own deep copy: one that edits its request in place must not
+        # rewrite the caller's transcript, the main model's request or the tools' schemas.
+        try:
+            request = DraftRequest(messages=copy.deepcopy(list(messages)), tools=copy.deepcopy(offered),
+                                   samples=turn.samples)
+        except Exception as exc:  # something in the transcript cannot be copied: no drafts
+            log.debug("cannot copy the request for the drafter: %r", exc)
+            turn.finished.set()
+            return turn
         self.cache.task_group.start_soon(self._draft, turn, request, name="spectool:draft")
         return turn
 
     async def _draft(self, turn: Turn, request: DraftRequest) -> None:
         assert self.drafter is not None
         self.draft_counters.drafts += 1
+        watch, status = _observe.draft_started(request), "cancelled"
         try:
             with turn.scope:
                 with anyio.move_on_after(self.draft_timeout) as timeout:
                     proposals = await self.drafter.propose(request)
+                if self.auto is not None:
+                    self.auto.observe_draft(request.samples, time.perf_counter() - turn.started)
                 if timeout.cancelled_caught:
                     self.draft_counters.draft_timeouts += 1
+                    status = "timeout"
                     return
                 self._admit(turn, proposals)
-        except Exception as exc:  # a drafter's failure never reaches the agent
+                status = "ok"
+        except BaseException as exc:  # a drafter's failure never reaches the agent
+            if not isinstance(exc, Exception) and not foreign_cancellation(exc):
+                raise  # a real cancellation (the turn's or the session's) goes on
             self.draft_counters.draft_errors += 1
+            status = "error"
             log.debug("drafter failed: %r", exc)
         finally:
             turn.finished.set()
+            _observe.draft_finished(watch, status, len(turn.proposals), len(turn.admitted))
 
     def _admit(self, turn: Turn, proposals: Any) -> None:
         if not isinstance(proposals, (list, tuple)):
@@ -220,9 +258,12 @@ class Speculator:
     async def resolve(self, call: ToolCall) -> Outcome:
         """The outcome of one call the main model made (cached if valid, else run now)."""
         try:
-            return await self.cache.resolve(call)
+            outcome = await self.cache.resolve(call)
         except SpectoolError as exc:  # unknown tool: an outcome, as running it would be
             return Outcome(error=exc)
+        if self.auto is not None and outcome.ok:
+            self.auto.observe_tool(call.name, outcome.duration)
+        return outcome
 
     async def lookup(self, call: ToolCall) -> Outcome | None:
         """The outcome of a call the drafts already ran (or are running), else None: the
@@ -233,6 +274,39 @@ class Speculator:
         """State in ``scope`` changed outside spectool (a mutating call the caller ran)."""
         self.cache.invalidate(scope)
 
+    def end_turn(self, calls: Sequence[Any] = (), answered: bool = True) -> None:
+        """The model has answered with ``calls``: drafts still running are moot; with
+        samples="auto" the turn's G and per-call hits feed the estimates."""
+        turn = self._turn
+        if turn is None:
+            return
+        turn.cancel()
+        if self.auto is not None and self.drafter is not None and not turn.observed:
+            turn.observed = True
+            # A request answered without calls ends when the next one starts: no G from it.
+            G = time.perf_counter() - turn.started if answered else None
+            self.auto.observe_turn(turn.samples, G, self._hits(turn, calls))
+
+    def _hits(self, turn: Turn, calls: Sequence[Any]) -> list[tuple[str, bool, bool]]:
+        """(tool, speculable, drafted in time) for each known tool among the model's calls."""
+        drafted = set()
+        for c in turn.admitted:
+            try:
+                drafted.add(self.toolbox.key(c.name, c.arguments))
+            except SpectoolError:
+                pass
+        seen = []
+        for c in calls:
+            spec = self.toolbox._specs.get(getattr(c, "name", None) or "")
+            if spec is None:
+                continue
+            try:
+                hit = spec.key(c.arguments) in drafted
+            except SpectoolError:
+                hit = False
+            seen.append((c.name, spec.speculable, hit))
+        return seen
+
     async def resolve_all(self, calls: Sequence[ToolCall]) -> list[Outcome]:
         """Resolve one response's calls concurrently, with in-order state semantics.
 
@@ -240,9 +314,8 @@ class Speculator:
         a write sees the write; a write waits for the reads before it); everything else runs
         at once. Outcomes come back in the order of ``calls``.
         """
-        if self._turn is not None:
-            self._turn.cancel()  # the model answered: late drafts are moot
         calls = list(calls)
+        self.end_turn(calls)  # the model answered: late drafts are moot
         specs = [self.toolbox._specs.get(c.name) for c in calls]
         done = [anyio.Event() for _ in calls]
         outcomes: list[Outcome | None] = [None] * len(calls)

@@ -25,6 +25,13 @@ tokens, T_i tool time)::
 
 Eq. 6 is the engine with O1–O3: on a hit the call's tokens are verified in one step (O2) and
 the output is appended to the live sequence without a new request or re-prefill (O3).
+
+λ by the numbers (``samples="auto"``): with λ samples the hit rate is α(λ) = Σ_τ w_τ a_τ (1 − (1 −
+p_τ)^λ) (w_τ: how often the model calls tool τ, p_τ: the chance one sample drafts its call, a_τ
+the most any number of samples reaches: samples of one drafter are not independent), a
+hit saves Eq. 1 − Eq. 2 = G + T_τ − max{G, g(λ) + T_τ} seconds (never below 0: a late draft
+is no hit), and each sample costs ``c`` seconds' worth of drafter price. :func:`choose_samples`
+picks the λ in 0…λ_max with the largest expected saving minus cost (0: do not draft).
 """
 
 from __future__ import annotations
@@ -38,10 +45,14 @@ from ._errors import ConfigError
 __all__ = [
     "EngineTimes",
     "EngineWorkload",
+    "SampleChoice",
+    "ToolOdds",
+    "choose_samples",
     "client_speedup",
     "client_time_speculative",
     "client_time_standard",
     "engine_times",
+    "hit_rate_at",
     "max_speedup",
     "required_hit_rate",
     "speedup_upper_bound",
@@ -186,3 +197,68 @@ def engine_times(w: EngineWorkload, alpha: float) -> EngineTimes:
         speculative=sum(spec.values()),
         parts={"vanilla": vanilla, "cached": cached, "speculative": spec},
     )
+
+
+@dataclass(frozen=True)
+class ToolOdds:
+    """One tool in the λ decision: ``weight`` (share of the model's calls that go to it),
+    ``per_sample`` (chance one draft sample predicts its call), ``T`` (its seconds) and
+    ``ceiling`` (the hit rate no number of samples exceeds: α(λ) = ceiling·(1 − (1 − p)^λ))."""
+
+    weight: float
+    per_sample: float
+    T: float
+    ceiling: float = 1.0
+
+
+@dataclass(frozen=True)
+class SampleChoice:
+    """The λ :func:`choose_samples` picked, and the expected figures of every λ it weighed."""
+
+    samples: int
+    alpha: float  # expected hit rate at that λ
+    saved_s: float  # expected seconds saved per turn (Eq. 1 − Eq. 2)
+    net_s: float  # saved minus the drafting cost, in seconds
+    table: tuple[tuple[int, float, float, float], ...] = ()  # (λ, α, saved, net) per λ
+
+
+def hit_rate_at(per_sample: float, samples: int) -> float:
+    """α(λ) = 1 − (1 − p)^λ: the chance that at least one of λ independent samples hits."""
+    if not 0.0 <= per_sample <= 1.0:
+        raise ConfigError(f"per-sample hit chance must be in [0, 1], got {per_sample!r}")
+    if samples < 0:
+        raise ConfigError(f"samples must be ≥ 0, got {samples!r}")
+    return 1.0 - (1.0 - per_sample) ** samples
+
+
+def choose_samples(
+    G: float, g: float, tools: Sequence[ToolOdds], *, g_per_extra_sample: float = 0.0,
+    cost_per_sample_s: float = 0.0, max_samples: int = 9,
+) -> SampleChoice:
+    """The λ ∈ {0 … max_samples} that maximises expected seconds saved per turn minus cost.
+
+    ``G`` main-model seconds per turn; ``g`` drafter seconds for one sample and
+    ``g_per_extra_sample`` more for each further one (g(λ) = g + (λ−1)·extra); ``tools`` the
+    mix of calls the model makes (weights are normalised); ``cost_per_sample_s`` what one
+    sample costs, in seconds of the agent's time. Ties go to the smaller λ (cheaper, fewer
+    wasted runs); λ = 0 (do not draft) saves and costs nothing.
+    """
+    _check_times(G=G, g=g, g_per_extra_sample=g_per_extra_sample, cost_per_sample_s=cost_per_sample_s,
+                 **{f"T[{i}]": t.T for i, t in enumerate(tools)})
+    if max_samples < 0:
+        raise ConfigError(f"max_samples must be ≥ 0, got {max_samples!r}")
+    total = sum(max(0.0, t.weight) for t in tools)
+    best = SampleChoice(0, 0.0, 0.0, 0.0)
+    table = [(0, 0.0, 0.0, 0.0)]
+    for lam in range(1, max_samples + 1):
+        g_lam = g + (lam - 1) * g_per_extra_sample
+        alpha = saved = 0.0
+        for t in tools if total > 0 else ():
+            w, a = max(0.0, t.weight) / total, min(1.0, max(0.0, t.ceiling)) * hit_rate_at(t.per_sample, lam)
+            alpha += w * a
+            saved += w * a * max(0.0, G + t.T - max(G, g_lam + t.T))
+        net = saved - lam * cost_per_sample_s
+        table.append((lam, alpha, saved, net))
+        if net > best.net_s + 1e-12:
+            best = SampleChoice(lam, alpha, saved, net)
+    return SampleChoice(best.samples, best.alpha, best.saved_s, best.net_s, tuple(table))

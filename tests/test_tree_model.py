@@ -91,6 +91,7 @@ def test_batched_tree_decoding_matches_single(lm, refs):
     res = decode(model, prompts, 16, "both", cast=CastShaper(table), eos=tok.eos_token_id)
     for ref, out in zip(refs, res.outputs):
         assert out == ref[:len(out)]
+        assert len(out) == 16 or out[-1] == tok.eos_token_id  # a prefix only when it stopped at EOS
 
 
 def test_verify_kernels_packed_gemms_match_stock_and_restore_the_model(lm, monkeypatch):

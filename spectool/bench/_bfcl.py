@@ -13,7 +13,7 @@ import functools
 import json
 import re
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -22,6 +22,7 @@ from .._errors import ConfigError
 from .._types import ToolCall
 
 __all__ = [
+    "ALL_CATEGORIES",
     "BFCL_WHEEL",
     "MULTI_TURN_CATEGORIES",
     "SINGLE_TURN_CATEGORIES",
@@ -35,6 +36,17 @@ __all__ = [
 BFCL_WHEEL = "bfcl-eval==2026.3.23"
 SINGLE_TURN_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "live_simple", "live_multiple")
 MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_long_context")
+# The rest of the wheel. Executable multi-turn with a twist: miss_func holds tools back until a
+# later turn, miss_param leaves an argument to a later turn. No ground-truth calls: the
+# irrelevance/relevance sets (BFCL checks only whether a call is made) and the agentic ones
+# (memory, web_search: their answers are text). format_sensitivity re-lists other tasks by id.
+EXTRA_SINGLE_TURN = ("live_parallel", "live_parallel_multiple", "simple_java", "simple_javascript")
+EXTRA_MULTI_TURN = ("multi_turn_miss_func", "multi_turn_miss_param")
+NO_CALL_CATEGORIES = ("irrelevance", "live_irrelevance", "live_relevance", "memory", "web_search")
+ALL_CATEGORIES = (SINGLE_TURN_CATEGORIES + EXTRA_SINGLE_TURN + MULTI_TURN_CATEGORIES + EXTRA_MULTI_TURN
+                  + NO_CALL_CATEGORIES + ("format_sensitivity",))
+# Agentic categories' tool docs (bfcl_eval/constants: the key-value memory backend stands for all three)
+_AGENTIC_DOCS = {"MemoryAPI": "memory_kv.json", "WebSearchAPI": "web_search.json"}
 _DATA = "bfcl_eval/data"
 # Gorilla class name -> multi-turn tool doc file (bfcl_eval/constants/executable_backend_config.py)
 CLASS_DOCS = {
@@ -48,7 +60,10 @@ CLASS_DOCS = {
     "VehicleControlAPI": "vehicle_control.json",
 }
 _TYPES = {"dict": "object", "float": "number", "tuple": "array", "int": "integer", "list": "array",
-          "str": "string", "bool": "boolean", "String": "string", "any": None}
+          "str": "string", "bool": "boolean", "String": "string", "any": None,
+          # Java / JavaScript docs (simple_java, simple_javascript)
+          "Boolean": "boolean", "long": "integer", "double": "number", "Array": "array",
+          "ArrayList": "array", "HashMap": "object"}
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,12 @@ class Task:
     long_context: bool = False
     #: OpenAI tool name -> original Gorilla name (dots restored)
     names: Mapping[str, str] = field(default_factory=dict)
+    #: tool name -> first turn that offers it (multi_turn_miss_func holds tools back)
+    held_back: Mapping[str, int] = field(default_factory=dict)
+
+    def tools_at(self, turn: int) -> list[Mapping[str, Any]]:
+        """The tools offered at user turn ``turn`` (all of them unless some are held back)."""
+        return [t for t in self.tools if self.held_back.get(t["function"]["name"], 0) <= turn]
 
     @property
     def multi_turn(self) -> bool:
@@ -160,17 +181,21 @@ def class_docs(wheel: str, class_name: str) -> tuple[dict[str, Any], ...]:
 
 
 def load_tasks(category: str, limit: int | None = None, wheel: Path | None = None) -> list[Task]:
-    """The first ``limit`` tasks of a BFCL category (single-turn python or multi-turn)."""
-    if category not in SINGLE_TURN_CATEGORIES + MULTI_TURN_CATEGORIES:
-        known = ", ".join(SINGLE_TURN_CATEGORIES + MULTI_TURN_CATEGORIES)
-        raise ConfigError(f"unknown BFCL category {category!r} (known: {known})")
+    """The first ``limit`` tasks of a BFCL category (any category in the wheel)."""
+    if category not in ALL_CATEGORIES:
+        raise ConfigError(f"unknown BFCL category {category!r} (known: {', '.join(ALL_CATEGORIES)})")
     w = str(wheel or bfcl_wheel())
+    if category == "format_sensitivity":
+        return _format_sensitivity(w, limit)
     entries = _read_lines(w, f"{_DATA}/BFCL_v4_{category}.json")
-    answers = {a["id"]: a["ground_truth"] for a in _read_lines(w, f"{_DATA}/possible_answer/BFCL_v4_{category}.json")}
+    answers = {} if category in NO_CALL_CATEGORIES else {
+        a["id"]: a["ground_truth"] for a in _read_lines(w, f"{_DATA}/possible_answer/BFCL_v4_{category}.json")}
     tasks = []
     for e in entries[: limit if limit is not None else len(entries)]:
-        if category in MULTI_TURN_CATEGORIES:
+        if category in MULTI_TURN_CATEGORIES + EXTRA_MULTI_TURN:
             tasks.append(_multi_turn_task(w, category, e, answers[e["id"]]))
+        elif category in NO_CALL_CATEGORIES:
+            tasks.append(_no_call_task(w, category, e))
         else:
             docs = e["function"]
             tasks.append(Task(
@@ -179,6 +204,26 @@ def load_tasks(category: str, limit: int | None = None, wheel: Path | None = Non
                 names={tool_name(d["name"]): d["name"] for d in docs},
             ))
     return tasks
+
+
+def _no_call_task(wheel: str, category: str, e: Mapping[str, Any]) -> Task:
+    """A task whose ground truth has no calls: one empty list per user turn."""
+    docs = list(e.get("function") or ())
+    for cls in e.get("involved_classes") or ():
+        docs.extend(_read_lines(wheel, f"{_DATA}/multi_turn_func_doc/{_AGENTIC_DOCS[cls]}"))
+    return Task(id=e["id"], category=category, turns=e["question"], tools=[openai_tool(d) for d in docs],
+                ground_truth=[[] for _ in e["question"]], names={tool_name(d["name"]): d["name"] for d in docs})
+
+
+def _format_sensitivity(wheel: str, limit: int | None) -> list[Task]:
+    """The tasks ``BFCL_v4_format_sensitivity.json`` names (by id, from their own categories)."""
+    with zipfile.ZipFile(wheel) as zf:
+        listed: dict[str, list[str]] = json.loads(zf.read(f"{_DATA}/BFCL_v4_format_sensitivity.json"))
+    out = []
+    for source, ids in listed.items():
+        by_id = {t.id: t for t in load_tasks(source, wheel=Path(wheel))}
+        out.extend(replace(by_id[i], category="format_sensitivity") for i in ids if i in by_id)
+    return out[:limit] if limit is not None else out
 
 
 def _multi_turn_task(wheel: str, category: str, e: Mapping[str, Any], truth: list[list[str]]) -> Task:
@@ -192,4 +237,6 @@ def _multi_turn_task(wheel: str, category: str, e: Mapping[str, Any], truth: lis
         classes=classes, initial_config=e.get("initial_config", {}),
         long_context=category == "multi_turn_long_context",
         names={tool_name(d["name"]): d["name"] for d in docs},
+        held_back={tool_name(n): int(turn) for turn, names in (e.get("missed_function") or {}).items()
+                   for n in names},
     )

@@ -51,7 +51,9 @@ class Setup:
     make_client: Callable[[], Any]  # -> AsyncOpenAI-compatible client
     model: str = "replay"
     drafter: Callable[[], Drafter] | None = None  # fresh drafter per agent
-    samples: int = 1
+    samples: int | str = 1  # λ, or "auto" (chosen per request by the speculator)
+    eager: str | bool = False  # eager dispatch of streamed calls (False: the sequential baseline)
+    sample_cost: float = 0.0  # samples="auto": one draft sample's cost in seconds
     latency: Latency = field(default_factory=lambda: Latency(0.0))
     mode: str = "client"
     engine_options: dict[str, Any] = field(default_factory=dict)
@@ -78,6 +80,8 @@ class AgentResult:
     drafter_tokens: int = 0
     transcript: list[list[dict[str, Any]]] = field(default_factory=list)
     engine_resolved: int = 0  # calls the engine resolved in place (O3)
+    drafts: int = 0  # drafter requests made
+    undrafted: int = 0  # model requests samples="auto" did not draft for
     #: per request: {"turn", "prompt", "completion", "calls", "G", "T"} (for the engine model)
     requests: list[dict[str, Any]] = field(default_factory=list)
 
@@ -163,7 +167,9 @@ async def _run_task(client: Any, task: Task, setup: Setup, result: AgentResult, 
 
     stats = ToolStats()
     box = build_toolbox(task, setup.latency, stats)
-    options: dict[str, Any] = {"samples": setup.samples}
+    options: dict[str, Any] = {"samples": setup.samples, "eager": setup.eager}
+    if setup.samples == "auto":
+        options["sample_cost"] = setup.sample_cost
     if drafter is not None and setup.mode == "engine":
         options.update(mode="engine", engine_options=setup.engine_options)
     messages: list[dict[str, Any]] = []
@@ -174,6 +180,8 @@ async def _run_task(client: Any, task: Task, setup: Setup, result: AgentResult, 
             await _run_turn(spec, task, setup, messages, result, i)
         c = spec.counters
         result.hits += c.hits + c.joins
+        result.drafts += spec.speculator.draft_counters.drafts
+        result.undrafted += spec.speculator.draft_counters.undrafted_turns
     result.hits += result.engine_resolved - resolved_before
     result.tool_runs += stats.runs
     result.tool_seconds += stats.seconds

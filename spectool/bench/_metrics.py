@@ -79,24 +79,51 @@ def engine_prediction(base: AgentResult, alpha: float, phi: float, delta: float)
             "speedup": vanilla / spec if spec > 0 else 1.0, "overhead_s": o2}
 
 
+def model_curve(base: Sequence[AgentResult], ref: Sequence[AgentResult], g: float,
+                steps: int = 20) -> list[list[float]]:
+    """[α, predicted time saved % against the sequential baseline] for α = 0 … 1: Eq. 2 applied
+    to the reference run's measured G_i, T_i with drafter time ``g`` (α = 0 is the reference)."""
+    out = []
+    for k in range(steps + 1):
+        a = k / steps
+        saved = [100.0 * (b.wall_s - r.wall_s / predicted_speedup(r, a, g)) / b.wall_s
+                 for b, r in zip(base, ref) if b.wall_s]
+        out.append([a, _mean(saved)])
+    return out
+
+
 def _mean(xs: Sequence[float]) -> float:
     return fmean(xs) if xs else 0.0
 
 
 def run_row(meta: Mapping[str, Any], base: Sequence[AgentResult], spec: Sequence[AgentResult],
-            prices: Mapping[str, float] = PRICES, calibration: Any = None) -> dict[str, Any]:
+            prices: Mapping[str, float] = PRICES, calibration: Any = None,
+            reference: Sequence[AgentResult] | None = None) -> dict[str, Any]:
     """One results.json run: ``meta`` (config, agents, samples, drafter, …) plus the metrics.
     With an engine ``calibration`` (φ, δ) every row also carries the engine model's Eq. 4 / Eq. 6
-    prediction; for ``config == "engine"`` that is the row's ``predicted_speedup``."""
-    saved, measured, predicted, alphas, gs = [], [], [], [], []
-    for b, s in zip(base, spec):
+    prediction; for ``config == "engine"`` that is the row's ``predicted_speedup``.
+
+    ``time_saved_pct`` is against the sequential baseline ``base``. With a ``reference`` run
+    (eager dispatch alone) the row also has ``time_saved_vs_eager_pct``, and the model's
+    prediction and the measured speedup are both taken over the reference: the drafter is
+    credited only with what it adds to eager dispatch. The eager row itself (``spec`` is the
+    reference) has no prediction: the paper's model has no term for eager dispatch."""
+    ref = reference if reference is not None else base
+    is_ref = reference is not None and spec is reference
+    saved, saved_ref, measured, predicted, alphas, gs = [], [], [], [], [], []
+    for b, r, s in zip(base, ref, spec):
         g = _mean(s.draft_seconds)
-        alpha = s.hit_rate
+        # Hits beyond the baseline's: a pure call repeated in a session is served from the cache
+        # without any drafter, and that is no speculation's doing.
+        alpha = max(0, s.hits - b.hits) / s.calls if s.calls else 0.0
         saved.append(100.0 * (b.wall_s - s.wall_s) / b.wall_s if b.wall_s else 0.0)
-        measured.append(b.wall_s / s.wall_s if s.wall_s else 1.0)
-        predicted.append(predicted_speedup(b, alpha, g))
+        saved_ref.append(100.0 * (r.wall_s - s.wall_s) / r.wall_s if r.wall_s else 0.0)
+        measured.append(r.wall_s / s.wall_s if s.wall_s else 1.0)
+        predicted.append(predicted_speedup(r, alpha, g))
         alphas.append(alpha)
         gs.append(g)
+    if is_ref:
+        measured = [b.wall_s / s.wall_s if s.wall_s else 1.0 for b, s in zip(base, spec)]
     turns = sum(s.steps for s in spec) or 1
     main_tokens = sum(s.completion_tokens for s in spec)
     drafter_tokens = sum(s.drafter_tokens for s in spec)
@@ -108,9 +135,14 @@ def run_row(meta: Mapping[str, Any], base: Sequence[AgentResult], spec: Sequence
         "baseline_throughput_tok_s": _mean([b.completion_tokens / b.wall_s for b in base if b.wall_s]),
         "hit_rate": _mean(alphas),
         "wasted_tool_runs": sum(s.tool_runs for s in spec) - sum(b.tool_runs for b in base),
-        "predicted_speedup": _mean(predicted),
+        "predicted_speedup": None if is_ref else _mean(predicted),
         "measured_speedup": _mean(measured),
-        "measured_over_predicted": _mean(measured) / _mean(predicted) if predicted else 1.0,
+        "measured_over_predicted": None if is_ref else (_mean(measured) / _mean(predicted) if predicted else 1.0),
+        "speedup_over": "baseline" if reference is None or is_ref else "eager",
+        "time_saved_vs_eager_pct": None if reference is None or is_ref else _mean(saved_ref),
+        "wall_reference_s": _mean([r.wall_s for r in ref]),
+        "drafts": sum(s.drafts for s in spec),
+        "undrafted_requests": sum(s.undrafted for s in spec),
         "G_mean_s": _mean([x for b in base for x in b.G]),
         "T_mean_s": _mean([x for b in base for x in b.T if x > 0]),
         "g_mean_s": _mean(gs),
@@ -123,9 +155,11 @@ def run_row(meta: Mapping[str, Any], base: Sequence[AgentResult], spec: Sequence
         "same_transcripts": all(_same(b, s) for b, s in zip(base, spec)),
         "engine_resolved_calls": sum(s.engine_resolved for s in spec),
     }
+    if not is_ref and meta.get("config") != "baseline":
+        row["model_curve"] = model_curve(base, ref, _mean(gs))
     if calibration is not None:
         row.update(_engine_fields(base, spec, calibration))
-        if meta.get("config") == "engine":
+        if meta.get("config") in ("engine", "engine+eager"):
             row["predicted_client_speedup"] = row["predicted_speedup"]
             row["predicted_speedup"] = row["predicted_engine_speedup"]
             row["measured_over_predicted"] = row["measured_speedup"] / row["predicted_speedup"]

@@ -18,7 +18,7 @@ import anyio
 from .._errors import ConfigError
 from .._types import DraftRequest, ToolCall
 from ._bfcl import Task
-from ._replay import ReplayModel, next_step_call
+from ._replay import ReplayModel, next_step
 
 __all__ = ["OracleDrafter"]
 
@@ -48,14 +48,17 @@ class OracleDrafter:
         self.calls += 1
         await anyio.sleep(self.delay)
         task = self._index.task_for(request.messages)
-        nxt = next_step_call(task, request.messages)
-        if not isinstance(nxt, ToolCall):
+        nxt = next_step(task, request.messages)
+        if not isinstance(nxt, list):
             return []
         step = sum(1 for m in request.messages if m.get("role") == "assistant")
         if self.hit(task.id, step):
-            return [nxt]
+            return list(nxt)
         if self.miss == "none":
             return []
-        wrong = {k: (f"{v}_x" if isinstance(v, str) else v) for k, v in nxt.arguments.items()}
-        wrong["__oracle_miss__"] = step  # guarantees a different key even without string args
-        return [ToolCall(nxt.name, wrong)]
+        out = []
+        for c in nxt:
+            wrong = {k: (f"{v}_x" if isinstance(v, str) else v) for k, v in c.arguments.items()}
+            wrong["__oracle_miss__"] = step  # guarantees a different key even without string args
+            out.append(ToolCall(c.name, wrong))
+        return out

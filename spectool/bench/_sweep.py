@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import anyio
@@ -17,7 +18,8 @@ from ._metrics import PRICES, run_row
 from ._oracle import OracleDrafter
 from ._replay import ReplayModel, TokenRates
 
-__all__ = ["Plan", "full_plan", "quick_plan", "replay_plan", "run_plan"]
+__all__ = ["Plan", "expected_call_G", "full_plan", "headline_drafters", "headline_plan", "quick_plan", "replay_plan",
+           "run_plan", "tuned_adapter"]
 
 
 @dataclass
@@ -27,7 +29,7 @@ class Plan:
     agents: tuple[int, ...] = (1, 4)
     latencies: tuple[float, ...] = (0.5, 1.5)
     latency_cv: float = 0.2
-    samples: tuple[int, ...] = (1, 3)
+    samples: tuple[int | str, ...] = (1, 3)  # λ values; "auto" lets the speculator choose per request
     configs: tuple[str, ...] = ("client",)
     drafters: tuple[str, ...] = ("oracle", "history")
     repeats: int = 1
@@ -49,20 +51,52 @@ class Plan:
     drafter_model: str | None = None
     rates: TokenRates = field(default_factory=TokenRates)
     prices: dict[str, float] = field(default_factory=lambda: dict(PRICES))
+    #: run an arm with eager dispatch alone (no drafter) and give every drafter arm eager dispatch
+    #: too, so its saving over that arm is the drafter's own
+    eager_arm: bool = False
+    split: str | None = None  # keep only tasks of this split (train / dev / test)
+    tasks_per_category: int | None = None  # first N tasks of each category (after the split)
+    latency_matches_G: bool = False  # tool latency mean = the replay model's mean seconds per call step
+    calibration_tokens: int = 1024  # embedded engine: prompt-length difference φ is timed over
+    sample_cost: float = 0.05  # samples="auto": one draft sample's price (and the run it may waste), in seconds
+    title: str = ""
 
 
 def quick_plan() -> Plan:
-    """The main job: the embedded SmolLM2 engine as main model, BFCL's executable tools.
+    """The main job's second part: the embedded SmolLM2 engine as main model, end to end.
 
-    One agent, a BFCL multi-turn task with one of the shortest prompts (≈ 2.6k tokens: the 17
-    tools of BFCL's file system class), two user turns, two tool calls per turn
-    (``tool_choice="required"``: the 135M model rarely calls a tool on its own), ≤ 64 tokens per
-    message, greedy; history drafter λ = 1; baseline vs client-side vs engine-side. One torch
-    thread: the agents, tools and HTTP share the process, and on a busy 2-core box two OpenMP
-    threads spin-wait (decoding was ~14× slower); ``--threads 2`` on an idle machine."""
-    return Plan(main="embedded", model="smollm2", task_ids=("multi_turn_base_3",), agents=(1,), threads=1,
-                latencies=(1.0,), samples=(1,), drafters=("history",), configs=("client", "engine"),
-                max_turns=2, max_steps_per_turn=2, max_tokens=64, tool_choice="required")
+    It shows the whole path on a real model — drafts, the client cache, the engine's tool cache
+    (``mode="engine"``), lossless transcripts, the engine model's prediction — not a drafter's
+    skill: a 135M main model rarely makes BFCL's calls, so no drafter predicts them. One agent,
+    one short single-turn task of the test split, ≤ 2 model messages (``tool_choice="required"``:
+    the 135M model rarely calls a tool on its own), ≤ 48 tokens each, greedy; history λ = 1;
+    baseline vs client-side vs engine-side. One torch thread: the agent, tools and HTTP share the
+    process, and on a busy 2-core box two OpenMP threads spin-wait; ``--threads 2`` on an idle one."""
+    return Plan(main="embedded", model="smollm2", categories=("simple_python",), split="test", tasks_per_category=1,
+                agents=(1,), threads=1, latencies=(1.0,), samples=(1,), drafters=("history",),
+                configs=("client", "engine"), max_turns=1, max_steps_per_turn=2, max_tokens=48, calibration_tokens=384,
+                tool_choice="required", title="Embedded engine end to end (SmolLM2-135M-Instruct as main model, CPU)")
+
+
+def headline_drafters() -> tuple[str, ...]:
+    """history beside the tuned drafter where its adapter is shipped, else beside the untuned local."""
+    return ("history", "tuned") if tuned_adapter() is not None else ("history", "local")
+
+
+def headline_plan() -> Plan:
+    """The main job's headline: real drafters on BFCL test-split tasks no tuning saw.
+
+    The main model is the replay of BFCL's ground truth standing in for a strong remote model
+    (it makes the right calls; its speed is stated: 0.4 s per request + prompt at 4000 tok/s +
+    output at 30 tok/s, G ≈ 1.5–2 s per call step). Tool latency T = the mean G of a call step
+    (T ≈ G, where the model says speculation pays most). One agent, so a local drafter's model is
+    not shared between agents. Arms: the sequential baseline; eager dispatch alone; each drafter at
+    λ = 1 and λ = "auto" with eager dispatch on (their "vs eager" column is the drafter's own)."""
+    return Plan(main="replay", model="replay", categories=("simple_python", "multiple", "parallel", "live_simple"),
+                split="test", tasks_per_category=2, agents=(1,), tasks_per_agent=8, latency_matches_G=True,
+                latency_cv=0.1, samples=(1, "auto"), drafters=headline_drafters(), eager_arm=True,
+                rates=TokenRates(prefill_tok_s=4000.0, decode_tok_s=30.0, overhead_s=0.4),
+                title="Headline: real drafters, BFCL test split, replay main model (T ≈ G)")
 
 
 def replay_plan() -> Plan:
@@ -92,9 +126,12 @@ def _make_client(plan: Plan, replay: ReplayModel | None, base_url: str | None) -
 
 
 def _request_options(plan: Plan) -> dict[str, Any]:
+    # Streamed for every main model: the engine config needs the response id first, and eager
+    # dispatch acts on calls as their arguments close.
+    opts: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
     if plan.main == "replay":
-        return {}
-    opts: dict[str, Any] = {"temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+        return opts
+    opts["temperature"] = 0.0
     if plan.max_tokens is not None:
         opts["max_tokens"] = plan.max_tokens
     if plan.tool_choice is not None:
@@ -103,9 +140,15 @@ def _request_options(plan: Plan) -> dict[str, Any]:
 
 
 def _select_tasks(plan: Plan) -> list:
-    tasks = [t for c in plan.categories for t in load_tasks(c)]
+    from ._splits import in_split
+
     if not plan.task_ids:
+        tasks = []
+        for c in plan.categories:
+            picked = in_split(load_tasks(c), plan.split) if plan.split else load_tasks(c)
+            tasks.extend(picked[: plan.tasks_per_category] if plan.tasks_per_category else picked)
         return tasks
+    tasks = [t for c in plan.categories for t in load_tasks(c)]  # named tasks: no split, no cap
     by_id = {t.id: t for t in tasks}
     missing = [i for i in plan.task_ids if i not in by_id]
     if missing:
@@ -125,20 +168,57 @@ def _oracle(tasks: list, alpha: float, delay: float, seed: int) -> Callable[[], 
     return lambda: OracleDrafter(tasks, alpha, delay, seed=seed)
 
 
+_SHARED: dict[str, tuple[Callable[[], Any], str]] = {}
+
+
 def _drafter(plan: Plan, name: str) -> tuple[Callable[[], Any], str]:
     from .. import drafters
 
     if name == "history":
         return (lambda: drafters.HistoryDrafter()), "history"
+    if name in _SHARED:  # one loaded model per process: warm-up and every arm share it
+        return _SHARED[name]
     if name == "local":
         shared = drafters.LocalDrafter()  # one loaded model for all agents
-        return (lambda: shared), "local(embedded SmolLM2)"
+        _SHARED[name] = (lambda: shared), "local(embedded SmolLM2)"
+        return _SHARED[name]
+    if name == "tuned":
+        path = tuned_adapter()
+        if path is None:
+            raise ConfigError("the tuned drafter's adapter is not shipped in this checkout "
+                              "(spectool.drafters._adapter.shipped_adapter_path())")
+        tuned = drafters.LocalDrafter(adapter=path)  # type: ignore[call-arg]
+        _SHARED[name] = (lambda: tuned), "tuned(SmolLM2 + LoRA)"
+        return _SHARED[name]
     if name == "endpoint":
         if not plan.drafter_base_url or not plan.drafter_model:
             raise ConfigError("the endpoint drafter needs --drafter-base-url and --drafter-model")
         return (lambda: drafters.EndpointDrafter(model=plan.drafter_model, base_url=plan.drafter_base_url)), \
             f"endpoint({plan.drafter_model})"
     raise ConfigError(f"unknown drafter {name!r} (oracle, history, local, endpoint)")
+
+
+def tuned_adapter() -> Any:
+    """The shipped LoRA adapter of the tuned drafter, or None where this checkout has none."""
+    try:
+        from ..drafters._adapter import shipped_adapter_path  # type: ignore[import-not-found]
+
+        path = shipped_adapter_path()  # raises ConfigError where the adapter is missing
+    except (ImportError, ConfigError):
+        return None
+    return path if path is not None and Path(path).exists() else None
+
+
+def expected_call_G(tasks: list, rates: TokenRates) -> float:
+    """The replay model's mean seconds per step that makes calls, over ``tasks`` (no tool outputs
+    in the prompt: a lower bound within a few ms, since prefill is fast)."""
+    model, times = ReplayModel(tasks, rates), []
+    for t in tasks:
+        messages = [dict(m) for m in t.turns[0]]
+        step = model.step(messages)
+        if step.message.get("tool_calls"):
+            times.append(step.seconds)
+    return sum(times) / len(times) if times else 0.0
 
 
 def _warm_up(tasks: list) -> None:
@@ -195,18 +275,21 @@ def run_plan(plan: Plan, progress: bool = True) -> dict[str, Any]:
     # max_rounds: never resolve past the step cap
     with EmbeddedMain(threads=plan.threads, backend=plan.backend, dtype=plan.dtype,
                       max_rounds=max(0, plan.max_steps_per_turn - 1)) as main:
-        calibration = main.calibrate()
+        calibration = main.calibrate(prefill_tokens=plan.calibration_tokens)
         return anyio.run(_run_plan, plan, progress, main.base_url, calibration)
 
 
 def _expected_steps(plan: Plan, tasks: list) -> int:
     """Model requests the progress bar expects (an upper bound for a real model)."""
+    from ._replay import _steps
+
     def per_task(t: Any) -> int:
         turns = len(t.turns[: plan.max_turns])
-        return turns * plan.max_steps_per_turn if plan.main != "replay" else t.calls + turns
-    runs_per_cell = 1 + sum(len(plan.samples) if d != "oracle" else len(plan.oracle_alphas)
-                            for d in plan.drafters) * len(plan.configs)
-    return plan.repeats * len(plan.latencies) * runs_per_cell * sum(
+        return turns * plan.max_steps_per_turn if plan.main != "replay" else len(_steps(t))
+    runs_per_cell = 1 + plan.eager_arm + sum(len(plan.samples) if d != "oracle" else len(plan.oracle_alphas)
+                                             for d in plan.drafters) * len(plan.configs)
+    cells = 1 if plan.latency_matches_G else len(plan.latencies)
+    return plan.repeats * cells * runs_per_cell * sum(
         per_task(t) for m in plan.agents for a in assign(tasks, m, plan.tasks_per_agent) for t in a)
 
 
@@ -221,46 +304,80 @@ async def _warm_main(make_client: Callable[[], Any], plan: Plan, task: Any) -> N
             pass
 
 
+async def _warm_drafters(plan: Plan, tasks: list) -> None:
+    """One draft per drafter before any timed run (a local model loads and compiles its grammar
+    here, not in the first timed draft), on a train-split task: nothing a timed run will ask."""
+    from .._types import DraftRequest
+    from ._splits import in_split
+
+    warm = (in_split(load_tasks(tasks[0].category), "train") or tasks)[0]
+    request = DraftRequest(messages=[dict(m) for m in warm.turns[0]], tools=list(warm.tools), samples=1)
+    for name in plan.drafters:
+        if name == "oracle":
+            continue
+        for factory, _ in _drafters(plan, name, tasks, plan.seed):
+            with anyio.move_on_after(120):
+                try:
+                    await factory().propose(request)
+                except Exception:  # noqa: BLE001 - a failing drafter is measured as such later
+                    pass
+
+
 async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibration: Any) -> dict[str, Any]:
     tasks = _select_tasks(plan)
     replay = ReplayModel(tasks, plan.rates) if plan.main == "replay" else None
     make_client = _make_client(plan, replay, base_url)
     _warm_up(tasks[: max(plan.agents) * plan.tasks_per_agent])
     await _warm_main(make_client, plan, tasks[0])
+    await _warm_drafters(plan, tasks)
     bar = Progress(_expected_steps(plan, tasks), progress)
     engine = "vLLM + spectool plugins" if plan.backend == "vllm" else "spectool serving engine"
-    main_label = {"replay": "replay (BFCL ground truth, token-rate model)",
+    r = plan.rates
+    main_label = {"replay": f"replay of BFCL ground truth standing in for a remote model (token-rate clock: "
+                            f"{r.overhead_s:g} s per request + prompt at {r.prefill_tok_s:g} tok/s + output at "
+                            f"{r.decode_tok_s:g} tok/s; G ≈ {expected_call_G(tasks, r):.2f} s per call step)",
                   "embedded": f"embedded ({engine}, SmolLM2-135M-Instruct, CPU)"}.get(
         plan.main, f"endpoint({plan.model})")
     common = {"make_client": make_client, "model": plan.model, "on_step": bar.step, "max_turns": plan.max_turns,
-              "max_steps_per_turn": plan.max_steps_per_turn, "stream": plan.main != "replay",
+              "max_steps_per_turn": plan.max_steps_per_turn, "stream": True,
               "request_options": _request_options(plan)}
+    latencies = (round(expected_call_G(tasks, plan.rates), 3),) if plan.latency_matches_G else plan.latencies
+    eager = "speculable" if plan.eager_arm else False
     rows: list[dict[str, Any]] = []
     for repeat in range(plan.repeats):
         seed = plan.seed + repeat
         for m in plan.agents:
             assignment = assign(tasks, m, plan.tasks_per_agent)
-            for mean in plan.latencies:
+            for mean in latencies:
                 latency = Latency(mean, plan.latency_cv, seed=seed)
                 bar.label = f"baseline M={m} T={mean}s"
                 base = await run_agents(assignment, Setup(latency=latency, **common))
                 meta = {"config": "baseline", "agents": m, "samples": 0, "drafter": "none",
                         "tool_latency_mean": mean, "main_model": main_label, "seed": seed, "repeat": repeat}
                 rows.append(run_row(meta, base, base, plan.prices, calibration))
+                ref = None
+                if plan.eager_arm:
+                    bar.label = f"eager dispatch alone M={m} T={mean}s"
+                    ref = await run_agents(assignment, Setup(latency=latency, eager="speculable", **common))
+                    rows.append(run_row({**meta, "config": "eager", "drafter": "none (eager dispatch)"},
+                                        base, ref, plan.prices, calibration, reference=ref))
                 for name, (factory, label) in ((n, v) for n in plan.drafters for v in _drafters(plan, n, tasks, seed)):
                     # the oracle ignores λ: one run at the first λ
                     for lam in (plan.samples if name != "oracle" else plan.samples[:1]):
                         for config in plan.configs:
                             bar.label = f"{config} {label} λ={lam} M={m} T={mean}s"
-                            setup = Setup(drafter=factory, samples=lam, latency=latency, mode=config,
+                            setup = Setup(drafter=factory, samples=lam, latency=latency, mode=config, eager=eager,
+                                          sample_cost=plan.sample_cost,
                                           engine_options={"base_url": base_url} if config == "engine" else {},
                                           **common)
                             spec = await run_agents(assignment, setup)
-                            rows.append(run_row({**meta, "config": config, "samples": lam, "drafter": label},
-                                                base, spec, plan.prices, calibration))
+                            rows.append(run_row({**meta, "config": config + ("+eager" if eager else ""),
+                                                 "samples": lam, "drafter": label},
+                                                base, spec, plan.prices, calibration, reference=ref))
     bar.close()
     out = {"plan": {k: (asdict(v) if k == "rates" else v) for k, v in vars(plan).items()},
-           "main_model": main_label, "runs": rows}
+           "main_model": main_label, "runs": rows, "title": plan.title,
+           "tasks": [t.id for t in tasks[: max(plan.agents) * plan.tasks_per_agent]]}
     if calibration is not None:
         out["engine_calibration"] = asdict(calibration)
     return out

@@ -40,9 +40,12 @@ class ToolStats:
         self.by_key[key] = self.by_key.get(key, 0) + 1
 
 
-def precomputed_output(task_id: str, call: ToolCall) -> str:
-    """The stub output of a single-turn call: fixed per (task, call), no execution."""
-    key = canonical_key(call.name, dict(call.arguments))
+def precomputed_output(task_id: str, call: ToolCall, schema: Any = None) -> str:
+    """The stub output of a single-turn call: fixed per (task, canonical call), no execution.
+
+    Keyed with the tool's parameter ``schema``, as the cache keys calls: two calls the cache
+    treats as one (a default filled in, ``2`` vs ``2.0`` for a number) get one output."""
+    key = canonical_key(call.name, dict(call.arguments), schema)
     digest = hashlib.sha256(f"{task_id}\x00{key}".encode()).hexdigest()[:12]
     return json.dumps({"tool": call.name, "status": "ok", "result_id": digest})
 
@@ -68,7 +71,7 @@ def _runner(task: Task, env: Environment | None, name: str, params: Any, latency
     async def run(**arguments: Any) -> str:
         call = ToolCall(name, arguments)
         key = canonical_key(name, arguments, params)
-        out = env.call(call) if env is not None else precomputed_output(task.id, call)
+        out = env.call(call) if env is not None else precomputed_output(task.id, call, params)
         delay = latency.draw(task.id, key)
         stats.record(key, delay)
         await anyio.sleep(delay)

@@ -3,6 +3,12 @@
 Each drafter gets its own timeout; one that raises, hangs or returns garbage is dropped for
 this request and never delays or breaks the others. Proposals are merged in drafter order and
 deduplicated by canonical key (the tool's schema or a Toolbox's per-tool key function).
+
+With ``rank="confidence"`` the merge is ordered by calibrated per-tool confidence instead: each
+request shows the calls the main model made since the previous one, so the drafter scores its
+members' previous proposals against them and keeps, per (member, tool), a Laplace-smoothed
+hit rate (hits + 1) / (proposals + 2). Proposals are then ranked by that estimate, so the
+member that has been right about a tool comes first for that tool.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ from typing import Any, Sequence
 import anyio
 
 from .._errors import ConfigError, DrafterError
-from .._types import DraftRequest, Drafter, ToolCall
-from ._common import call_key, tool_schemas
+from .._types import Drafter, DraftRequest, ToolCall
+from ._common import assistant_calls, call_key, tool_schemas
+from ._history import _session_key
 
 __all__ = ["CombinedDrafter", "DrafterStats"]
 
@@ -41,7 +48,13 @@ class CombinedDrafter:
     """
 
     def __init__(self, drafters: Sequence[Any], *, timeout: float | None = None,
-                 toolbox: Any = None, max_calls: int | None = None) -> None:
+                 toolbox: Any = None, max_calls: int | None = None, rank: str = "order") -> None:
+        if rank not in ("order", "confidence"):
+            raise ConfigError(f"rank must be 'order' or 'confidence', got {rank!r}")
+        self.rank = rank
+        #: (member index, tool) -> [proposals scored, hits]
+        self.calibration: dict[tuple[int, str], list[int]] = {}
+        self._last: tuple[str | None, int, list[list[tuple[str, str]]]] | None = None
         self._entries: list[tuple[Drafter, float | None]] = []
         for item in drafters:
             drafter, limit = item if isinstance(item, tuple) else (item, timeout)
@@ -69,15 +82,43 @@ class CombinedDrafter:
         if errors and len(errors) == len(self._entries):
             raise DrafterError(f"all {len(errors)} drafters failed; first: {errors[0]!r}") from errors[0]
         schemas = tool_schemas(request.tools)
+        if self.rank == "confidence":
+            self._calibrate(request.messages, schemas)
+            self._last = (_session_key(request.messages), len(request.messages),
+                          [[(self._key(c, schemas), c.name) for c in calls or ()] for calls in results])
+        candidates = [(i, call) for i, calls in enumerate(results) for call in calls or ()]
+        if self.rank == "confidence":  # stable: ties keep member order, then each member's order
+            candidates.sort(key=lambda ic: -self.confidence(ic[0], ic[1].name))
         merged: list[ToolCall] = []
         seen: set[str] = set()
-        for calls in results:
-            for call in calls or ():
-                key = self._key(call, schemas)
-                if key not in seen:
-                    seen.add(key)
-                    merged.append(call)
+        for _, call in candidates:
+            key = self._key(call, schemas)
+            if key not in seen:
+                seen.add(key)
+                merged.append(call)
         return merged[: self.max_calls] if self.max_calls is not None else merged
+
+    def confidence(self, member: int, tool: str) -> float:
+        """Smoothed hit rate of ``member``'s proposals of ``tool`` so far (0.5 with no data)."""
+        n, hits = self.calibration.get((member, tool), (0, 0))
+        return (hits + 1) / (n + 2)
+
+    def _calibrate(self, messages: Sequence[Any], schemas: dict[str, Any]) -> None:
+        """Score the previous request's proposals against the calls made since (same session)."""
+        if self._last is None:
+            return
+        session, start, proposed = self._last
+        if session != _session_key(messages) or len(messages) < start:
+            return
+        made = {self._key(c, schemas) for m in messages[start:] if m.get("role") == "assistant"
+                for c in assistant_calls(m)}
+        if not made:
+            return
+        for member, props in enumerate(proposed):
+            for key, tool in dict(props).items():
+                counts = self.calibration.setdefault((member, tool), [0, 0])
+                counts[0] += 1
+                counts[1] += key in made
 
     async def _run_one(self, i: int, drafter: Drafter, limit: float | None, request: DraftRequest,
                        results: list[list[ToolCall] | None], errors: list[BaseException]) -> None:

@@ -4,6 +4,9 @@ Each candidate value for a parameter has a *strength* (3: the user wrote ``name:
 2: a tool output or an earlier call has a field named like the parameter, or the user's text
 names one of its enum values; 1: a bare literal of the right type in the user's text) and a
 *recency* (message index). Stronger wins, then more recent, then earlier in the text.
+Mined data flow (:mod:`._flows`) adds candidates from the sources a parameter took its value
+from in earlier sessions, at strength 2 + the source's share (above same-name evidence, below
+an explicit ``name: value``).
 """
 
 from __future__ import annotations
@@ -18,16 +21,22 @@ from ._common import assistant_calls, message_text
 __all__ = ["Candidate", "Evidence", "collect_evidence"]
 
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*[A-Za-z])")
-_QUOTED = re.compile(r"\"([^\"]{1,200})\"|'([^']{1,200})'|`([^`]{1,200})`")
+# Single quotes only as quotes, not apostrophes: "I'm … I'll" is no quoted string.
+_QUOTED = re.compile(r"\"([^\"]{1,200})\"|(?<!\w)'([^']{1,200})'(?!\w)|`([^`]{1,200})`")
 # Proper nouns, tickers, file names, ids: the tokens a string argument usually is.
 _ENTITY = re.compile(r"\b(?:[A-Z][\w-]*(?:\.[\w-]+)*|[\w-]+\.[A-Za-z0-9]{1,8}|[a-z]+\d[\w-]*)\b")
 _SENTENCE_START = re.compile(r"(?:^|[.!?]\s+)$")
+# Multi-word names, optionally with a region after a comma: "San Francisco", "New York, NY",
+# "Chennai, Tamil Nadu", "2020 Addison Street, Berkeley, CA, USA".
+_PLACE = re.compile(r"\b(?:\d+[A-Z]?\s)?[A-Z][a-z]+(?:\s[A-Z][a-z]+)+(?:,\s[A-Z][A-Za-z]+(?:\s[A-Z][a-z]+)*)*"
+                    r"|\b[A-Z][a-z]+(?:,\s[A-Z][A-Za-z]+(?:\s[A-Z][a-z]+)*)+")
+_NOT_ENTITY = frozenset({"I", "I'm", "I'd", "I've"})
 
 
 @dataclass(frozen=True)
 class Candidate:
     value: Any
-    strength: int
+    strength: float
     recency: int
     order: int = 0
     literal_id: int | None = None
@@ -43,9 +52,17 @@ class Evidence:
 
     named: list[tuple[str, Any, int]] = field(default_factory=list)
     texts: list[tuple[str, int]] = field(default_factory=list)
+    #: latest values per data-flow source (``("arg", tool, param)`` / ``("out", tool, field)``)
+    sourced: dict[tuple[str, ...], list[tuple[Any, int]]] = field(default_factory=dict)
 
-    def candidates(self, pname: str, schema: Mapping[str, Any], taken: set[int]) -> list[Candidate]:
+    def candidates(self, pname: str, schema: Mapping[str, Any], taken: set[int],
+                   mined: Sequence[tuple[tuple[str, ...], float]] = ()) -> list[Candidate]:
         found: list[Candidate] = []
+        for source, share in mined:
+            for order, (value, rec) in enumerate(self.sourced.get(source, ())):
+                coerced = _coerce(value, schema)
+                if coerced is not _NO:
+                    found.append(Candidate(coerced, 2 + share, rec, order))
         key = _norm(pname)
         for name, value, rec in self.named:
             if name == key:
@@ -88,14 +105,25 @@ class Evidence:
 
 
 def collect_evidence(messages: Sequence[Mapping[str, Any]]) -> Evidence:
+    from ._flows import output_fields
+
     ev = Evidence()
+    call_names: dict[str, str] = {}
     for i, m in enumerate(messages):
         role = m.get("role")
         if role == "assistant":
             for call in assistant_calls(m):
+                call_names[str(call.id)] = call.name
                 for k, v in call.arguments.items():
                     ev.named.append((_norm(str(k)), v, i))
+                    ev.sourced[("arg", call.name, str(k))] = [(v, i)]
         elif role == "tool":
+            tool = call_names.get(str(m.get("tool_call_id")), "")
+            fresh: dict[tuple[str, ...], list[tuple[Any, int]]] = {}
+            for k, v in output_fields(m.get("content")):
+                fresh.setdefault(("out", tool, k), []).append((v, i))
+            for src, values in fresh.items():  # newest output first; earlier ones stay behind it
+                ev.sourced[src] = values + ev.sourced.get(src, [])
             text = message_text(m.get("content"))
             try:
                 value = json.loads(text)
@@ -130,7 +158,18 @@ def _literals(text: str, types: set[str]) -> Iterator[tuple[int, Any]]:
         for m in _QUOTED.finditer(text):
             quoted_spans.append(m.span())
             yield m.start(), next(g for g in m.groups() if g is not None)
+        for m in _PLACE.finditer(text):
+            start, name = m.start(), m.group()
+            if _SENTENCE_START.search(text[:start]) is not None:  # "Use Oslo": drop the capital verb
+                first, _, rest = name.partition(" ")
+                start, name = start + len(first) + 1, rest
+                if " " not in name and "," not in name:
+                    continue
+            if name and not any(a <= start < b for a, b in quoted_spans):
+                yield start, name
         for m in _ENTITY.finditer(text):
+            if m.group() in _NOT_ENTITY:
+                continue
             inside = any(a <= m.start() < b for a, b in quoted_spans)
             sentence_start = _SENTENCE_START.search(text[: m.start()]) is not None
             if not inside and not (sentence_start and m.group()[0].isupper() and m.group()[1:].islower()):

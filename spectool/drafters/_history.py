@@ -21,6 +21,7 @@ from .._errors import ConfigError
 from .._types import DraftRequest, ToolCall
 from ._common import assistant_calls, message_text, tool_schemas
 from ._evidence import Evidence, collect_evidence
+from ._flows import Flows, mine_flows
 
 __all__ = ["HistoryDrafter"]
 
@@ -36,19 +37,33 @@ class HistoryDrafter:
 
     ``order``: n of the n-grams (≥ 1). ``remember``: learn each session's call sequence (keyed
     by its first user message) so later sessions benefit. ``corpus``: known name sequences.
-    ``variants``: alternative argument fillings per tool when λ allows.
+    ``variants``: alternative argument fillings per tool when λ allows. ``flows``: data flow
+    mined from earlier sessions (:func:`~spectool.drafters._flows.mine_flows`; see
+    :meth:`from_traces`). ``fan_out``: at the start of a turn, up to this many parallel calls of
+    the top tool, each taking the user's next unused literals ("for 10, 20 and 30 years"); they
+    form the first sample together.
     """
 
     def __init__(self, *, order: int = 3, remember: bool = True, max_sessions: int = 1000,
-                 corpus: Iterable[Sequence[str]] = (), variants: int = 2) -> None:
+                 corpus: Iterable[Sequence[str]] = (), variants: int = 2, flows: Flows | None = None,
+                 fan_out: int = 2) -> None:
         if order < 1 or max_sessions < 0 or variants < 1:
             raise ConfigError("order and variants must be ≥ 1, max_sessions ≥ 0")
         self.order = order
         self.remember = remember
         self.max_sessions = max_sessions
         self.variants = variants
+        self.flows = flows
+        self.fan_out = fan_out
         self._corpus = [list(seq) for seq in corpus]
         self._sessions: OrderedDict[str, list[str]] = OrderedDict()
+
+    @classmethod
+    def from_traces(cls, traces: Iterable[Sequence[Mapping[str, Any]]], **options: Any) -> HistoryDrafter:
+        """A drafter primed with the control flow and data flow of finished conversations
+        (Chat Completions message lists: user turns, assistant calls, tool outputs)."""
+        flows = mine_flows(traces)
+        return cls(corpus=[*options.pop("corpus", ()), *flows.sequences], flows=flows, **options)
 
     def learn(self, names: Sequence[str]) -> None:
         """Add one finished session's tool-name sequence to the counts."""
@@ -75,13 +90,19 @@ class HistoryDrafter:
             while len(self._sessions) > self.max_sessions:
                 self._sessions.popitem(last=False)
         evidence = collect_evidence(request.messages)
-        per_tool = [fills for name in ranked
-                    if (fills := _fillings(name, tools[name]["parameters"], evidence, self.variants))]
-        limit = max(1, int(request.samples))
+        done = set(map(_tag, _trailing_run(request.messages)))  # an agent seldom repeats what it just did
+        per_tool = [fills for name in ranked if (fills := [
+            f for f in _fillings(name, tools[name]["parameters"], evidence, self.variants + 2, self.flows)
+            if _tag(f) not in done][: self.variants])]
+        parallel = (_fan_out(ranked[0], tools[ranked[0]]["parameters"], evidence, self.fan_out)
+                    if turn_start and ranked and self.fan_out else [])
+        limit = max(1, int(request.samples)) + len(parallel)
         out: list[ToolCall] = []
+        if per_tool and parallel and per_tool[0][0].name == ranked[0]:
+            out = [per_tool[0][0], *parallel]
         for round_ in range(self.variants):  # best filling of every tool first, then alternatives
             for fills in per_tool:
-                if round_ < len(fills) and len(out) < limit:
+                if round_ < len(fills) and len(out) < limit and fills[round_] not in out:
                     out.append(fills[round_])
         return out
 
@@ -128,14 +149,40 @@ def _next_counts(sequences: Sequence[Sequence[str]], tail: tuple[str, ...]) -> C
     return counts
 
 
-def _fillings(name: str, params: Mapping[str, Any], evidence: Evidence, variants: int) -> list[ToolCall]:
-    """Up to ``variants`` argument fillings; [] when a required parameter has no value."""
+def _fan_out(name: str, params: Mapping[str, Any], evidence: Evidence, most: int) -> list[ToolCall]:
+    """Further calls of ``name`` after its best filling, each from literals no earlier call took.
+
+    Stops at the first filling that takes no new literal (nothing left to spread)."""
+    taken: set[int] = set()
+    first = _fillings(name, params, evidence, 1, taken=taken)
+    if not first:
+        return []
+    out: list[ToolCall] = []
+    seen = [first[0]]
+    for _ in range(most):
+        before = len(taken)
+        fills = _fillings(name, params, evidence, 1, taken=taken)
+        if not fills or len(taken) == before or fills[0] in seen:
+            break
+        seen.append(fills[0])
+        out.append(fills[0])
+    return out
+
+
+def _fillings(name: str, params: Mapping[str, Any], evidence: Evidence, variants: int,
+              flows: Flows | None = None, taken: set[int] | None = None) -> list[ToolCall]:
+    """Up to ``variants`` argument fillings; [] when a required parameter has no value.
+    ``taken``: user literals already used (by this call's other parameters or earlier calls);
+    the ones this filling uses are added."""
     props = params.get("properties") or {}
     required = [p for p in params.get("required") or () if p in props]
     chosen: dict[str, list[Any]] = {}
-    taken: set[int] = set()  # a user literal fills one parameter of a call, not two
+    taken = set() if taken is None else taken  # a user literal fills one parameter of a call, not two
+    used: list[Any] = []  # values earlier parameters took: two parameters rarely share one value
     for pname, pschema in props.items():
-        options = evidence.candidates(pname, pschema if isinstance(pschema, Mapping) else {}, taken)
+        mined = flows.sources(name, pname) if flows is not None else ()
+        options = evidence.candidates(pname, pschema if isinstance(pschema, Mapping) else {}, taken, mined)
+        options = [o for o in options if o.value not in used] + [o for o in options if o.value in used]
         if pname in required and not options:
             return []
         # Optional parameters take named evidence, or a number the user wrote and nobody used.
@@ -145,6 +192,7 @@ def _fillings(name: str, params: Mapping[str, Any], evidence: Evidence, variants
                 and not isinstance(o.value, bool))]
         if strong:
             chosen[pname] = [o.value for o in strong]
+            used.append(strong[0].value)
             if strong[0].literal_id is not None:
                 taken.add(strong[0].literal_id)
     first = {p: v[0] for p, v in chosen.items()}
@@ -155,6 +203,24 @@ def _fillings(name: str, params: Mapping[str, Any], evidence: Evidence, variants
                 return calls
             calls.append(ToolCall(name, {**first, pname: alt}))
     return calls
+
+
+def _tag(call: ToolCall) -> str:
+    return call.name + json.dumps(dict(call.arguments), sort_keys=True, default=repr)
+
+
+def _trailing_run(messages: Sequence[Mapping[str, Any]]) -> list[ToolCall]:
+    """This turn's latest calls, as long as they name one tool (``zip(A)``, ``zip(B)``): a
+    call of another tool in between may have changed what a repeat would return."""
+    out: list[ToolCall] = []
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            break
+        for call in reversed(assistant_calls(m)) if m.get("role") == "assistant" else ():
+            if out and call.name != out[0].name:
+                return out
+            out.append(call)
+    return out
 
 
 def _latest_user_text(messages: Sequence[Mapping[str, Any]]) -> str:

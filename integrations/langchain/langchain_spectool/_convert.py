@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from langchain_core.messages import BaseMessage, convert_to_openai_messages
 from langchain_core.tools import BaseTool
@@ -11,7 +12,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from spectool import ToolCall
 
-__all__ = ["conversation_key", "draft_messages", "draft_tools", "to_spectool_call"]
+__all__ = ["conversation_key", "draft_messages", "draft_tools", "session_key", "to_spectool_call"]
 
 
 def draft_messages(
@@ -54,3 +55,21 @@ def conversation_key(messages: Sequence[BaseMessage]) -> str:
         return f"id:{first.id}"
     digest = hashlib.sha256(f"{first.type}\x1f{first.content!r}".encode()).hexdigest()[:16]
     return f"sha:{digest}"
+
+
+def session_key(messages: Sequence[BaseMessage]) -> str:
+    """The conversation's key: LangGraph's ``thread_id`` when the run has one (stable even if a
+    middleware trims or rewrites early messages), else :func:`conversation_key`."""
+    try:
+        from langgraph.config import get_config
+
+        configurable = get_config().get("configurable") or {}
+    except (ImportError, RuntimeError):  # not inside a LangGraph run
+        configurable = {}
+    thread = configurable.get("thread_id")
+    if thread is None:
+        return conversation_key(messages)
+    # A node sees "<its graph's namespace>|<node>:<task>": drop its own task so the model and
+    # tool nodes of one graph share a key; a subgraph (same thread) keeps a key of its own.
+    graph_ns = "|".join((configurable.get("checkpoint_ns") or "").split("|")[:-1])
+    return f"thread:{thread}:{graph_ns}"

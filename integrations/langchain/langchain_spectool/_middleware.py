@@ -16,7 +16,7 @@ from langchain_core.tools import BaseTool
 
 from spectool import Drafter, Speculator, SyncSpeculator, ToolSpec
 
-from ._convert import conversation_key, draft_messages, draft_tools, to_spectool_call
+from ._convert import draft_messages, draft_tools, session_key, to_spectool_call
 from ._effects import to_tool_spec
 from ._replay import ReplayTool, body_runner
 from ._session import Sessions
@@ -173,7 +173,7 @@ class SpeculativeToolMiddleware(AgentMiddleware):
     # -- model ------------------------------------------------------------------------------
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Any]) -> Any:
-        key = conversation_key(_messages(request.state) or request.messages)
+        key = session_key(_messages(request.state) or request.messages)
         session = self._spec.start(key, request.messages, request.system_message, request.tools)
         try:
             return handler(request)
@@ -182,7 +182,7 @@ class SpeculativeToolMiddleware(AgentMiddleware):
 
     async def awrap_model_call(self, request: ModelRequest,
                                handler: Callable[[ModelRequest], Awaitable[Any]]) -> Any:
-        key = conversation_key(_messages(request.state) or request.messages)
+        key = session_key(_messages(request.state) or request.messages)
         session = await self._spec.astart(key, request.messages, request.system_message,
                                           request.tools)
         try:
@@ -193,7 +193,7 @@ class SpeculativeToolMiddleware(AgentMiddleware):
     # -- tools ------------------------------------------------------------------------------
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Any:
-        key = conversation_key(_messages(request.state))
+        key = session_key(_messages(request.state))
         return self._spec.run_tool(
             key, request.tool_call, request.tool,
             lambda tool: handler(request if tool is request.tool else request.override(tool=tool)),
@@ -201,7 +201,7 @@ class SpeculativeToolMiddleware(AgentMiddleware):
 
     async def awrap_tool_call(self, request: ToolCallRequest,
                               handler: Callable[[ToolCallRequest], Awaitable[Any]]) -> Any:
-        key = conversation_key(_messages(request.state))
+        key = session_key(_messages(request.state))
         return await self._spec.arun_tool(
             key, request.tool_call, request.tool,
             lambda tool: handler(request if tool is request.tool else request.override(tool=tool)),
@@ -210,9 +210,9 @@ class SpeculativeToolMiddleware(AgentMiddleware):
     # -- end of a run -----------------------------------------------------------------------
 
     def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        self._spec.sessions.close_sync(conversation_key(_messages(state)))
+        self._spec.sessions.close_sync(session_key(_messages(state)))
         return None
 
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        await self._spec.sessions.close_async(conversation_key(_messages(state)))
+        await self._spec.sessions.close_async(session_key(_messages(state)))
         return None

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
 
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
@@ -32,7 +33,7 @@ from pydantic import ConfigDict, PrivateAttr
 
 from spectool import Drafter
 
-from ._convert import conversation_key
+from ._convert import session_key
 from ._effects import has_injected_args
 from ._middleware import _end_turn, _Speculation
 
@@ -56,6 +57,16 @@ class _Owners:
                         self._map[call["id"]] = key
             while len(self._map) > self._size:
                 self._map.popitem(last=False)
+
+    def note_chunk(self, chunk: Any, key: str) -> None:
+        message = getattr(chunk, "message", None)
+        ids = [c.get("id") for c in getattr(message, "tool_call_chunks", None) or () if c.get("id")]
+        if ids:
+            with self._lock:
+                for cid in ids:
+                    self._map[cid] = key
+                while len(self._map) > self._size:
+                    self._map.popitem(last=False)
 
     def key(self, call_id: str | None) -> str | None:
         with self._lock:
@@ -83,7 +94,13 @@ class SpeculativeChatModel(BaseChatModel):
 
     @property
     def _llm_type(self) -> str:
-        return f"speculative-{self.model._llm_type}"  # noqa: SLF001
+        return f"speculative-{self.model._llm_type}"
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
+        # Tracing sees the wrapped model's provider and name: the wrapper adds no model of its own.
+        params = dict(self.model._get_ls_params(stop=stop, **kwargs))
+        params.setdefault("ls_model_name", getattr(self.model, "model_name", None) or self.model._llm_type)
+        return params
 
     def wrap_tools(self, tools: Sequence[BaseTool]) -> list[BaseTool]:
         """The tools, each served from this model's drafts when the model calls it."""
@@ -115,10 +132,10 @@ class SpeculativeChatModel(BaseChatModel):
 
     def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
                   **kwargs: Any) -> ChatResult:
-        key = conversation_key(messages)
+        key = session_key(messages)
         session = self._spec.start(key, messages, None, list(self._tools.values()))
         try:
-            result = self.model._generate(messages, stop=stop, run_manager=run_manager, **kwargs)  # noqa: SLF001
+            result = self.model._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
         finally:
             _end_turn(session)
         self._owners.note(result, key)
@@ -126,10 +143,10 @@ class SpeculativeChatModel(BaseChatModel):
 
     async def _agenerate(self, messages: list[BaseMessage], stop: Any = None,
                          run_manager: Any = None, **kwargs: Any) -> ChatResult:
-        key = conversation_key(messages)
+        key = session_key(messages)
         session = await self._spec.astart(key, messages, None, list(self._tools.values()))
         try:
-            result = await self.model._agenerate(  # noqa: SLF001
+            result = await self.model._agenerate(
                 messages, stop=stop, run_manager=run_manager, **kwargs
             )
         finally:
@@ -137,9 +154,31 @@ class SpeculativeChatModel(BaseChatModel):
         self._owners.note(result, key)
         return result
 
-    def _stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
-        # Streaming would hand out tool calls before their ids are noted: answer in one piece.
-        raise NotImplementedError("SpeculativeChatModel answers without streaming")
+    # Streaming: drafts run for the whole generation; each tool call's id is noted from the
+    # chunk that carries it, before the chunk is handed on (the ToolNode runs after the stream).
+
+    def _stream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                **kwargs: Any) -> Iterator[Any]:
+        key = session_key(messages)
+        session = self._spec.start(key, messages, None, list(self._tools.values()))
+        try:
+            for chunk in self.model._stream(messages, stop=stop, run_manager=run_manager, **kwargs):
+                self._owners.note_chunk(chunk, key)
+                yield chunk
+        finally:
+            _end_turn(session)
+
+    async def _astream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                       **kwargs: Any) -> AsyncIterator[Any]:
+        key = session_key(messages)
+        session = await self._spec.astart(key, messages, None, list(self._tools.values()))
+        try:
+            async for chunk in self.model._astream(
+                    messages, stop=stop, run_manager=run_manager, **kwargs):
+                self._owners.note_chunk(chunk, key)
+                yield chunk
+        finally:
+            _end_turn(session)
 
 
 def _unwrapped(tool: Any) -> Any:
@@ -153,7 +192,7 @@ class SpeculativeTool(BaseTool):
     _owner: SpeculativeChatModel = PrivateAttr()
 
     @classmethod
-    def around(cls, inner: BaseTool, owner: SpeculativeChatModel) -> "SpeculativeTool":
+    def around(cls, inner: BaseTool, owner: SpeculativeChatModel) -> SpeculativeTool:
         tool = cls(
             name=inner.name,
             description=inner.description,
@@ -175,13 +214,13 @@ class SpeculativeTool(BaseTool):
         return self._inner.tool_call_schema
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:  # only reached if invoke is bypassed
-        return self._inner._run(*args, **kwargs)  # noqa: SLF001
+        return self._inner._run(*args, **kwargs)
 
     def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
         key = self._key(input)
         if key is None:
             return self._inner.invoke(input, config, **kwargs)
-        return self._owner._spec.run_tool(  # noqa: SLF001
+        return self._owner._spec.run_tool(
             key, input, self._inner, lambda tool: tool.invoke(input, config, **kwargs)
         )
 
@@ -189,11 +228,11 @@ class SpeculativeTool(BaseTool):
         key = self._key(input)
         if key is None:
             return await self._inner.ainvoke(input, config, **kwargs)
-        return await self._owner._spec.arun_tool(  # noqa: SLF001
+        return await self._owner._spec.arun_tool(
             key, input, self._inner, lambda tool: tool.ainvoke(input, config, **kwargs)
         )
 
     def _key(self, input: Any) -> str | None:
         if isinstance(input, dict) and input.get("type") == "tool_call" and "args" in input:
-            return self._owner._owners.key(input.get("id"))  # noqa: SLF001
+            return self._owner._owners.key(input.get("id"))
         return None

@@ -10,9 +10,11 @@ state, so concurrent and repeated runs see the same script.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -102,3 +104,35 @@ class ScriptedChatModel(BaseChatModel):
         if self.latency:
             await asyncio.sleep(self.latency)
         return self._answer(messages)
+
+    # Streaming: text in word pieces, each tool call as chunks (id and name first, then the
+    # arguments in two halves), as providers stream them.
+    def _chunks(self, result: ChatResult) -> list[Any]:
+        from langchain_core.messages import AIMessageChunk
+        from langchain_core.outputs import ChatGenerationChunk
+
+        message = result.generations[0].message
+        text = message.content if isinstance(message.content, str) else ""
+        pieces = [AIMessageChunk(content=w) for w in text.split(" ") if w] if text else []
+        pieces = [AIMessageChunk(content=(" " if i else "") + p.content) for i, p in enumerate(pieces)]
+        for i, c in enumerate(getattr(message, "tool_calls", None) or ()):
+            args = json.dumps(c["args"])
+            half = len(args) // 2
+            pieces.append(AIMessageChunk(content="", tool_call_chunks=[
+                {"index": i, "id": c["id"], "name": c["name"], "args": args[:half], "type": "tool_call_chunk"}]))
+            pieces.append(AIMessageChunk(content="", tool_call_chunks=[
+                {"index": i, "id": None, "name": None, "args": args[half:], "type": "tool_call_chunk"}]))
+        return [ChatGenerationChunk(message=p) for p in pieces or [AIMessageChunk(content="")]]
+
+    def _stream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                **kwargs: Any) -> Any:
+        if self.latency:
+            time.sleep(self.latency)
+        yield from self._chunks(self._answer(messages))
+
+    async def _astream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                       **kwargs: Any) -> Any:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        for chunk in self._chunks(self._answer(messages)):
+            yield chunk

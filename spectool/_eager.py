@@ -1,0 +1,220 @@
+"""Eager dispatch: start a call the model streams as soon as its arguments are complete.
+
+The model's own calls are the one prediction that is always right: once a streamed call's
+arguments JSON closes, the call is known, and running it need not wait for the rest of the
+response (more calls, text, the final chunk, the usage record). :class:`EagerBatch` starts each
+call of one response on the session's main path as it becomes known and hands the outcomes to
+``run_tool_calls`` when it asks, so the results are exactly those of resolving the finished
+response (same calls, same cache, same ordering rule as :meth:`Speculator.resolve_all`).
+
+Policies (``eager=`` on the wrapper):
+
+* ``"speculable"`` (default) pure and read_only calls start when their JSON closes; mutating
+                   calls wait for ``run_tool_calls`` as before.
+* ``"all"``        mutating calls also start early, once the model has moved past them (the
+                   next call began, or the response finished), still in order behind the
+                   calls they depend on. Opt in only if every streamed response's calls reach
+                   ``run_tool_calls``: a mutating call has run by then.
+* ``False``        off.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import anyio
+
+from ._cache import Outcome
+from ._speculator import Speculator, _depends_on
+from ._types import ToolCall
+from ._wire import _get
+
+__all__ = ["EagerBatch", "EagerPolicy", "StreamWatcher", "eager_policy"]
+
+log = logging.getLogger("spectool.eager")
+
+EagerPolicy = Literal["speculable", "all", "off"]
+
+
+def eager_policy(value: Any) -> EagerPolicy:
+    """The wrapper's ``eager=`` option as a policy (True means "speculable")."""
+    from ._errors import ConfigError
+
+    if value is True or value == "speculable":
+        return "speculable"
+    if value is False or value is None or value == "off":
+        return "off"
+    if value == "all":
+        return "all"
+    raise ConfigError(f"eager must be 'speculable', 'all' or False, got {value!r}")
+
+
+def _same(a: ToolCall, b: ToolCall) -> bool:
+    return a.name == b.name and dict(a.arguments) == dict(b.arguments)
+
+
+class EagerBatch:
+    """The calls of one streamed response, started one by one as they become known."""
+
+    def __init__(self, speculator: Speculator, policy: EagerPolicy) -> None:
+        self.speculator, self.policy = speculator, policy
+        self.known: dict[int, ToolCall] = {}  # ordinal -> call whose arguments closed
+        self.final: set[int] = set()  # ordinals the model has moved past
+        self.started: dict[int, ToolCall] = {}
+        self._done: dict[int, anyio.Event] = {}
+        self._outcomes: dict[int, Outcome] = {}
+        self.finished = False
+
+    def offer(self, i: int, call: ToolCall, *, final: bool) -> None:
+        """Call ``i`` is complete (``final``: and the model has moved past it); maybe start it."""
+        if self.finished or self.policy == "off":
+            return
+        self.known.setdefault(i, call)
+        if final:
+            self.final.add(i)
+        self._try_start()
+
+    def _try_start(self) -> None:
+        specs = self._specs()
+        for i in range(len(specs)):
+            spec = specs[i]
+            if i in self.started or spec is None:  # unknown tools are answered at resolve time
+                continue
+            allowed = spec.speculable or (self.policy == "all" and i in self.final)
+            # Start only behind calls already started: no task waits on one that may never run.
+            if not allowed or any(j not in self.started for j in _depends_on(specs, i)):
+                continue
+            if not self.speculator.cache.is_open:
+                return
+            self.started[i] = self.known[i]
+            self._done[i] = anyio.Event()
+            self.speculator.cache.task_group.start_soon(self._run, i, self.started[i], self._done[i], specs,
+                                                        name="spectool:eager")
+
+    def _specs(self) -> list[Any]:
+        """Specs of the calls 0..n-1 known so far (the contiguous prefix)."""
+        out = []
+        while len(out) in self.known:
+            out.append(self.speculator.toolbox._specs.get(self.known[len(out)].name))
+        return out
+
+    async def _run(self, i: int, call: ToolCall, done: anyio.Event, specs: Sequence[Any]) -> None:
+        outcome = Outcome(cancelled=True)
+        try:
+            for j in _depends_on(specs, i):
+                await self._done[j].wait()
+            outcome = await self.speculator.resolve(call)
+        except Exception as exc:  # noqa: BLE001 - never let one call break the session's task group
+            outcome = Outcome(error=exc)
+        finally:
+            if self.started.get(i) is call:
+                self._outcomes[i] = outcome
+            done.set()
+
+    def matches(self, calls: Sequence[ToolCall]) -> bool:
+        """Whether ``calls`` are this response's calls (by id, else by name and arguments)."""
+        if self.finished or not self.known or len(calls) < len(self.known):
+            return False
+        for i, c in self.known.items():
+            k = calls[i] if i < len(calls) else None
+            if not isinstance(k, ToolCall) or ((k.id or c.id) and k.id != c.id) or not _same(k, c):
+                return False
+        return True
+
+    async def resolve_all(self, calls: Sequence[Any]) -> list[Outcome]:
+        """Outcomes of the response's calls, in order: the eager runs awaited, the rest run now
+        with the same ordering rule (earlier mutating calls of the scope first). ``calls`` are
+        :func:`extract_calls`'s items: a malformed one is its error tuple, answered as such."""
+        self.finished = True
+        self.speculator.end_turn([c for c in calls if isinstance(c, ToolCall)])
+        calls = list(calls)
+        for i, call in list(self.started.items()):
+            now = calls[i] if i < len(calls) else None
+            if not isinstance(now, ToolCall) or not _same(now, call):  # not with a well-formed stream
+                log.warning("eagerly started call %d differs from the final one; resolving again", i)
+                del self.started[i]
+                self._done[i] = anyio.Event()
+        specs = [self.speculator.toolbox._specs.get(c.name) if isinstance(c, ToolCall) else None
+                 for c in calls]
+        for i, c in enumerate(calls):
+            self._done.setdefault(i, anyio.Event())
+            if not isinstance(c, ToolCall):
+                self._outcomes[i] = Outcome(error=c[2])
+                self._done[i].set()
+
+        async def rest(i: int) -> None:
+            try:
+                for j in _depends_on(specs, i):
+                    await self._done[j].wait()
+                self._outcomes[i] = await self.speculator.resolve(calls[i])
+            finally:
+                self._done[i].set()
+
+        async with anyio.create_task_group() as tg:
+            for i, c in enumerate(calls):
+                if i not in self.started and isinstance(c, ToolCall):
+                    tg.start_soon(rest, i)
+        for i in self.started:
+            await self._done[i].wait()
+        return [self._outcomes[i] for i in range(len(calls))]
+
+
+class StreamWatcher:
+    """Reads a stream's events and tells an :class:`EagerBatch` which calls closed."""
+
+    def __init__(self, batch: EagerBatch) -> None:
+        self.batch = batch
+        self._closed: dict[int, ToolCall] = {}  # chat slot -> its call, once the JSON closed
+        self._sent: set[tuple[int, bool]] = set()
+        self._ordinal: dict[int, int] = {}  # responses output_index -> call ordinal
+
+    def see_chat(self, slots: Mapping[int, Mapping[str, Any]], chunk: Any) -> None:
+        """After the accumulator took ``chunk``: which slots closed, which the model left."""
+        choices = [ch for ch in (_get(chunk, "choices") or ()) if _get(ch, "index", 0) == 0]
+        finishing = any(_get(ch, "finish_reason") for ch in choices)
+        touched = {_get(tc, "index", 0) for ch in choices
+                   for tc in (_get(_get(ch, "delta") or {}, "tool_calls") or ())}
+        for slot in sorted(slots):
+            if slot not in self._closed and (slot in touched or finishing):
+                call = _closed_call(slots[slot], finishing)
+                if call is not None:
+                    self._closed[slot] = call
+        order = sorted(slots)
+        for n, slot in enumerate(order):
+            final = finishing or n + 1 < len(order)
+            if slot in self._closed and (n, final) not in self._sent:
+                self._sent.add((n, final))
+                self.batch.offer(n, self._closed[slot], final=final)
+
+    def see_responses(self, event: Any) -> None:
+        kind = _get(event, "type")
+        item = _get(event, "item")
+        if kind == "response.output_item.added" and _get(item, "type") == "function_call":
+            self._ordinal[_get(event, "output_index", 0)] = len(self._ordinal)
+        elif kind == "response.output_item.done" and _get(item, "type") == "function_call":
+            i = self._ordinal.get(_get(event, "output_index", 0))
+            fn = {"name": _get(item, "name"), "arguments": _get(item, "arguments")}
+            call = _closed_call({"id": _get(item, "call_id"), "function": fn}, True)
+            if i is not None and call is not None:
+                self.batch.offer(i, call, final=True)
+
+
+def _closed_call(slot: Mapping[str, Any], ended: bool) -> ToolCall | None:
+    """The call in an accumulator slot if its arguments are a complete JSON object (``ended``:
+    the call is over, so no arguments at all mean ``{}``)."""
+    fn = slot.get("function") or {}
+    name, text = fn.get("name"), fn.get("arguments") or ""
+    if ended and not text.strip() and name:
+        return ToolCall(name=name, arguments={}, id=slot.get("id"))
+    if not name or "}" not in text:
+        return None
+    try:
+        args = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(args, dict):
+        return None
+    return ToolCall(name=name, arguments=args, id=slot.get("id"))

@@ -1,0 +1,163 @@
+"""`spectool drafters eval`: the scoring math, the ground-truth replay and the command."""
+
+import json
+
+import pytest
+
+from spectool import ToolCall
+from spectool.bench._bfcl import load_tasks
+from spectool.bench._drafter_eval import replay_steps
+from spectool.bench._drafter_metrics import percentile, score_step, summarize
+from spectool.cli import main
+from spectool.drafters._common import tool_schemas
+
+
+def fn(name, props, required=None):
+    return {"type": "function", "function": {"name": name, "description": "", "parameters": {
+        "type": "object", "properties": props, "required": list(props) if required is None else required}}}
+
+
+SCHEMAS = tool_schemas([
+    fn("ls", {"path": {"type": "string"}}),
+    fn("add", {"a": {"type": "number"}, "b": {"type": "number"}}),
+    fn("rm", {"path": {"type": "string"}}),
+    fn("weather", {"city": {"type": "string"}, "unit": {"type": "string", "default": "c"}}, ["city"]),
+])
+SPEC = {"ls", "add", "weather"}  # rm is mutating
+
+
+def test_a_hit_needs_the_canonical_call_of_a_speculable_tool():
+    s = score_step([ToolCall("add", {"a": 1, "b": 2.0})], [ToolCall("add", {"a": 1.0, "b": 2})], SPEC, SCHEMAS, 0.1)
+    assert (s.calls, s.speculable, s.predicted, s.hits, s.wasted) == (1, 1, 1, 1, 0)
+    # a filled default is the same call (the cache's key)
+    s = score_step([ToolCall("weather", {"city": "Oslo"})], [ToolCall("weather", {"city": "Oslo", "unit": "c"})],
+                   SPEC, SCHEMAS, 0.1)
+    assert s.hits == 1
+    # a right guess of a mutating call is predicted but not a hit, and never a run
+    s = score_step([ToolCall("rm", {"path": "x"})], [ToolCall("rm", {"path": "x"})], SPEC, SCHEMAS, 0.1)
+    assert (s.speculable, s.predicted, s.hits, s.wasted) == (0, 1, 0, 0)
+
+
+def test_wasted_runs_count_distinct_speculable_misses_only():
+    proposals = [ToolCall("ls", {"path": "a"}), ToolCall("ls", {"path": "a"}),  # λ rows agree: one run
+                 ToolCall("ls", {"path": "b"}), ToolCall("rm", {"path": "a"}),  # rm never runs early
+                 ToolCall("nope", {})]  # not offered: dropped
+    s = score_step(proposals, [ToolCall("ls", {"path": "a"})], SPEC, SCHEMAS, 0.2)
+    assert (s.hits, s.wasted) == (1, 1)
+    # one proposal serves one call: two equal calls need... one hit, the second is a miss
+    s = score_step([ToolCall("ls", {"path": "a"})], [ToolCall("ls", {"path": "a"})] * 2, SPEC, SCHEMAS, 0.0)
+    assert (s.calls, s.hits, s.wasted) == (2, 1, 0)
+
+
+def test_summary_ratios_ceiling_and_no_call_categories():
+    steps = [
+        score_step([ToolCall("ls", {"path": "a"})], [ToolCall("ls", {"path": "a"}), ToolCall("rm", {"path": "a"})],
+                   SPEC, SCHEMAS, 1.0),
+        score_step([ToolCall("ls", {"path": "z"}), ToolCall("add", {"a": 1, "b": 1})],
+                   [ToolCall("add", {"a": 2, "b": 2})], SPEC, SCHEMAS, 3.0),
+    ]
+    row = summarize(steps)
+    assert row["n_calls"] == 3 and row["n_speculable"] == 2 and row["hits"] == 1
+    assert row["alpha_speculable"] == pytest.approx(0.5)
+    assert row["alpha_all"] == pytest.approx(1 / 3)
+    assert row["ceiling"] == pytest.approx(2 / 3)
+    assert row["wasted_runs"] == 2 and row["wasted_per_hit"] == pytest.approx(2.0)
+    assert row["g_median_s"] == pytest.approx(2.0) and row["g_p90_s"] == pytest.approx(2.8)
+    empty = summarize([score_step([ToolCall("ls", {"path": "a"})], [], SPEC, SCHEMAS, 0.5)])
+    assert empty["ceiling"] == 0.0 and empty["alpha_all"] is None and empty["alpha_speculable"] is None
+    assert empty["wasted_runs"] == 1 and empty["wasted_per_hit"] is None
+    assert percentile([], 50) is None and percentile([4.0], 90) == 4.0
+
+
+def test_multi_turn_replay_gives_the_true_history_before_each_call():
+    task = load_tasks("multi_turn_base", limit=1)[0]
+    steps, speculable = replay_steps(task)
+    truth = [c for turn in task.ground_truth for c in turn]
+    assert [s.calls[0] for s in steps if s.calls] == truth
+    for step in steps[1:]:
+        last = step.messages[-1]
+        assert last["role"] in ("tool", "user")  # the previous call's real output, or a new turn
+    made = [c["function"]["name"] for m in steps[-1].messages if m.get("role") == "assistant"
+            for c in m.get("tool_calls") or ()]
+    assert made == [c.name for c in truth[:-1]]  # never the drafter's guesses, never the future
+    assert "ls" in speculable and "mv" not in speculable  # the bench's effect table
+
+
+def test_miss_func_holds_tools_back_until_their_turn():
+    task = load_tasks("multi_turn_miss_func", limit=1)[0]
+    held = next(iter(task.held_back))
+    steps, _ = replay_steps(task)
+    first_turn = task.held_back[held]
+    names_at = [{t["function"]["name"] for t in s.tools} for s in steps]
+    n_user = [sum(m["role"] == "user" for m in s.messages) for s in steps]
+    assert any(held not in names for names in names_at)
+    for names, users in zip(names_at, n_user):
+        if held in names:
+            assert users >= 1
+    assert len(task.tools_at(0)) == len(task.tools) - len(task.held_back)
+    assert len(task.tools_at(first_turn)) == len(task.tools)
+
+
+def test_cli_eval_writes_rows_for_every_drafter_category_and_lambda(tmp_path, capsys):
+    rc = main(["drafters", "eval", "--categories", "simple_python,multi_turn_base,irrelevance", "--split", "test",
+               "--drafters", "history,mined", "--samples", "1,3", "--limit", "2", "--out", str(tmp_path),
+               "--no-progress"])
+    assert rc == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    rows = data["rows"]
+    assert len(rows) == 3 * 2 * 2
+    for field in ("drafter", "category", "split", "samples", "alpha_speculable", "alpha_all", "ceiling",
+                  "g_median_s", "g_p90_s", "wasted_per_hit", "n_calls"):
+        assert all(field in r for r in rows)
+    by = {(r["drafter"], r["category"], r["samples"]): r for r in rows}
+    assert by[("history", "simple_python", 1)]["ceiling"] == 1.0
+    assert 0 < by[("history", "multi_turn_base", 3)]["ceiling"] < 1
+    irr = by[("history", "irrelevance", 1)]
+    assert irr["n_calls"] == 0 and irr["ceiling"] == 0.0 and irr["alpha_all"] is None
+    assert (tmp_path / "drafter_eval.png").stat().st_size > 10_000
+    out = capsys.readouterr().out
+    assert "α spec" in out and "n/a" in out
+
+
+def test_cli_rejects_unknown_names_clearly(capsys):
+    assert main(["drafters", "eval", "--drafters", "psychic", "--limit", "1"]) == 1
+    assert "unknown drafter" in capsys.readouterr().err
+    assert main(["drafters", "eval", "--categories", "simple_cobol", "--limit", "1"]) == 1
+    assert "unknown BFCL categor" in capsys.readouterr().err
+
+
+def test_cli_tune_without_the_tuning_module_says_so(monkeypatch, capsys):
+    from spectool.bench import _drafters_cli
+
+    monkeypatch.setattr(_drafters_cli, "TUNE_MODULE", "spectool.drafters._no_such_tune_module")
+    assert main(["drafters", "tune", "--traces", "x"]) == 1
+    assert "spectool.drafters._no_such_tune_module" in capsys.readouterr().err
+
+
+def test_cli_tune_delegates_to_the_tuning_module(monkeypatch):
+    # A stand-in for spectool.drafters._tune (another branch owns it): same two functions.
+    import sys
+    import types
+
+    from spectool.bench import _drafters_cli
+
+    seen = {}
+    fake = types.ModuleType("fake_tune")
+    fake.add_arguments = lambda p: p.add_argument("--traces", required=True)
+    fake.run = lambda args: seen.setdefault("traces", args.traces) and 7
+    monkeypatch.setitem(sys.modules, "fake_tune", fake)
+    monkeypatch.setattr(_drafters_cli, "TUNE_MODULE", "fake_tune")
+    assert main(["drafters", "tune", "--traces", "t.jsonl"]) == 7
+    assert seen == {"traces": "t.jsonl"}
+
+
+@pytest.mark.parametrize("category", __import__("spectool.bench._bfcl", fromlist=["x"]).ALL_CATEGORIES)
+def test_every_category_in_the_wheel_replays(category):
+    from spectool.bench._bfcl import NO_CALL_CATEGORIES
+
+    tasks = load_tasks(category, limit=2)
+    assert tasks and all(t.tools for t in tasks)
+    for task in tasks:
+        steps, _ = replay_steps(task)
+        assert steps and sum(len(s.calls) for s in steps) == task.calls
+        assert (task.calls == 0) == (category in NO_CALL_CATEGORIES)
