@@ -31,7 +31,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "spectool.bench._decode_cli",
         "tree speculative decoding vs autoregressive and prompt lookup",
     ),
-    "drafters": ("spectool.bench._drafters_cli", "evaluate drafters on BFCL ground truth (eval) or tune one (tune)"),
+    "drafters": (
+        "spectool.bench._drafters_cli",
+        "evaluate drafters on BFCL ground truth (eval) or tune one (tune)",
+    ),
     "model": ("spectool._model_cli", "the performance model: calculator and Figure 3"),
     "overhead": ("spectool._overhead", "middleware overhead per turn and time saved (scripted)"),
     "serve": ("spectool_serving._serve_cli", "serve a model with the engine-side tool cache (OpenAI API)"),
