@@ -143,7 +143,9 @@ def decode_rows(model: Any, tokenizer: Any, grammar: Any, xgr: Any, prompt: Sequ
 
     Row 0 is greedy when ``greedy_first`` (or when ``temperature`` is 0); the others sample.
     A set ``stop`` ends the draft before its next forward (``[]`` is returned).
-    ``grammar`` None decodes without a constraint (then jump-forward does nothing).
+    ``grammar`` None decodes without a constraint (then jump-forward does nothing); a
+    ``concurrent.futures.Future`` of one is awaited after the prefill, so a new tool set's
+    grammar compiles on the other core while the prompt is prefilled.
     """
     import torch
 
@@ -152,6 +154,8 @@ def decode_rows(model: Any, tokenizer: Any, grammar: Any, xgr: Any, prompt: Sequ
     stops = {int(s) for s in stop_ids}
     try:
         first = prefix.prefill(model, prompt, stop, stats, reuse=reuse)
+        if hasattr(grammar, "result"):
+            grammar = grammar.result()
         out: list[list[int]] = []
         for r in range(rows):
             temp = 0.0 if (r == 0 and greedy_first) else temperature

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -63,6 +64,8 @@ class LocalModel:
 
 
 _LOADED: dict[tuple[str, str, str], LocalModel] = {}
+#: Compiles a new tool set's grammar while the drafting thread prefills (cached per tool set).
+_COMPILER = ThreadPoolExecutor(1, thread_name_prefix="spectool-grammar")
 _LOAD_LOCK = threading.Lock()
 
 
@@ -248,7 +251,7 @@ class LocalDrafter:
         stops = set(_eos_ids(loaded))
         if self.constrained:
             constraint = loaded.constraint(self.max_string_length, self.max_calls)
-            grammar, xgr = constraint.compiled(self.draft_tools(request)), constraint.xgr
+            grammar, xgr = _COMPILER.submit(constraint.compiled, self.draft_tools(request)), constraint.xgr
             stops |= set(constraint.stop_token_ids)
         stats = DecodeStats()
         with loaded.lock, torch.inference_mode():
