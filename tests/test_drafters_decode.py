@@ -88,7 +88,6 @@ def _decode(tiny, grammar, ids, prefix, *, rows=1, reuse=True, jump=True, stop=N
 
 
 def _prompts(tiny):
-    _, tok = tiny
     drafter = LocalDrafter(tiny)
     return [drafter.token_ids(drafter._loaded, DraftRequest(m, TOOLS, 1)) for m in _turns()]
 
@@ -215,7 +214,7 @@ def test_bad_options_are_config_errors():
 async def test_adapter_is_loaded_through_the_tune_helpers_function(tiny, monkeypatch):
     # A stand-in module: the real spectool.drafters._adapter (peft) belongs to the tuning work
     # and is tested there; this checks only that LocalDrafter hands it the model and uses its result.
-    model, tok = tiny
+    model, _ = tiny
     seen = []
     fake = types.ModuleType("spectool.drafters._adapter")
 
