@@ -42,6 +42,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "new-nocache": {"prompt": "compact", "decoder": "fast", "prefix_cache": False},
     "new": {"prompt": "compact", "decoder": "fast"},
     "new-bf16": {"prompt": "compact", "decoder": "fast", "dtype": "bfloat16"},
+    # no tool descriptions: the tool list no longer depends on the last user message, so
+    # multi-turn drafts reuse far more of the previous prompt's cache
+    "new-stable": {"prompt": "compact", "decoder": "fast", "compact_options": {"described": 0}},
 }
 
 

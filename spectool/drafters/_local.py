@@ -224,7 +224,7 @@ class LocalDrafter:
             calls.extend(salvage_tool_calls(text))
         return with_known_tools(calls, tools)
 
-    def draft_tools(self, request: DraftRequest) -> list[dict[str, Any]]:
+    def draft_tools(self, request: DraftRequest) -> list[Mapping[str, Any]]:
         """The tools the prompt shows and the grammar allows (compact: the ranked candidates)."""
         if self.prompt != "compact":
             return list(request.tools)
