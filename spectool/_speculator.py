@@ -112,6 +112,7 @@ class Speculator:
         max_proposals: int = 16,
         on_complete: OnComplete | None = None,
         cache: ToolCache | None = None,
+        trace: Any = None,
         **cache_options: Any,
     ) -> None:
         if samples < 1 or max_proposals < 0 or draft_timeout <= 0:
@@ -122,6 +123,8 @@ class Speculator:
         self.cache = cache or ToolCache(self.toolbox, on_complete=on_complete, **cache_options)
         self.draft_counters = DraftCounters()
         self._turn: Turn | None = None
+        #: opt-in TraceRecorder (spectool._traces): each request + the calls that followed it
+        self.trace, self._traced_request = trace, None
 
     async def __aenter__(self) -> "Speculator":
         await self.cache.__aenter__()
@@ -154,6 +157,9 @@ class Speculator:
         if self._turn is not None:
             self._turn.cancel()
         turn = self._turn = Turn()
+        if self.trace is not None:
+            offered = chat_tools(tools) if tools is not None else self.toolbox.openai_tools("chat")
+            self._traced_request = DraftRequest(messages=list(messages), tools=offered)
         if self.drafter is None or not self.cache.is_open:
             turn.finished.set()
             return turn
@@ -243,6 +249,9 @@ class Speculator:
         if self._turn is not None:
             self._turn.cancel()  # the model answered: late drafts are moot
         calls = list(calls)
+        if self.trace is not None and self._traced_request is not None:
+            self.trace.record(self._traced_request, calls)
+            self._traced_request = None
         specs = [self.toolbox._specs.get(c.name) for c in calls]
         done = [anyio.Event() for _ in calls]
         outcomes: list[Outcome | None] = [None] * len(calls)
