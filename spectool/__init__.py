@@ -26,6 +26,7 @@ from ._openai import (
 from ._speculator import DraftCounters, Speculator, Turn
 from ._sync import SyncSpeculator
 from ._tools import Effect, Toolbox, ToolSpec, tool, tool_spec
+from ._traces import TraceExample, TraceRecorder, load_traces
 from ._types import Drafter, DraftRequest, ToolCall
 from .drafters import CombinedDrafter, EndpointDrafter, HistoryDrafter, LocalDrafter
 
@@ -64,8 +65,11 @@ __all__ = [
     "ToolNotFoundError",
     "ToolSpec",
     "Toolbox",
+    "TraceExample",
+    "TraceRecorder",
     "Turn",
     "canonical_key",
+    "load_traces",
     "run_agent",
     "speculative",
     "tool",

@@ -1,0 +1,203 @@
+"""The compact drafter prompt: one format shared by drafting and tuning.
+
+A :class:`~spectool._types.DraftRequest` becomes two short chat messages (≈ 150–400 tokens):
+
+* **system**: one instruction line and the candidate tools as compact signatures,
+  ``name(city: string, unit?: "c"|"f") - first sentence of the description``. Tools are ranked
+  by the words they share with the last user message (tools called since it first): only the
+  ``described`` best keep a description and at most ``max_tools`` are listed, so a long tool
+  list does not swamp a 135M model or the tuning budget.
+* **user**: the recent conversation as lines, oldest first: the previous user message
+  (shortened), the last user message, and the calls made since, each with a short result.
+
+The answer (:func:`compact_target`) is exactly what the JSON-schema grammar of
+:mod:`._grammar` lets the drafter write: one JSON array of ``{"name": …, "arguments": {…}}``
+objects, ``json.dumps`` separators, arguments in the schema's property order, then the
+end-of-turn token. Tuning renders examples with these same functions, so an adapter is trained
+on the very prompt it later drafts with (``tests/test_drafters_tune.py`` checks both paths).
+Pure Python: no torch, no tokenizer needed except in :func:`compact_prompt_text`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping, Sequence
+
+from .._types import DraftRequest, ToolCall
+from ._common import assistant_calls, message_text, tool_schemas
+
+__all__ = [
+    "COMPACT_FORMAT_VERSION",
+    "compact_messages",
+    "compact_prompt_ids",
+    "compact_prompt_text",
+    "compact_signature",
+    "compact_target",
+    "compact_tools",
+]
+
+#: Bumped whenever the rendering changes: an adapter's manifest records the version it saw.
+COMPACT_FORMAT_VERSION = 1
+
+_INSTRUCTION = ("Predict the next tool calls. Answer with a JSON array of "
+                '{"name": ..., "arguments": {...}} using only these tools:')
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _type_of(schema: Mapping[str, Any]) -> str:
+    if "enum" in schema and isinstance(schema["enum"], list) and schema["enum"]:
+        values = [json.dumps(v, ensure_ascii=False) for v in schema["enum"][:6]]
+        return "|".join(values) + ("|…" if len(schema["enum"]) > 6 else "")
+    t = schema.get("type")
+    if isinstance(t, list):
+        t = "|".join(str(x) for x in t)
+    if t == "array" and isinstance(schema.get("items"), Mapping) and schema["items"].get("type"):
+        return f"array[{_type_of(schema['items'])}]"
+    return str(t) if t else "any"
+
+
+def compact_signature(body: Mapping[str, Any], *, description_chars: int = 90) -> str:
+    """``name(arg: type, opt?: type=default) - short description`` for one tool body."""
+    params = body.get("parameters") or {}
+    props = params.get("properties") or {}
+    required = set(params.get("required") or ())
+    args = []
+    for name, schema in props.items():
+        schema = schema if isinstance(schema, Mapping) else {}
+        mark = "" if name in required else "?"
+        text = f"{name}{mark}: {_type_of(schema)}"
+        if name not in required and "default" in schema:
+            text += "=" + _short(json.dumps(schema["default"], ensure_ascii=False), 20)
+        args.append(text)
+    desc = str(body.get("description") or "")
+    if "Tool description:" in desc:  # BFCL multi-turn docs open with a per-class preamble
+        desc = desc.split("Tool description:", 1)[1]
+    desc = _short(desc.strip().split(". ")[0], description_chars) if description_chars > 0 else ""
+    sig = f"{body['name']}({', '.join(args)})"
+    return f"{sig} - {desc}" if desc else sig
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower().replace("_", " ")))
+
+
+def _last_user(messages: Sequence[Mapping[str, Any]]) -> int:
+    return max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+
+
+def _ranked(request: DraftRequest, bodies: list[dict[str, Any]]) -> list[int]:
+    """Tool indices, best first: words shared with the last user message; tools already called
+    since it first of all (they are likely to be called again); ties keep the offered order."""
+    msgs = list(request.messages)
+    last = _last_user(msgs)
+    query = _words(message_text(msgs[last].get("content"))) if last >= 0 else set()
+    recent = {c.name for m in msgs[last + 1:] if m.get("role") == "assistant" for c in assistant_calls(m)}
+    scored = []
+    for i, body in enumerate(bodies):
+        words = _words(body["name"]) | _words(str(body.get("description") or ""))
+        score = len(query & words) + (100 if body["name"] in recent else 0)
+        scored.append((-score, i))
+    return [i for _, i in sorted(scored)]
+
+
+def compact_tools(request: DraftRequest, *, max_tools: int = 32) -> list[dict[str, Any]]:
+    """The candidate tool bodies shown to the drafter, in the offered order: all of them, or
+    the ``max_tools`` best ranked by :func:`_ranked` when there are more."""
+    bodies = list(tool_schemas(request.tools).values())
+    if len(bodies) <= max_tools:
+        return bodies
+    return [bodies[i] for i in sorted(_ranked(request, bodies)[:max_tools])]
+
+
+def _signatures(request: DraftRequest, max_tools: int, described: int) -> str:
+    """One line per candidate tool; only the ``described`` best ranked keep a description
+    (a long tool list is mostly names the tuned drafter already knows)."""
+    bodies = compact_tools(request, max_tools=max_tools)
+    keep = set(_ranked(request, bodies)[:described]) if len(bodies) > described else set(range(len(bodies)))
+    return "\n".join("- " + compact_signature(b, description_chars=90 if i in keep else 0)
+                     for i, b in enumerate(bodies))
+
+
+def _call_text(call: ToolCall) -> str:
+    return json.dumps({"name": call.name, "arguments": dict(call.arguments)}, ensure_ascii=False)
+
+
+def _conversation_lines(messages: Sequence[Mapping[str, Any]], *, max_calls: int,
+                        user_chars: int, result_chars: int) -> list[str]:
+    msgs = [m for m in messages if m.get("role") not in ("system", "developer")]
+    last = _last_user(msgs)
+    lines: list[str] = []
+    if last >= 0:
+        earlier = _last_user(msgs[:last])
+        if earlier >= 0:
+            lines.append("Earlier user: " + _short(message_text(msgs[earlier].get("content")), user_chars // 3))
+        lines.append("User: " + _short(message_text(msgs[last].get("content")), user_chars))
+    events: list[str] = []
+    for m in msgs[last + 1:]:
+        role = m.get("role")
+        if role == "assistant":
+            calls = assistant_calls(m)
+            events.extend("Call: " + _call_text(c) for c in calls)
+            if not calls and message_text(m.get("content")).strip():
+                events.append("Assistant: " + _short(message_text(m.get("content")), result_chars))
+        elif role == "tool":
+            events.append("Result: " + _short(message_text(m.get("content")), result_chars))
+    # keep the most recent calls (and their results), oldest first
+    start, seen = len(events), 0
+    while start > 0 and seen < max_calls:
+        start -= 1
+        seen += events[start].startswith("Call: ")
+    if start > 0:
+        lines.append(f"({sum(e.startswith('Call: ') for e in events[:start])} earlier calls omitted)")
+    return lines + events[start:]
+
+
+def compact_messages(request: DraftRequest, *, max_tools: int = 32, described: int = 6, max_calls: int = 4,
+                     user_chars: int = 600, result_chars: int = 160) -> list[dict[str, str]]:
+    """The drafter's chat messages (system + user) for ``request``."""
+    sigs = _signatures(request, max_tools, described)
+    lines = _conversation_lines(request.messages, max_calls=max_calls, user_chars=user_chars,
+                                result_chars=result_chars)
+    return [{"role": "system", "content": f"{_INSTRUCTION}\n{sigs}"},
+            {"role": "user", "content": "\n".join(lines) or "(no messages)"}]
+
+
+def compact_prompt_text(tokenizer: Any, request: DraftRequest, **options: Any) -> str:
+    """The prompt string (chat template applied, generation prompt open) for ``request``."""
+    return tokenizer.apply_chat_template(compact_messages(request, **options), tokenize=False,
+                                         add_generation_prompt=True)
+
+
+def _ordered(arguments: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """Arguments in the schema's property order (the grammar's order), unknown keys last."""
+    props = list((params.get("properties") or {}).keys())
+    out = {k: arguments[k] for k in props if k in arguments}
+    out.update({k: v for k, v in arguments.items() if k not in out})
+    return out
+
+
+def compact_target(calls: Sequence[ToolCall], tools: Sequence[Mapping[str, Any]],
+                   eos: str = "") -> str:
+    """The answer text for ``calls``: what the grammar-constrained drafter would write.
+
+    ``eos`` (the tokenizer's end-of-turn token, e.g. ``<|im_end|>``) is appended so a tuned
+    model learns to stop after the array.
+    """
+    schemas = tool_schemas(tools)
+    items = []
+    for call in calls:
+        params = (schemas.get(call.name) or {}).get("parameters") or {}
+        items.append({"name": call.name, "arguments": _ordered(dict(call.arguments), params)})
+    return json.dumps(items, ensure_ascii=False) + eos
+
+
+def compact_prompt_ids(tokenizer: Any, request: DraftRequest, **options: Any) -> list[int]:
+    """Token ids of the prompt: the one tokenization both drafting and tuning use."""
+    return list(tokenizer(compact_prompt_text(tokenizer, request, **options),
+                          add_special_tokens=False)["input_ids"])
