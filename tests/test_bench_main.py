@@ -24,7 +24,6 @@ from spectool.bench._sweep import headline_plan
 from spectool.bench._workload import precomputed_output
 from spectool.cli import main
 
-FAST = TokenRates(prefill_tok_s=20000.0, decode_tok_s=100.0, overhead_s=0.05)
 
 
 def test_equal_canonical_calls_get_equal_stub_outputs():
@@ -37,7 +36,7 @@ def test_equal_canonical_calls_get_equal_stub_outputs():
 
 def test_single_turn_steps_are_parallel_calls_streamed_at_the_decode_rate():
     task = next(t for t in load_tasks("parallel", limit=20) if len(t.ground_truth[0]) >= 2)
-    model = ReplayModel([task], FAST)
+    model = ReplayModel([task], TokenRates(prefill_tok_s=20000.0, decode_tok_s=40.0, overhead_s=0.05))
     step = next_step(task, list(task.turns[0]))
     assert isinstance(step, list) and step == list(task.ground_truth[0])
     expected = model.step(list(task.turns[0]))
@@ -58,7 +57,7 @@ def test_single_turn_steps_are_parallel_calls_streamed_at_the_decode_rate():
     # The first call's arguments are complete well before the response ends; the whole response
     # takes the token-rate time.
     assert first_done < arrivals[-1][1] - 0.05
-    assert expected.seconds - 0.05 <= arrivals[-1][1] < expected.seconds + 0.6  # sleeps only overshoot
+    assert expected.seconds - 0.05 <= arrivals[-1][1] < 1.5 * expected.seconds + 0.5  # sleeps only overshoot
 
 
 def test_eager_arm_is_lossless_and_the_drafter_is_credited_over_it():
