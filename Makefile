@@ -1,5 +1,7 @@
 # The two commands of the README. Both build .venv/ first (scripts/setup.sh is idempotent).
-.PHONY: setup bench test
+.PHONY: setup bench test lint format
+
+PY := .venv/bin/python
 
 setup:
 	bash scripts/setup.sh
@@ -10,5 +12,20 @@ bench: setup
 	bash scripts/setup-vllm.sh || echo "make bench: vLLM set-up failed; the main job runs on the torch engine"
 	.venv/bin/spectool bench --quick --out bench-out
 
-test: setup
-	.venv/bin/python -m pytest -q
+# Static checks, each its own line so a failure names its tool: ruff (lint rules and format,
+# pyproject [tool.ruff]), import-linter (the layers of docs/architecture.md, .importlinter),
+# mypy (pyproject [tool.mypy]).
+LINT_PATHS := spectool serving integrations tests
+lint: setup
+	.venv/bin/ruff check $(LINT_PATHS)
+	.venv/bin/ruff format --check $(LINT_PATHS)
+	PYTHONPATH=.:serving:integrations/langchain .venv/bin/lint-imports
+	.venv/bin/mypy -p spectool -p spectool_serving
+
+# Rewrites files: import order and pyupgrade fixes, then the formatter.
+format: setup
+	.venv/bin/ruff check --fix $(LINT_PATHS)
+	.venv/bin/ruff format $(LINT_PATHS)
+
+test: setup lint
+	$(PY) -m pytest -q

@@ -23,9 +23,13 @@ echo "setup: installing into .venv (a few minutes on a fresh machine)" >&2
 "${pip[@]}" install -U pip setuptools wheel
 # The pin resolves to a local CPU wheel on CPU-only machines; the package itself keeps a range.
 "${pip[@]}" install "torch==2.13.0"
-"${pip[@]}" install -e ".[all,dev]"
-# xgrammar declares triton (~1 GB of GPU kernels) but its CPU path does not use it.
+# xgrammar (in [serve]) declares triton (~1 GB of GPU kernels) that its CPU path never uses, and
+# pip would fetch it for any install that names xgrammar. So: xgrammar without its deps, every
+# other requirement of [all,dev] from pyproject, then the project itself without deps.
 "${pip[@]}" install --no-deps "xgrammar==0.2.8" "apache-tvm-ffi>=0.1.11,<0.2"
+mapfile -t reqs < <(.venv/bin/python scripts/requirements.py all dev --exclude xgrammar)
+"${pip[@]}" install "${reqs[@]}"
+"${pip[@]}" install --no-deps -e .
 for d in integrations/*/; do
     [ -f "$d/pyproject.toml" ] && "${pip[@]}" install -e "$d"
 done

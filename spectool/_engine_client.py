@@ -14,6 +14,7 @@ engine resolved internally (``spectool_resolved_calls``) so the transcript is ex
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from typing import Any, Mapping
 
@@ -27,22 +28,39 @@ __all__ = ["EngineClient", "create_sink", "resolved_messages"]
 
 
 class EngineClient:
-    """Posts finished speculative outputs to the engine that serves the current response."""
+    """Posts finished speculative outputs to the engine that serves the current response.
+
+    Pass the wrapped SDK client as ``client`` (posts go through it: its auth, its HTTP client,
+    its transport) or an ``http_client``; with neither, one is made. Bound to the session's
+    cache (:meth:`bind`, done by the wrapper), it posts an entry only while the cache still
+    holds it valid: a read_only output is never posted to a response created after a mutating
+    call in its scope (the engine cannot see that write), and one the client consumed is not
+    posted again. Each posted entry says its effect (``"pure"`` or ``"read_only"``) so the
+    engine may consume read_only entries after one use.
+    """
 
     def __init__(self, base_url: str, api_key: str | None = None, *, post_timeout: float = 5.0,
-                 http_client: httpx.AsyncClient | None = None, keep_alive: float | None = None,
-                 replay: int = 64) -> None:
+                 http_client: Any = None, keep_alive: float | None = None,
+                 replay: int = 64, client: Any = None) -> None:
         root = str(base_url).rstrip("/")
         self.root = root[: -len("/v1")] if root.endswith("/v1") else root
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = http_client or httpx.AsyncClient(timeout=post_timeout)
-        self._own_http = http_client is None
+        self.post_timeout = post_timeout
+        self._sdk = client if client is not None and hasattr(client, "post") else None
+        self._http = http_client
+        self._own_http = False
         self.keep_alive = keep_alive
         self.response_id: str | None = None
-        self._finished: deque[dict[str, Any]] = deque(maxlen=replay)  # replayed to each new id
+        self._response_epochs: dict[str, int] | None = None
+        self._finished: deque[tuple[str, dict[str, Any]]] = deque(maxlen=replay)  # (key, item)
+        self._cache: Any = None
         self.enabled = True
-        self._tasks: set = set()
-        self.counters = {"posted": 0, "cached": 0, "failed": 0}
+        self._pending: list[tuple[list[dict[str, Any]], str]] = []
+        self.counters = {"posted": 0, "cached": 0, "failed": 0, "withheld": 0}
+
+    def bind(self, cache: Any) -> None:
+        """Check every post against ``cache`` (a :class:`~spectool._cache.ToolCache`)."""
+        self._cache = cache
 
     # -- the EngineSink protocol ------------------------------------------------------------------
     def prepare(self, request: Any) -> None:
@@ -50,14 +68,17 @@ class EngineClient:
         only at the end, when posting no longer helps — use ``stream=True``)."""
 
     def on_response_id(self, response_id: str) -> None:
-        """A new response streams: replay what already finished to it, in the background."""
+        """A new response streams: replay what is still valid to it, in the background."""
         self.response_id = response_id
-        if self._finished and self.enabled:
-            import asyncio
-
-            task = asyncio.get_running_loop().create_task(self._post(list(self._finished)))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        # The state this response was created in: a read from an older epoch is not for it.
+        self._response_epochs = dict(self._cache._epochs) if self._cache is not None else None
+        items = self._postable([key for key, _ in self._finished])
+        if not items or not self.enabled:
+            return
+        if self._cache is not None and self._cache.is_open:  # in the session's task group
+            self._cache.task_group.start_soon(self._post, items, response_id, name="spectool:post")
+        else:  # unbound: posted on close (or lost with the response)
+            self._pending.append((items, response_id))
 
     async def on_tool_output(self, call: ToolCall, key: str, outcome: Outcome) -> None:
         if not outcome.ok:
@@ -65,32 +86,84 @@ class EngineClient:
         item = {"name": call.name, "params": dict(call.arguments), "output": format_output(outcome.value)}
         if self.keep_alive is not None:
             item["keep_alive"] = self.keep_alive
-        self._finished.append(item)
-        await self._post([item])
+        self._finished.append((key, item))
+        await self._post(self._postable([key]), self.response_id)
 
     async def aclose(self) -> None:
-        for task in list(self._tasks):
-            await task
-        if self._own_http:
+        pending, self._pending = self._pending, []
+        for items, rid in pending:
+            await self._post(items, rid)
+        if self._own_http and self._http is not None:
             await self._http.aclose()
 
+    # -- what may be posted -----------------------------------------------------------------------
+    def _postable(self, keys: list[str]) -> list[dict[str, Any]]:
+        """The finished items of ``keys`` still valid for the current response, with effects."""
+        by_key = dict(self._finished)
+        out = []
+        for key in dict.fromkeys(keys):
+            item = by_key.get(key)
+            if item is None:
+                continue
+            if self._cache is None:  # unbound (direct use): effects unknown, engine assumes read_only
+                out.append(item)
+                continue
+            spec = self._cache.postable(key, self._response_epochs)
+            if spec is None:
+                self.counters["withheld"] += 1
+                continue
+            out.append({**item, "effect": "pure" if spec.effect.value == "pure" else "read_only"})
+        return out
+
     # -- posting ------------------------------------------------------------------------------------
-    async def _post(self, items: list[dict[str, Any]]) -> None:
-        rid = self.response_id
+    async def _post(self, items: list[dict[str, Any]], rid: str | None) -> None:
         if not self.enabled or rid is None or not items:
             return
         self.counters["posted"] += len(items)
-        try:
-            r = await self._http.post(f"{self.root}/cache-tool-output/{rid}", json=items, headers=self._headers)
-        except (httpx.HTTPError, OSError):
-            self.counters["failed"] += 1
-            return
-        if r.status_code == 200:
-            self.counters["cached"] += int(r.json().get("cached", 0))
-        elif r.status_code in (404, 405) and "response id" not in r.text:
+        status, body = await self._send(f"{self.root}/cache-tool-output/{rid}", items)
+        if status == 200:
+            try:
+                self.counters["cached"] += int(json.loads(body).get("cached", 0))
+            except (ValueError, AttributeError):
+                self.counters["failed"] += 1
+        elif status in (404, 405) and "response id" not in body:
             self.enabled = False  # no such endpoint: this server is client-side mode only
         else:
-            self.counters["failed"] += 1  # finished/expired response etc.: harmless
+            self.counters["failed"] += 1  # finished/expired response, network error: harmless
+
+    async def _send(self, url: str, items: list[dict[str, Any]]) -> tuple[int, str]:
+        """(status, body text); status 0 when nothing came back. Foreign errors stop here."""
+        if self._sdk is not None:
+            return await _sdk_post(self._sdk, url, items, self.post_timeout)
+        if self._http is None:
+            self._http, self._own_http = httpx.AsyncClient(timeout=self.post_timeout), True
+        try:
+            r = await self._http.post(url, json=items, headers=self._headers)
+        except (httpx.HTTPError, OSError):
+            return 0, ""
+        return r.status_code, r.text
+
+
+async def _sdk_post(sdk: Any, url: str, items: list[dict[str, Any]], timeout: float) -> tuple[int, str]:
+    """POST through an OpenAI SDK client (its auth, HTTP client and transport): an absolute
+    URL, since the endpoint lives at the server root, not under ``/v1``; no retries."""
+    import openai
+
+    try:
+        r = await sdk.post(url, cast_to=_raw_response_class(sdk), body=items,
+                           options={"max_retries": 0, "timeout": timeout})
+    except openai.APIStatusError as exc:
+        return exc.status_code, exc.response.text
+    except openai.APIError:  # connection, timeout
+        return 0, ""
+    return r.status_code, r.text
+
+
+def _raw_response_class(sdk: Any) -> Any:
+    """The response class the SDK returns unparsed (httpx's, or httpx2's for openai >= 3)."""
+    http = getattr(sdk, "_client", None)
+    module = type(http).__module__.split(".")[0] if http is not None else "httpx"
+    return getattr(__import__(module), "Response", httpx.Response)
 
 
 def create_sink(client: Any, **options: Any) -> EngineClient:
@@ -101,6 +174,7 @@ def create_sink(client: Any, **options: Any) -> EngineClient:
         from ._errors import ConfigError
 
         raise ConfigError("mode='engine' needs the engine's base URL (engine_options={'base_url': ...})")
+    options.setdefault("client", client)
     return EngineClient(str(base_url), api_key, **options)
 
 

@@ -6,8 +6,15 @@ Two calls get the same key exactly when a tool would see the same arguments: obj
 and JSON whitespace do not matter; where the JSON schema says ``number`` an integer and a float
 of equal value are one value (``integer``: an integral float is the integer); defaults from
 the schema are filled in; nested objects and arrays are normalized with their sub-schemas.
+In an ``anyOf``/``oneOf`` union a value takes the branch of its own JSON type first (``5``
+the ``integer`` branch, ``5.0`` the ``number`` one), as pydantic's smart unions do.
 Without a schema, values are compared as JSON (``1`` and ``1.0`` stay distinct, since a tool
-may treat them differently).
+may treat them differently). NaN and infinities stay floats (``NaN`` in the key text, never
+the string ``"nan"``); values that are not JSON (tuples, non-string object keys, objects) are
+refused with ``ValueError`` rather than given a key that could collide with a JSON value.
+
+Tools with a pydantic validator (every ``@tool``) key their *validated* arguments instead
+(``ToolSpec.key``), so equal keys mean the function receives equal arguments.
 """
 
 from __future__ import annotations
@@ -53,12 +60,29 @@ def _types_of(schema: Mapping[str, Any]) -> set[str]:
     return set()
 
 
+def _exact_type(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return None
+
+
 def _branch_for(value: Any, schema: Mapping[str, Any]) -> Mapping[str, Any]:
-    """For anyOf/oneOf, the first branch whose type admits the value (else the schema itself)."""
-    for keyword in ("anyOf", "oneOf"):
-        for branch in schema.get(keyword, ()) or ():
-            if isinstance(branch, Mapping) and _admits(branch, value):
+    """For anyOf/oneOf, the first branch of the value's own JSON type, else the first whose
+    type admits it (else the schema itself). Exact type first: ``int | float`` keeps 5 and 5.0
+    apart, as the validator does."""
+    branches = [b for kw in ("anyOf", "oneOf") for b in (schema.get(kw, ()) or ()) if isinstance(b, Mapping)]
+    exact = _exact_type(value)
+    if exact is not None:
+        for branch in branches:
+            if exact in _types_of(branch):
                 return branch
+    for branch in branches:
+        if _admits(branch, value):
+            return branch
     return schema
 
 
@@ -78,7 +102,7 @@ def _admits(schema: Mapping[str, Any], value: Any) -> bool:
         return "null" in types
     if isinstance(value, Mapping):
         return "object" in types
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, list):
         return "array" in types
     return False
 
@@ -91,9 +115,12 @@ def _normalize(value: Any, schema: Mapping[str, Any] | None) -> Any:
         return value
     if isinstance(value, (int, float)):
         if isinstance(value, float) and not math.isfinite(value):
-            return repr(value)  # NaN/inf are not JSON; keep them distinct and stable
+            return value  # dumped as NaN/Infinity: never equal to the strings "nan"/"inf"
         if "number" in types:
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an int beyond float range stays itself
+                return value
         if "integer" in types and isinstance(value, float) and value.is_integer():
             return int(value)
         return value
@@ -102,18 +129,20 @@ def _normalize(value: Any, schema: Mapping[str, Any] | None) -> Any:
         extra = (schema or {}).get("additionalProperties")
         out: dict[str, Any] = {}
         for k, v in value.items():
+            if not isinstance(k, str):  # str(k) would collide {1: x} with {"1": x}
+                raise ValueError(f"object keys must be strings, got {type(k).__name__} {k!r}")
             sub = props.get(k, extra if isinstance(extra, Mapping) else None)
-            out[str(k)] = _normalize(v, sub)
+            out[k] = _normalize(v, sub)
         for k, sub in props.items():
             if k not in out and isinstance(sub, Mapping) and "default" in sub:
                 out[k] = _normalize(sub["default"], sub)
         return out
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, list):
         items = (schema or {}).get("items")
         sub = items if isinstance(items, Mapping) else None
         return [_normalize(v, sub) for v in value]
-    # Anything else is not JSON: fall back to its repr so the key is still stable.
-    return repr(value)
+    # Not JSON (a tuple, a set, an object): a repr could collide with a string; refuse.
+    raise ValueError(f"arguments must be JSON values, got {type(value).__name__}")
 
 
 def canonical_arguments(

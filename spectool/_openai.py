@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Literal, Protocol, Sequence, cast
 
 import anyio.lowlevel
 
@@ -28,6 +28,10 @@ from ._tools import Toolbox
 from ._types import Drafter, ToolCall
 from ._wire import (ChatAccumulator, as_dict, engine_resolved, extract_calls, format_output,
                     responses_input_to_messages)
+
+if TYPE_CHECKING:  # the SDK's own types, for type checkers only: openai is never imported here
+    from openai.resources.chat import AsyncChat
+    from openai.resources.responses import AsyncResponses
 
 __all__ = ["EngineSink", "ModelRequest", "RequestHook", "SpeculativeOpenAI", "SpeculativeStream",
            "speculative"]
@@ -188,8 +192,14 @@ class _Responses:
 class SpeculativeOpenAI:
     """An ``AsyncOpenAI`` client that speculates tool calls. Use ``async with`` (one session).
 
-    Other attributes (``models``, ``embeddings`` …) delegate to the wrapped client.
+    Other attributes (``models``, ``embeddings`` …) delegate to the wrapped client. For a type
+    checker ``chat`` and ``responses`` are the SDK's own resources, so ``create`` keeps its
+    overloads (``ChatCompletion``; a stream of ``ChatCompletionChunk`` with ``stream=True``,
+    which at run time is a :class:`SpeculativeStream` iterating the same chunks).
     """
+
+    chat: "AsyncChat"
+    responses: "AsyncResponses"
 
     def __init__(
         self,
@@ -220,9 +230,12 @@ class SpeculativeOpenAI:
             tools, drafter, samples=samples, draft_timeout=draft_timeout,
             on_complete=self.sink.on_tool_output if self.sink is not None else None, **options,
         )
+        bind = getattr(self.sink, "bind", None)
+        if bind is not None:  # the sink posts only what this session's cache still holds valid
+            bind(self.speculator.cache)
         self.toolbox = self.speculator.toolbox
-        self.chat = _Chat(self)
-        self.responses = _Responses(self)
+        self.chat = cast("AsyncChat", _Chat(self))
+        self.responses = cast("AsyncResponses", _Responses(self))
         self._history: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         self._eager: list[EagerBatch] = []  # streamed responses whose calls may have started
 
@@ -245,7 +258,7 @@ class SpeculativeOpenAI:
         twin = object.__new__(SpeculativeOpenAI)
         twin.__dict__.update(self.__dict__)
         twin.client = self.client.with_options(**options)
-        twin.chat, twin.responses = _Chat(twin), _Responses(twin)
+        twin.chat, twin.responses = cast("AsyncChat", _Chat(twin)), cast("AsyncResponses", _Responses(twin))
         return twin
 
     @property

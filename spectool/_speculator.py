@@ -9,6 +9,7 @@ main path never waits on a drafter.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import time
@@ -19,8 +20,9 @@ from typing import Any, Iterable, Sequence
 import anyio
 
 from ._auto import AutoSamples
-from ._cache import CacheCounters, OnComplete, Outcome, ToolCache
+from ._cache import CacheCounters, OnComplete, Outcome, ToolCache, foreign_cancellation
 from ._errors import ConfigError, SpectoolError
+from ._observe import hooks as _observe
 from ._tools import Effect, Toolbox, ToolSpec
 from ._types import Drafter, DraftRequest, ToolCall
 
@@ -183,13 +185,22 @@ class Speculator:
             turn.finished.set()
             return turn
         offered = chat_tools(tools) if tools is not None else self.toolbox.openai_tools("chat")
-        request = DraftRequest(messages=list(messages), tools=offered, samples=turn.samples)
+        # The drafter gets its own deep copy: one that edits its request in place must not
+        # rewrite the caller's transcript, the main model's request or the tools' schemas.
+        try:
+            request = DraftRequest(messages=copy.deepcopy(list(messages)), tools=copy.deepcopy(offered),
+                                   samples=turn.samples)
+        except Exception as exc:  # something in the transcript cannot be copied: no drafts
+            log.debug("cannot copy the request for the drafter: %r", exc)
+            turn.finished.set()
+            return turn
         self.cache.task_group.start_soon(self._draft, turn, request, name="spectool:draft")
         return turn
 
     async def _draft(self, turn: Turn, request: DraftRequest) -> None:
         assert self.drafter is not None
         self.draft_counters.drafts += 1
+        watch, status = _observe.draft_started(request), "cancelled"
         try:
             with turn.scope:
                 with anyio.move_on_after(self.draft_timeout) as timeout:
@@ -198,13 +209,19 @@ class Speculator:
                     self.auto.observe_draft(request.samples, time.perf_counter() - turn.started)
                 if timeout.cancelled_caught:
                     self.draft_counters.draft_timeouts += 1
+                    status = "timeout"
                     return
                 self._admit(turn, proposals)
-        except Exception as exc:  # a drafter's failure never reaches the agent
+                status = "ok"
+        except BaseException as exc:  # a drafter's failure never reaches the agent
+            if not isinstance(exc, Exception) and not foreign_cancellation(exc):
+                raise  # a real cancellation (the turn's or the session's) goes on
             self.draft_counters.draft_errors += 1
+            status = "error"
             log.debug("drafter failed: %r", exc)
         finally:
             turn.finished.set()
+            _observe.draft_finished(watch, status, len(turn.proposals), len(turn.admitted))
 
     def _admit(self, turn: Turn, proposals: Any) -> None:
         if not isinstance(proposals, (list, tuple)):

@@ -6,6 +6,12 @@ A tool declares its *effect*; only ``pure`` and ``read_only`` tools may run earl
 * ``read_only`` reads state but changes none: a speculative result is valid only if no
                 mutating tool of the same *scope* ran since it started (state epochs).
 * ``mutating``  (the default) changes state: never run early.
+
+Orthogonal to the effect, ``external=True`` marks a tool that reaches a third party (a web
+search, a SaaS API). Running it early tells that party what the user may be about to ask, for
+a call the model may never make; so an external tool is not run early unless the session opts
+in (``speculate_external=True``). Its results are still served by the cache once the model
+asks (pure ones within their TTL).
 """
 
 from __future__ import annotations
@@ -13,11 +19,13 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, TypeVar, overload
 
 import anyio.to_thread
 import pydantic
+import pydantic_core
 
 from ._errors import ToolArgumentsError, ToolDefinitionError, ToolNotFoundError
 from ._keys import KeyFunction, canonical_key, parse_arguments
@@ -55,6 +63,9 @@ class ToolSpec:
     key_function: KeyFunction | None = None
     #: Concurrent speculative runs of this tool at most (None = only the global limit).
     max_concurrency: int | None = None
+    #: Reaches outside the process (a third party sees each run): not run early unless the
+    #: session opts in with ``speculate_external=True``.
+    external: bool = False
     fn: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
     validator: Callable[[dict[str, Any]], dict[str, Any]] | None = field(
         default=None, compare=False, repr=False
@@ -65,18 +76,34 @@ class ToolSpec:
         return self.effect.speculable
 
     def key(self, arguments: str | Mapping[str, Any] | None) -> str:
-        """The canonical cache key of a call to this tool."""
+        """The canonical cache key of a call to this tool.
+
+        With a validator (every ``@tool``) the key is made from the *validated* arguments, so
+        two calls share a key only if the function would receive equal arguments (``5`` and
+        ``5.0`` for ``int | float`` differ; arguments that fail validation raise
+        ToolArgumentsError, as running the tool would). Without one the function receives the
+        parsed JSON, so the key is that JSON's (key order and whitespace aside).
+        """
+        if self.validator is None:
+            return self._key_of(parse_or_raise(self, arguments), None)
+        validated = self.validate(arguments)
         try:
-            return canonical_key(self.name, arguments, self.parameters, self.key_function)
+            plain = pydantic_core.to_jsonable_python(validated)
+            return self._key_of(plain, self.parameters)
+        except (ValueError, pydantic_core.PydanticSerializationError):
+            # Validated values with no JSON form: equal input JSON still means equal validated
+            # arguments (validation is deterministic), so fall back to the input's exact JSON.
+            return self._key_of(parse_or_raise(self, arguments), None)
+
+    def _key_of(self, arguments: Mapping[str, Any], schema: Mapping[str, Any] | None) -> str:
+        try:
+            return canonical_key(self.name, arguments, schema, self.key_function)
         except ValueError as exc:
             raise ToolArgumentsError(f"tool {self.name!r}: {exc}", tool=self.name) from exc
 
     def validate(self, arguments: str | Mapping[str, Any] | None) -> dict[str, Any]:
         """Parsed, validated arguments; ToolArgumentsError names the tool and the field."""
-        try:
-            args = parse_arguments(arguments)
-        except ValueError as exc:
-            raise ToolArgumentsError(f"tool {self.name!r}: {exc}", tool=self.name) from exc
+        args = parse_or_raise(self, arguments)
         if self.validator is None:
             return args
         try:
@@ -138,6 +165,42 @@ class ToolSpec:
             fn=fn,
             **{k: _coerce_option(k, v) for k, v in options.items()},
         )
+
+
+def parse_or_raise(spec: ToolSpec, arguments: str | Mapping[str, Any] | None) -> dict[str, Any]:
+    try:
+        return parse_arguments(arguments)
+    except ValueError as exc:
+        raise ToolArgumentsError(f"tool {spec.name!r}: {exc}", tool=spec.name) from exc
+
+
+def json_round_trip(arguments: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``arguments`` as the model would send them: through JSON text and back, or None if
+    they hold something JSON cannot carry (a tuple, a non-string key, an object, NaN).
+
+    A drafter's proposal is run and keyed in this form only, so a drafted ``(1, 2)`` or
+    ``{1: "x"}`` never stands in for the model's ``[1, 2]`` or ``{"1": "x"}``.
+    """
+    try:
+        text = json.dumps(arguments, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return None
+    if not _json_exact(arguments):
+        return None
+    value = json.loads(text)
+    return value if isinstance(value, dict) else None
+
+
+def _json_exact(value: Any) -> bool:
+    """True if JSON carries ``value`` unchanged (json.dumps turns tuples into lists and int
+    keys into strings without complaint; those must not pass for the JSON form)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, list):
+        return all(_json_exact(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_exact(v) for k, v in value.items())
+    return False
 
 
 def _coerce_option(name: str, value: Any) -> Any:
@@ -210,14 +273,16 @@ def tool(
     ttl: float | None = ...,
     key: KeyFunction | None = ...,
     max_concurrency: int | None = ...,
+    external: bool = ...,
 ) -> Callable[[F], F]: ...
 def tool(fn: Any = None, /, **options: Any) -> Any:
     """Declare a plain sync or async function a tool; returns the function unchanged.
 
     Bare ``@tool`` makes a *mutating* tool (never run early). ``@tool(effect="pure")`` or
-    ``effect="read_only"`` lets spectool run it speculatively.
+    ``effect="read_only"`` lets spectool run it speculatively. ``external=True`` marks a tool
+    that calls a third party: it runs early only where the session opts in.
     """
-    allowed = {"effect", "name", "description", "scope", "ttl", "key", "max_concurrency"}
+    allowed = {"effect", "name", "description", "scope", "ttl", "key", "max_concurrency", "external"}
     unknown = set(options) - allowed
     if unknown:
         raise ToolDefinitionError(f"unknown @tool option(s): {', '.join(sorted(unknown))}")

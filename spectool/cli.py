@@ -1,36 +1,92 @@
-"""The ``spectool`` command. Each job lives in its own module, imported lazily."""
+"""The ``spectool`` command. Each job lives in its own module, imported only when it runs.
+
+The core never imports the serving engine or the benchmarks: a command is a module *name*
+(``add_arguments(parser)`` and ``run(args) -> int``), imported by :func:`importlib.import_module`
+once the user picked it. Commands come from two places, merged:
+
+* :data:`COMMANDS`, the built-in table (the core's own commands and those of the packages
+  this distribution ships: serving, measurement);
+* the ``spectool.commands`` entry-point group, so another distribution adds one without
+  touching this file::
+
+      [project.entry-points."spectool.commands"]
+      my-job = "my_package.my_job_cli"      # module; its docstring's first line is the help
+
+A command whose module cannot be imported (its extra is not installed) still shows in
+``--help`` and fails with the install hint when run.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+from importlib import metadata
 
 # subcommand -> (module with `add_arguments(parser)` and `run(args) -> int`, help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("spectool._bench_cli", "BFCL multi-agent benchmark of speculative tool calling"),
-    "calibrate": ("spectool._decode_cli", "re-measure tree-decoding cost tables and draft size g*"),
-    "drafters": ("spectool._drafters_cli", "evaluate drafters on BFCL ground truth (eval) or tune one (tune)"),
-    "decode-bench": ("spectool._decode_cli", "tree speculative decoding vs autoregressive and prompt lookup"),
+    "calibrate": ("spectool.bench._decode_cli", "re-measure tree-decoding cost tables and draft size g*"),
+    "decode-bench": (
+        "spectool.bench._decode_cli",
+        "tree speculative decoding vs autoregressive and prompt lookup",
+    ),
+    "drafters": ("spectool.bench._drafters_cli", "evaluate drafters on BFCL ground truth (eval) or tune one (tune)"),
     "model": ("spectool._model_cli", "the performance model: calculator and Figure 3"),
     "overhead": ("spectool._overhead", "middleware overhead per turn and time saved (scripted)"),
-    "serve": ("spectool._serve_cli", "serve a model with the engine-side tool cache (OpenAI API)"),
+    "serve": ("spectool_serving._serve_cli", "serve a model with the engine-side tool cache (OpenAI API)"),
 }
+
+ENTRY_POINT_GROUP = "spectool.commands"
+
+
+def commands() -> dict[str, tuple[str, str]]:
+    """The built-in table plus every ``spectool.commands`` entry point (which wins on a clash)."""
+    table = dict(COMMANDS)
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        help_ = table.get(ep.name, ("", ""))[1] or _doc_line(ep.module)
+        table[ep.name] = (ep.module, help_)
+    return table
+
+
+def _doc_line(module: str) -> str:
+    try:
+        doc = importlib.import_module(module).__doc__ or ""
+    except ImportError:
+        return ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def _chosen(argv: list[str], names: set[str]) -> str | None:
+    """The subcommand named on the command line (first bare word), if any."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in names else None
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    table = commands()
     parser = argparse.ArgumentParser(prog="spectool", description="Speculative tool calling for LLM agents.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_) in COMMANDS.items():
+    chosen = _chosen(argv, set(table))
+    from ._errors import SpectoolError, missing_extra
+
+    for name, (module, help_) in table.items():
         p = sub.add_parser(name, help=help_)
         p.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(p)
+        if name != chosen:
+            continue  # its options are parsed only when it is the one that runs
+        try:
+            importlib.import_module(module).add_arguments(p)
+        except ModuleNotFoundError as exc:
+            print(f"spectool {name}: error: {missing_extra(exc.name or module, 'serve')}", file=sys.stderr)
+            return 1
     args = parser.parse_args(argv)
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2
-    from ._errors import SpectoolError
-
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except SpectoolError as exc:

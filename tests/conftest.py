@@ -1,9 +1,22 @@
 """Shared fixtures, kept light: async tests run on asyncio via anyio's pytest plugin.
 
 Helpers add their own fixtures in their test modules (or a conftest in a subfolder).
+
+Hypothesis profiles: ``ci`` (the default, short) and ``long`` for a deep search, chosen with
+``SPECTOOL_HYPOTHESIS=long`` or ``pytest --hypothesis-profile=long``. Tests that pin their own
+``max_examples`` keep it; the property suites of issue 18 take theirs from the profile.
 """
 
+import os
+
 import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("ci", max_examples=40, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("long", max_examples=2000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.load_profile(os.environ.get("SPECTOOL_HYPOTHESIS", "ci"))
 
 
 @pytest.fixture

@@ -86,7 +86,7 @@ def _row(s, prefill, trips, hit=None):
 
 
 def test_comparison_summary_counts_savings_per_hit_only():
-    from spectool_serving.vllm.bench import summarize, table
+    from spectool.bench._backends_main import summarize, table
 
     rows = {"baseline": [_row(4.0, 300, 2), _row(5.0, 300, 2)],
             "client": [_row(3.0, 300, 2), _row(3.5, 300, 2)],

@@ -127,7 +127,7 @@ def test_cli_rejects_unknown_names_clearly(capsys):
 
 
 def test_cli_tune_without_the_tuning_module_says_so(monkeypatch, capsys):
-    from spectool import _drafters_cli
+    from spectool.bench import _drafters_cli
 
     monkeypatch.setattr(_drafters_cli, "TUNE_MODULE", "spectool.drafters._no_such_tune_module")
     assert main(["drafters", "tune", "--traces", "x"]) == 1
@@ -139,7 +139,7 @@ def test_cli_tune_delegates_to_the_tuning_module(monkeypatch):
     import sys
     import types
 
-    from spectool import _drafters_cli
+    from spectool.bench import _drafters_cli
 
     seen = {}
     fake = types.ModuleType("fake_tune")

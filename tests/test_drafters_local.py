@@ -65,11 +65,17 @@ def test_draft_messages_xlam_shape():
     assert draft_messages(convo, TOOLS, (), tool_role="user")[-1]["content"] == "Tool result: 42"
 
 
-def test_xlam_default_falls_back_to_embedded_when_not_on_disk(tmp_path):
+def test_xlam_default_falls_back_to_embedded_when_not_on_disk(tmp_path, monkeypatch):
+    from spectool.drafters import _local
+
     assert _resolve_source(None) is None and _resolve_source("embedded") is None
     assert _resolve_source(str(tmp_path)) == str(tmp_path)
-    # No model hub here: xLAM-2 is used only when its weights are already cached.
-    assert _resolve_source(DEFAULT_LOCAL_MODEL) in (None, DEFAULT_LOCAL_MODEL)
+    # No model hub here: xLAM-2 is used only when its weights are already cached. Both sides
+    # of that choice, with the cache look-up pinned (it depends on this machine's cache).
+    monkeypatch.setattr(_local, "_hub_cached", lambda repo: False)
+    assert _resolve_source(DEFAULT_LOCAL_MODEL) is None
+    monkeypatch.setattr(_local, "_hub_cached", lambda repo: repo == DEFAULT_LOCAL_MODEL)
+    assert _resolve_source(DEFAULT_LOCAL_MODEL) == DEFAULT_LOCAL_MODEL
 
 
 def test_bad_model_source_is_a_config_error(tmp_path):

@@ -3,14 +3,13 @@
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from spectool import canonical_key
 from spectool._keys import canonical_arguments, parse_arguments
 
-settings.register_profile("spectool", max_examples=60, deadline=None)
-settings.load_profile("spectool")
+# Example counts come from the profile in conftest.py ("ci" by default, "long" on request).
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
                     st.floats(allow_nan=False, allow_infinity=False, width=32), st.text(max_size=8))
@@ -107,3 +106,58 @@ def test_malformed_arguments_raise_value_error(bad) -> None:
 def test_nan_and_infinity_are_stable() -> None:
     assert canonical_key("t", {"x": float("nan")}) == canonical_key("t", {"x": float("nan")})
     assert canonical_key("t", {"x": float("inf")}) != canonical_key("t", {"x": float("-inf")})
+
+
+# -- unions, and agreement with what pydantic hands the tool -------------------------------------
+
+UNION = {"type": "object", "properties": {"x": {"anyOf": [{"type": "integer"}, {"type": "number"}]}}}
+
+
+def test_any_of_keeps_each_value_in_its_own_branch() -> None:
+    """``int | float``: pydantic passes 5 as int and 5.0 as float; the keys must differ."""
+    assert canonical_key("t", {"x": 5}, UNION) != canonical_key("t", {"x": 5.0}, UNION)
+    assert canonical_key("t", {"x": 5}, UNION) == canonical_key("t", '{"x": 5}', UNION)
+    str_or_int = {"type": "object", "properties": {"x": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}}
+    assert canonical_key("t", {"x": "5"}, str_or_int) != canonical_key("t", {"x": 5}, str_or_int)
+    # No exact branch: the first branch that admits the value still normalizes it.
+    only_int = {"type": "object", "properties": {"x": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}}
+    assert canonical_key("t", {"x": 5.0}, only_int) == canonical_key("t", {"x": 5}, only_int)
+
+
+def test_non_json_values_are_refused_not_keyed_by_repr() -> None:
+    for bad in ({"x": (1, 2)}, {"x": {1: "a"}}, {"x": object()}, {"x": {1, 2}}):
+        with pytest.raises(ValueError):
+            canonical_key("t", bad)
+    assert canonical_key("t", {"x": float("nan")}) != canonical_key("t", {"x": "nan"})
+
+
+@pytest.mark.parametrize("annotation,a,b", [
+    ("int | float", 5, 5.0), ("int | float", 5, 5), ("float", 5, 5.0), ("int", 5, 5.0),
+    ("list[int]", [10**20], [1e20]), ("int | str", 5, "5"), ("bool", True, 1),
+    ("dict[str, float]", {"k": 1}, {"k": 1.0}), ("int | None", None, None), ("int | None", 0, None),
+])
+def test_tool_keys_agree_with_what_pydantic_passes_to_the_tool(annotation, a, b) -> None:
+    """Equal keys exactly when the function would receive equal (same-typed) arguments."""
+    import spectool
+    from spectool import ToolArgumentsError
+
+    seen: list = []
+    ns: dict = {}
+    exec(f"def probe(x: {annotation}):\n    seen.append(x)", {"seen": seen}, ns)  # noqa: S102
+    ns["probe"].__doc__ = "A probe."
+    spec = spectool.tool_spec(spectool.tool(effect="pure")(ns["probe"]))
+
+    def received(v):
+        try:
+            return spec.key({"x": v}), spec.validate({"x": v})["x"]
+        except ToolArgumentsError:
+            return None, None
+
+    (ka, va), (kb, vb) = received(a), received(b)
+    for k, v in ((ka, a), (kb, b)):
+        if k is None:  # invalid for the tool: it has no key, so no entry can ever serve it
+            with pytest.raises(ToolArgumentsError):
+                spec.key({"x": v})
+    if ka is None or kb is None:
+        return
+    assert (ka == kb) == (type(va) is type(vb) and va == vb), (va, vb)

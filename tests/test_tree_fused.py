@@ -1,4 +1,4 @@
-"""The fused C decoder layers (``spectool_serving.tree.fused``) score what the torch path scores.
+"""The fused C decoder layers (``spectool_serving.backends.fused``) score what the torch path scores.
 
 Tiny randomly initialised Llama models (no weights needed) cover head sizes that are and are
 not multiples of the 16-float vector, grouped and multi-query attention, batches with left
@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from spectool_serving.tree import DraftTree, commit_paths, pad_trees, prefill, tree_forward
-from spectool_serving.tree.fused import FusedLlama, fusable
-from spectool_serving.tree.lean import LeanLlama, lean_for
+from spectool_serving.backends.fused import FusedLlama, fusable
+from spectool_serving.backends import lean_for
+from spectool_serving.backends.lean import LeanLlama
 from tree_fixtures import needs_kernel, tiny_llama
 
 

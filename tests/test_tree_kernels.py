@@ -1,4 +1,4 @@
-"""spectool's CPU kernels (``spectool_serving.tree.kernels``): the small-row GEMM's results,
+"""spectool's CPU kernels (``spectool_serving.backends.kernels``): the small-row GEMM's results,
 batch invariance and fallbacks, that it runs on torch's own OpenMP threads, and row_stats."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from spectool_serving.tree import kernels
+from spectool_serving.backends import kernels
 from tree_fixtures import needs_kernel
 
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from spectool_serving.tree import DraftTree, commit_paths, pad_trees, prefill, tree_forward
-from spectool_serving.tree.lean import LeanLlama, lean_for, supports
+from spectool_serving.backends import lean_for
+from spectool_serving.backends.lean import LeanLlama, supports
 from tree_fixtures import tiny_llama
 
 
@@ -52,8 +53,8 @@ def test_lean_forward_scores_trees_exactly_like_transformers(heads, kv_heads, bi
 
 
 def test_lean_forward_is_used_and_cached_per_model_and_kernel_choice(monkeypatch):
-    from spectool_serving.tree import kernels
-    from spectool_serving.tree.fused import FusedLlama
+    from spectool_serving.backends import kernels
+    from spectool_serving.backends.fused import FusedLlama
 
     model = _tiny_llama(4, 2)
     first = lean_for(model)

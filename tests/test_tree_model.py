@@ -91,6 +91,7 @@ def test_batched_tree_decoding_matches_single(lm, refs):
     res = decode(model, prompts, 16, "both", cast=CastShaper(table), eos=tok.eos_token_id)
     for ref, out in zip(refs, res.outputs):
         assert out == ref[:len(out)]
+        assert len(out) == 16 or out[-1] == tok.eos_token_id  # a prefix only when it stopped at EOS
 
 
 def test_verify_kernels_packed_gemms_match_stock_and_restore_the_model(lm, monkeypatch):
@@ -98,7 +99,7 @@ def test_verify_kernels_packed_gemms_match_stock_and_restore_the_model(lm, monke
     kernel of :mod:`.kernels`, or MKL's packed weights without it) as on the stock ones, up to fp32
     summation order, and the model is left exactly as it was (a shared model's generate is
     untouched)."""
-    from spectool_serving.tree import fastpath
+    from spectool_serving.backends import fastpath
 
     model, _, prompts = lm
     ids = prompts[1]
@@ -112,8 +113,8 @@ def test_verify_kernels_packed_gemms_match_stock_and_restore_the_model(lm, monke
         toks, depth, anc, real = pad_trees([chain])
         return tree_forward(model, state, toks, depth, anc, real)
 
-    from spectool_serving.tree.fused import FusedLlama
-    from spectool_serving.tree.lean import lean_for
+    from spectool_serving.backends.fused import FusedLlama
+    from spectool_serving.backends import lean_for
 
     packed = score()
     # the fused C layers hold their own packed copy; otherwise each Linear module gets one

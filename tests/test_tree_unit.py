@@ -362,7 +362,7 @@ def test_grouped_attention_equals_repeated_kv_attention_and_expands_the_mask_onc
     repeating K/V per head; the grouped mask is built once per forward, not per layer."""
     import torch.nn.functional as F
 
-    from spectool_serving.tree import fastpath
+    from spectool_serving.backends import fastpath
 
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 6, 5, 8), torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8)
@@ -377,7 +377,7 @@ def test_grouped_attention_equals_repeated_kv_attention_and_expands_the_mask_onc
 
 def test_pack_widths_take_the_most_valuable_widths_that_fit_the_memory_cap(monkeypatch):
     """Each packed width is a full copy of the linear weights: the cap decides how many."""
-    from spectool_serving.tree import fastpath
+    from spectool_serving.backends import fastpath
 
     model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Linear(512, 512))
     copy_gb = 2 * 512 * 512 * 4 / 2**30

@@ -8,7 +8,7 @@ import pytest
 
 from spectool import ConfigError
 from spectool_serving.vllm._compat import check_vllm_version, response_id_of
-from spectool_serving.vllm._mirror import DraftCounters, DraftMirror
+from spectool_serving.vllm._mirror import DraftMirror, ProposerCounters
 from spectool_serving.vllm.serve import build_command, server_env
 
 
@@ -36,10 +36,10 @@ def test_mirror_newest_first_dedup_expiry_and_bounds():
 
 
 def test_counters_report_tool_and_text_acceptance_apart():
-    c = DraftCounters(tool_proposed=10, tool_accepted=9, text_proposed=4, text_accepted=1)
+    c = ProposerCounters(tool_proposed=10, tool_accepted=9, text_proposed=4, text_accepted=1)
     d = c.as_dict()
     assert d["tool_acceptance"] == 0.9 and d["text_acceptance"] == 0.25
-    assert DraftCounters().as_dict()["tool_acceptance"] is None
+    assert ProposerCounters().as_dict()["tool_acceptance"] is None
 
 
 def test_version_gate(monkeypatch):

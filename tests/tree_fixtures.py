@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from spectool_serving.tree import kernels
+from spectool_serving.backends import kernels
 
 # Only a machine that cannot run the kernels at all skips; on one that can, unavailability fails.
 needs_kernel = pytest.mark.skipif(

@@ -11,13 +11,47 @@ do not depend on this engine (a vLLM backend reuses them).
 
 from __future__ import annotations
 
-from .app import create_app
-from .engine import Engine, EngineStats
-from .models import LoadedModel, load_model
-from .runner import Runner
-from .scheduler import Scheduler
-from .server import build_engine, build_server
-from .toolcache import CacheEntry, ToolCache
+import importlib
+from typing import Any
 
-__all__ = ["CacheEntry", "Engine", "EngineStats", "LoadedModel", "Runner", "Scheduler", "ToolCache",
-           "build_engine", "build_server", "create_app", "load_model"]
+# name -> module; imported on first use, so ``spectool serve --help``, the vLLM plugins and
+# the tool-output store do not pay for torch, transformers and FastAPI up front
+_EXPORTS = {
+    "CacheEntry": ".toolcache",
+    "Engine": ".engine",
+    "EngineStats": ".engine",
+    "LoadedModel": ".models",
+    "Runner": ".runner",
+    "Scheduler": ".scheduler",
+    "ToolCache": ".toolcache",
+    "build_engine": ".server",
+    "build_server": ".server",
+    "create_app": ".app",
+    "load_model": ".models",
+}
+
+__all__ = [
+    "CacheEntry",
+    "Engine",
+    "EngineStats",
+    "LoadedModel",
+    "Runner",
+    "Scheduler",
+    "ToolCache",
+    "build_engine",
+    "build_server",
+    "create_app",
+    "load_model",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

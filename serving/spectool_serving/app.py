@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from spectool._errors import EngineError, ToolCacheError
+from spectool.errors import EngineError, ToolCacheError
 
 from .engine import Engine
 from .requests import build_sequences

@@ -185,6 +185,7 @@ class Engine:
                 o2: bool = True) -> int:
         """Verify ``draft`` against logits [d+1, V], advance the sequence; returns #accepted.
         ``o2=False`` for text drafts, which the decoding policy counts instead."""
+        logits = logits.cpu()  # the d+1 rows sampling reads; the rest stays on the device
         if seq.phase is Phase.CALL:
             allowed, k = self.ctx.grammar.masks(seq.matcher, draft)
             draft, logits = draft[:k], logits[: k + 1].masked_fill(~allowed, float("-inf"))

@@ -81,8 +81,9 @@ class BatchKV:
         self.compact()
 
     # -- one step ---------------------------------------------------------------------------
-    def step_inputs(self, counts: list[int], dtype: torch.dtype,
-                    parents: list[list[int] | None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def step_inputs(
+        self, counts: list[int], dtype: torch.dtype, parents: list[list[int] | None] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions [B, G] and additive mask [B, 1, G, C+G] for ``counts[b]`` new tokens per row.
 
         New token j of row b sees the row's valid slots and its ancestors among the new tokens

@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from spectool._embedded import EMBEDDED_MODEL, load_causal_lm
-from spectool._errors import ConfigError
+from spectool.embedded import EMBEDDED_MODEL, load_causal_lm
+from spectool.errors import ConfigError
 
 from .toolcalls import FORMATS, PromptFormat, detect_format
 
@@ -23,8 +23,13 @@ class LoadedModel:
     device: str
 
 
-def load_model(source: str | None = None, *, dtype: str = "float32", device: str = "cpu",
-               prompt_format: str | None = None) -> LoadedModel:
+def load_model(
+    source: str | None = None,
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    prompt_format: str | None = None,
+) -> LoadedModel:
     """Load weights + tokenizer and pick the prompt format (auto-detected unless given)."""
     if device.startswith("cuda"):
         import torch

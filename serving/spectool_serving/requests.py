@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from spectool._errors import EngineError
+from spectool.errors import EngineError
 
 from .prompts import encode, encode_prompt
 from .sampling import SamplingParams

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from spectool._errors import ModelOutputError
+from spectool.errors import ModelOutputError
 
 from .grammar import CallGrammar
 from .prompts import TokenMemo, encode

@@ -7,9 +7,9 @@ Two entry points, both under ``torch.inference_mode``:
   ``position_ids`` [B, G] and an additive ``attention_mask`` [B, 1, G, C+G] (general enough
   for linear drafts, O3 appends and tree verification alike).
 
-Llama-architecture models run both through :mod:`.tree.lean` (the same maths as
+Llama-architecture models run both through :mod:`.backends.lean` (the same maths as
 transformers' modules with far less per-operator overhead); others through the model's own
-forward. In fp32 the lean forward's GEMMs run on :mod:`.tree.kernels`'s panel kernel where it
+forward. In fp32 the lean forward's GEMMs run on :mod:`.backends.kernels`'s panel kernel where it
 builds (one extra weight copy serves every row count), and otherwise on the model's own
 weights: MKL's packed alternative needs a copy per row count, gigabytes for the few tokens per
 row an engine step verifies.
@@ -35,46 +35,61 @@ class Runner:
         return next(self.model.parameters()).dtype
 
     def prefill(self, token_ids: list[int]) -> tuple[torch.Tensor, Any]:
-        """token_ids [L] -> (logits of the last token [V] in fp32, batch-1 DynamicCache)."""
+        """token_ids [L] -> (logits of the last token [V] in fp32 on the model's device,
+        batch-1 DynamicCache)."""
         from transformers import DynamicCache
 
-        from .tree import kernels
-        from .tree.lean import lean_for
-
         cache = DynamicCache()
-        lean = lean_for(self.model, packed=kernels.available())
+        lean = self._lean()
         with torch.inference_mode():
             if lean is not None:
                 ids = torch.tensor([token_ids], device=self.device)
                 n = len(token_ids)
                 keep = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
                 mask = torch.zeros(n, n, dtype=self.dtype, device=self.device).masked_fill(
-                    ~keep, torch.finfo(self.dtype).min)[None, None]
+                    ~keep, torch.finfo(self.dtype).min
+                )[None, None]
                 logits = lean(ids, torch.arange(n, device=self.device)[None], mask, cache, 1)
-                return logits[0, -1].float().cpu(), cache
+                return logits[0, -1].float(), cache
             out = self.model(
                 input_ids=torch.tensor([token_ids], device=self.device),
-                past_key_values=cache, use_cache=True, logits_to_keep=1,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
             )
-        return out.logits[0, -1].float().cpu(), out.past_key_values
+        return out.logits[0, -1].float(), out.past_key_values
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                attention_mask: torch.Tensor, cache: Any) -> torch.Tensor:
-        """input_ids [B, G], position_ids [B, G], mask [B, 1, G, C+G] -> logits [B, G, V] fp32.
+    def forward(
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
+        """input_ids [B, G], position_ids [B, G], mask [B, 1, G, C+G] -> logits [B, G, V] fp32,
+        on the model's device (the engine copies only the rows it samples from).
 
         The cache grows by G slots per row; the caller marks which of them stay valid.
         """
-        from .tree import kernels
-        from .tree.lean import lean_for
-
-        lean = lean_for(self.model, packed=kernels.available())
+        lean = self._lean()
         with torch.inference_mode():
             if lean is not None:
-                logits = lean(input_ids.to(self.device), position_ids.to(self.device),
-                              attention_mask.to(self.device), cache)
-                return logits.float().cpu()
+                logits = lean(
+                    input_ids.to(self.device),
+                    position_ids.to(self.device),
+                    attention_mask.to(self.device),
+                    cache,
+                )
+                return logits.float()
             out = self.model(
-                input_ids=input_ids.to(self.device), position_ids=position_ids.to(self.device),
-                attention_mask=attention_mask.to(self.device), past_key_values=cache, use_cache=True,
+                input_ids=input_ids.to(self.device),
+                position_ids=position_ids.to(self.device),
+                attention_mask=attention_mask.to(self.device),
+                past_key_values=cache,
+                use_cache=True,
             )
-        return out.logits.float().cpu()
+        return out.logits.float()
+
+    def _lean(self) -> Any:
+        """The lean forward; the C kernels are asked for only on a CPU, so they never decide
+        (or even build) for a model on another device."""
+        from .backends import kernels, lean_for
+
+        on_cpu = torch.device(self.device).type == "cpu"
+        return lean_for(self.model, packed=on_cpu and kernels.available())

@@ -28,7 +28,7 @@ def _decoding_policy(mode: str, lm: Any) -> Any:
     """off | unispec | cast | both (tree drafts for ordinary text; see docs/tree-decoding.md)."""
     if mode == "off":
         return None
-    from .tree.bench import cost_table
+    from .tree.calibrate import cost_table
     from .tree.policy import DecodingPolicy
 
     dtype = str(lm.model.dtype).removeprefix("torch.")

@@ -1,7 +1,7 @@
 """The engine-side tool cache: speculative tool outputs posted by clients (Algorithm 5).
 
 Entries live under a response id and are found two ways: by full key ``(response id,
-canonical key)`` — the same :func:`spectool._keys.canonical_key` the client cache uses, with
+canonical key)`` — the same :func:`spectool.keys.canonical_key` the client cache uses, with
 the tool's schema from the request — and by ``(response id, tool name)``, newest first, for
 drafting a started call (O2). Each response has an owner (the tenant: API key or bearer
 token); only the owner may post, and lookups happen only inside the owner's own response, so
@@ -18,8 +18,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from spectool._errors import ToolCacheError
-from spectool._keys import canonical_key
+from spectool.errors import ToolCacheError
+from spectool.keys import canonical_key
 
 __all__ = ["CacheEntry", "ToolCache"]
 

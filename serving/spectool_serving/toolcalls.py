@@ -21,8 +21,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from spectool._errors import ModelOutputError
-from spectool._toolcall_text import parse_tool_calls
+from spectool.errors import ModelOutputError
+from spectool.toolcall_text import parse_tool_calls
 
 __all__ = ["FORMATS", "PromptFormat", "call_json", "detect_format", "draft_cached_call",
            "held_back", "output_text", "parse_call", "render_segments"]

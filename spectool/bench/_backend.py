@@ -2,7 +2,7 @@
 
 ``auto`` decides from a measurement on this machine, never from a guess: the single-stream
 decode rate of each backend at the bench's dtype (the main job runs one agent, so one stream's
-speed is what it feels). The rates come from ``python -m spectool_serving.vllm.bench`` (the full
+speed is what it feels). The rates come from ``python -m spectool.bench._backends_main`` (the full
 comparison records them) or, when none are recorded for this machine, model and dtype, from a
 short probe that starts each backend once and times one 64-token generation; either way they
 are kept in ``~/.cache/spectool/backends.json``. Without a vLLM environment ``auto`` is torch,

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from spectool.cli import main
-from spectool_serving.vllm.bench import measure
+from spectool.bench._backends_main import measure
 
 pytestmark = pytest.mark.vllm
 

@@ -21,7 +21,7 @@ __all__ = ["declared", "effect_of", "speculable", "to_tool_spec"]
 
 T = TypeVar("T", bound=BaseTool)
 _META = "spectool"
-_OPTIONS = ("effect", "scope", "ttl", "max_concurrency")
+_OPTIONS = ("effect", "scope", "ttl", "max_concurrency", "injected_ok")
 
 
 def speculable(
@@ -32,6 +32,7 @@ def speculable(
     scope: str = "default",
     ttl: float | None = None,
     max_concurrency: int | None = None,
+    injected_ok: bool = False,
 ) -> Any:
     """Declare a LangChain tool's effect; returns the same tool (usable as a decorator).
 
@@ -42,6 +43,9 @@ def speculable(
         def add(a: int, b: int) -> int: ...
 
     ``effect="mutating"`` is allowed (it documents that the tool never runs early).
+    ``injected_ok=True`` says the arguments LangChain injects do not change what the tool
+    returns (langchain-mcp-adapters' ``runtime``, seen only by interceptors): without it a tool
+    with injected arguments never runs early.
     """
     try:
         effect = Effect(effect)
@@ -52,7 +56,8 @@ def speculable(
         raise ToolDefinitionError(f"ttl must be positive seconds or None; got {ttl!r}")
     if max_concurrency is not None and max_concurrency < 1:
         raise ToolDefinitionError(f"max_concurrency must be >= 1; got {max_concurrency!r}")
-    options = {"effect": effect.value, "scope": scope, "ttl": ttl, "max_concurrency": max_concurrency}
+    options = {"effect": effect.value, "scope": scope, "ttl": ttl, "max_concurrency": max_concurrency,
+               "injected_ok": injected_ok}
 
     def declare(t: T) -> T:
         if not isinstance(t, BaseTool):
@@ -84,9 +89,10 @@ def declared(tool: BaseTool) -> dict[str, Any]:
 
 def effect_of(tool: BaseTool) -> Effect:
     """The effect spectool acts on: the declaration, forced to mutating for injected tools."""
-    if has_injected_args(tool):
+    options = declared(tool)
+    if has_injected_args(tool) and not options.get("injected_ok"):
         return Effect.MUTATING
-    return Effect(declared(tool).get("effect", Effect.MUTATING))
+    return Effect(options.get("effect", Effect.MUTATING))
 
 
 def has_injected_args(tool: BaseTool) -> bool:
@@ -113,7 +119,7 @@ def openai_schema(tool: BaseTool | Mapping[str, Any]) -> dict[str, Any]:
 def to_tool_spec(tool: BaseTool, fn: Callable[..., Any] | None = None) -> ToolSpec:
     """The spectool spec of a LangChain tool; ``fn`` runs its body (see ``_replay``)."""
     options = declared(tool)
-    if has_injected_args(tool):
+    if has_injected_args(tool) and not options.get("injected_ok"):
         options["effect"] = Effect.MUTATING.value
     body = openai_schema(tool)["function"]
     return ToolSpec(

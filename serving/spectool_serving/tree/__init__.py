@@ -2,9 +2,9 @@
 
 from .accept import greedy_tree_accept, recursive_rejection, sample_tree_accept
 from .decode import POLICIES, DecodeResult, decode, make_drafter
+from .forward import TreeState, build_mask, commit_paths, prefill, tree_forward
 from .tree import DraftTree, ancestor_matrix, pad_trees
 from .unispec import ContextIndex, NGramStore, TopG, TreeDrafter
-from .verify import TreeState, build_mask, commit_paths, prefill, tree_forward
 
 __all__ = [
     "POLICIES",

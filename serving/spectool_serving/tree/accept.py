@@ -12,8 +12,7 @@ import torch
 __all__ = ["greedy_tree_accept", "recursive_rejection", "sample_tree_accept"]
 
 
-def greedy_tree_accept(parents: list[int], tokens: list[int],
-                       target: list[int]) -> tuple[list[int], int]:
+def greedy_tree_accept(parents: list[int], tokens: list[int], target: list[int]) -> tuple[list[int], int]:
     """Greedy: follow the child whose token equals ``target[node]`` (the verifier's argmax).
 
     parents, tokens, target: [g]. Returns (accepted path of node ids starting at the root 0,
@@ -29,8 +28,9 @@ def greedy_tree_accept(parents: list[int], tokens: list[int],
     return path, int(target[path[-1]])
 
 
-def recursive_rejection(p: torch.Tensor, drafts: list[int], q: torch.Tensor,
-                        u: torch.Tensor) -> tuple[int, torch.Tensor]:
+def recursive_rejection(
+    p: torch.Tensor, drafts: list[int], q: torch.Tensor, u: torch.Tensor
+) -> tuple[int, torch.Tensor]:
     """Multi-draft speculative sampling at one node (recursive rejection, SpecInfer-style).
 
     p: [V] target probs; drafts: [m] child tokens x_1..x_m; q: [m, V] their draft
@@ -53,8 +53,9 @@ def recursive_rejection(p: torch.Tensor, drafts: list[int], q: torch.Tensor,
     return -1, r
 
 
-def sample_tree_accept(parents: list[int], tokens: list[int], probs: torch.Tensor,
-                       generator: torch.Generator | None = None) -> tuple[list[int], int]:
+def sample_tree_accept(
+    parents: list[int], tokens: list[int], probs: torch.Tensor, generator: torch.Generator | None = None
+) -> tuple[list[int], int]:
     """Stochastic tree acceptance for deterministic drafts; probs: [g, V] target distributions.
 
     Walk from the root: at each node run :func:`recursive_rejection` over its children

@@ -5,10 +5,10 @@ the ratios are side by side even on a shared, noisy CPU. Speed = generated token
 including prefill. The reference output is HF ``generate`` greedy at batch 1 (``ar``).
 
 Two autoregressive baselines, because the tree policies run on spectool's own forward
-(:mod:`.lean`), not transformers': ``ar`` is HF ``generate`` — what prompt lookup is measured
-against too — and ``engine_ar`` is plain one-token decoding through the very forward the
-trees use. ``speedup_vs_ar`` includes whatever the forward itself gains over transformers;
-``speedup_vs_engine_ar`` is the speculation alone.
+(:mod:`spectool_serving.backends.lean`), not transformers': ``ar`` is HF ``generate`` —
+what prompt lookup is measured against too — and ``engine_ar`` is plain one-token decoding
+through the very forward the trees use. ``speedup_vs_ar`` includes whatever the forward
+itself gains over transformers; ``speedup_vs_engine_ar`` is the speculation alone.
 """
 
 from __future__ import annotations
@@ -22,21 +22,26 @@ from typing import Any
 
 import numpy as np
 
-from .calibrate import Calibration, calibrate, calibration_dir, device_name, load_calibration
-from .cast import CastShaper, CostTable, measure_cost_table
+from .calibrate import (
+    MODEL_NAME,
+    Calibration,
+    calibrate,
+    cost_table,
+    device_name,
+    load_calibration,
+)
+from .cast import CastShaper, CostTable
 from .decode import decode
 
 __all__ = ["load_calibration_prompts", "load_prompts", "run_bench"]
 
-MODEL_NAME = "SmolLM2-135M-Instruct"
 TREE_POLICIES = ("unispec", "cast", "both")
-# dense at small widths, where CPU GEMM kernels switch (fp32 here: 3 rows cost about 1, 4 cost 1.5)
-COST_WIDTHS = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64]
 
 
 def _prompt_data() -> dict[str, Any]:
-    return json.loads(resources.files("spectool_serving").joinpath(
-        "data/decode_prompts.json").read_text(encoding="utf-8"))
+    return json.loads(
+        resources.files("spectool_serving").joinpath("data/decode_prompts.json").read_text(encoding="utf-8")
+    )
 
 
 def load_calibration_prompts() -> list[dict[str, Any]]:
@@ -65,35 +70,22 @@ def _geomean(xs: list[float]) -> float:
     return float(math.exp(np.mean(np.log(xs)))) if xs else float("nan")
 
 
-def cost_table(model: Any, dtype: str, batches: list[int], refresh: bool = False,
-               name: str = MODEL_NAME) -> CostTable:
-    """Measured f(B, c, n), cached per (device, model, dtype) in the spectool cache dir."""
-    safe = name.replace("/", "_")
-    path = calibration_dir() / f"costs-v5-{device_name()}-{safe}-{dtype}.json"
-    if path.exists() and not refresh:
-        table = CostTable.from_json(path.read_text())
-        if set(batches) <= set(table.batches) and table.ns == COST_WIDTHS:
-            return table
-    table = measure_cost_table(model, batches, [256, 768], COST_WIDTHS, reps=7)
-    table.save(path)
-    return table
-
-
-def get_calibration(model: Any, tok: Any, dtype: str, table: CostTable, batch: int = 1,
-                    refresh: bool = False) -> Calibration:
+def get_calibration(
+    model: Any, tok: Any, dtype: str, table: CostTable, batch: int = 1, refresh: bool = False
+) -> Calibration:
     cal = None if refresh else load_calibration(device_name(), MODEL_NAME, dtype, batch)
     if cal is None:
         # every category, held out from the bench: τ(g) saturates early on fresh text, and
         # copy-heavy prompts alone (as before v3) pushed g* past where most prompts gain
         prompts = [_ids(tok, i["messages"]) for i in load_calibration_prompts()]
-        cal = calibrate(model, MODEL_NAME, prompts, batch=batch, max_new_tokens=24,
-                        eos=_eos(model), table=table)
+        cal = calibrate(
+            model, MODEL_NAME, prompts, batch=batch, max_new_tokens=24, eos=_eos(model), table=table
+        )
     return cal
 
 
 def _ids(tok: Any, messages: list[dict[str, str]]) -> list[int]:
-    out = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                  return_dict=True)
+    out = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
     return list(out["input_ids"])
 
 
@@ -112,8 +104,9 @@ def _hf(model: Any, tok: Any, prompts: list[list[int]], n: int, lookup: int | No
     kw = {"prompt_lookup_num_tokens": lookup} if lookup else {}
     t0 = time.perf_counter()
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False,
-                             pad_token_id=pad, **kw)
+        out = model.generate(
+            ids, attention_mask=mask, max_new_tokens=n, do_sample=False, pad_token_id=pad, **kw
+        )
     secs = time.perf_counter() - t0
     eos = _eos(model)
     outs = []
@@ -125,19 +118,25 @@ def _hf(model: Any, tok: Any, prompts: list[list[int]], n: int, lookup: int | No
 
 def _record(outs: list[list[int]], secs: float, refs: list[list[int]], **extra: Any) -> dict:
     toks = sum(len(o) for o in outs)
-    return {"tokens": toks, "seconds": secs, "tok_s": toks / secs,
-            "identical": all(o == r for o, r in zip(outs, refs)), **extra}
+    return {
+        "tokens": toks,
+        "seconds": secs,
+        "tok_s": toks / secs,
+        "identical": all(o == r for o, r in zip(outs, refs)),
+        **extra,
+    }
 
 
-def _run_dtype(dtype: str, items: list[dict], n: int, batches: list[int], log: Any,
-               refresh: bool) -> dict:
-    from spectool._embedded import load_causal_lm
+def _run_dtype(dtype: str, items: list[dict], n: int, batches: list[int], log: Any, refresh: bool) -> dict:
+    from spectool.embedded import load_causal_lm
 
     model, tok = load_causal_lm(dtype=dtype)
     table = cost_table(model, dtype, batches, refresh)
     cal = get_calibration(model, tok, dtype, table, refresh=refresh)
-    log(f"[{dtype}] g* = {cal.g_star} ({cal.method}); tau(g) = "
-        + ", ".join(f"{g}:{t:.2f}" for g, t in zip(cal.gs, cal.tau)))
+    log(
+        f"[{dtype}] g* = {cal.g_star} ({cal.method}); tau(g) = "
+        + ", ".join(f"{g}:{t:.2f}" for g, t in zip(cal.gs, cal.tau))
+    )
     prompts = [_ids(tok, i["messages"]) for i in items]
     eos = _eos(model)
     rows: list[dict] = []
@@ -145,49 +144,73 @@ def _run_dtype(dtype: str, items: list[dict], n: int, batches: list[int], log: A
     for item, ids in zip(items, prompts):
         ref, secs = _hf(model, tok, [ids], n)
         single_refs.append(ref[0])
-        rec = {"id": item["id"], "category": item["category"], "batch": 1,
-               "methods": {"ar": _record(ref, secs, ref)}}
+        rec = {
+            "id": item["id"],
+            "category": item["category"],
+            "batch": 1,
+            "methods": {"ar": _record(ref, secs, ref)},
+        }
         for look in (3, 10):
             outs, secs = _hf(model, tok, [ids], n, look)
             rec["methods"][f"pl{look}"] = _record(outs, secs, ref)
         _run_engine(rec, model, [ids], n, table, cal, eos, ref)
         rows.append(rec)
-        log(f"[{dtype}] {item['id']}: " + "  ".join(
-            f"{k} {v['tok_s']:.1f}" for k, v in rec["methods"].items()))
+        log(
+            f"[{dtype}] {item['id']}: "
+            + "  ".join(f"{k} {v['tok_s']:.1f}" for k, v in rec["methods"].items())
+        )
     for bsz in [b for b in batches if b > 1]:
-        rows += _run_batched(model, tok, items, prompts, single_refs, n, bsz, table, cal, log,
-                             dtype)
-    return {"g_star": cal.g_star, "calibration": cal.__dict__, "rows": rows,
-            "cost_table": json.loads(table.to_json()), "summary": _summarize(rows)}
+        rows += _run_batched(model, tok, items, prompts, single_refs, n, bsz, table, cal, log, dtype)
+    return {
+        "g_star": cal.g_star,
+        "calibration": cal.__dict__,
+        "rows": rows,
+        "cost_table": json.loads(table.to_json()),
+        "summary": _summarize(rows),
+    }
 
 
-def _run_engine(rec: dict, model: Any, prompts: list[list[int]], n: int, table: CostTable,
-                cal: Calibration, eos: set[int], refs: list[list[int]]) -> None:
+def _run_engine(
+    rec: dict,
+    model: Any,
+    prompts: list[list[int]],
+    n: int,
+    table: CostTable,
+    cal: Calibration,
+    eos: set[int],
+    refs: list[list[int]],
+) -> None:
     """``engine_ar`` and the tree policies, all on spectool's forward, into ``rec``."""
     res = decode(model, prompts, n, "ar", eos=eos)
     rec["methods"]["engine_ar"] = _record(res.outputs, res.total_s, refs)
     for pol in TREE_POLICIES:
         res = decode(model, prompts, n, pol, g=cal.g_star, eos=eos, cast=CastShaper(table))
-        rec["methods"][pol] = _record(res.outputs, res.total_s, refs, tau=res.tau,
-                                      draft=res.mean_draft, verify_s=res.verify_s)
+        rec["methods"][pol] = _record(
+            res.outputs, res.total_s, refs, tau=res.tau, draft=res.mean_draft, verify_s=res.verify_s
+        )
 
 
-def _run_batched(model, tok, items, prompts, single_refs, n, bsz, table, cal, log,
-                 dtype) -> list[dict]:
+def _run_batched(model, tok, items, prompts, single_refs, n, bsz, table, cal, log, dtype) -> list[dict]:
     """Batches of ``bsz`` prompts; "identical" compares with each prompt's batch-1 output
     (HF prompt lookup has no batched mode, so it is absent here)."""
     rows = []
     eos = _eos(model)
     for start in range(0, len(prompts) - bsz + 1, bsz):
-        group = prompts[start:start + bsz]
-        refs = single_refs[start:start + bsz]
+        group = prompts[start : start + bsz]
+        refs = single_refs[start : start + bsz]
         outs, secs = _hf(model, tok, group, n)
-        rec = {"id": "+".join(i["id"] for i in items[start:start + bsz]), "category": "mixed",
-               "batch": bsz, "methods": {"ar": _record(outs, secs, refs)}}
+        rec = {
+            "id": "+".join(i["id"] for i in items[start : start + bsz]),
+            "category": "mixed",
+            "batch": bsz,
+            "methods": {"ar": _record(outs, secs, refs)},
+        }
         _run_engine(rec, model, group, n, table, cal, eos, refs)
         rows.append(rec)
-        log(f"[{dtype}] batch {bsz} {rec['id']}: " + "  ".join(
-            f"{k} {v['tok_s']:.1f}" for k, v in rec["methods"].items()))
+        log(
+            f"[{dtype}] batch {bsz} {rec['id']}: "
+            + "  ".join(f"{k} {v['tok_s']:.1f}" for k, v in rec["methods"].items())
+        )
     return rows
 
 
@@ -198,9 +221,19 @@ def _summarize(rows: list[dict]) -> dict:
         sub = [r for r in rows if r["batch"] == bsz]
         methods = list(sub[0]["methods"])
         cats = sorted({r["category"] for r in sub})
-        per_cat = {m: {c: _geomean([r["methods"][m]["tok_s"] / r["methods"]["ar"]["tok_s"]
-                                    for r in sub if r["category"] == c]) for c in cats}
-                   for m in methods}
+        per_cat = {
+            m: {
+                c: _geomean(
+                    [
+                        r["methods"][m]["tok_s"] / r["methods"]["ar"]["tok_s"]
+                        for r in sub
+                        if r["category"] == c
+                    ]
+                )
+                for c in cats
+            }
+            for m in methods
+        }
         vs_ar = {m: _geomean(list(per_cat[m].values())) for m in methods}
         pls = [m for m in ("pl3", "pl10") if m in vs_ar]
         best_pl = max(pls, key=lambda m: vs_ar[m]) if pls else None
@@ -209,14 +242,22 @@ def _summarize(rows: list[dict]) -> dict:
             "per_category": per_cat,
             "best_prompt_lookup": best_pl,
             "speedup_vs_best_pl": {m: vs_ar[m] / vs_ar[best_pl] for m in methods} if best_pl else None,
-            "speedup_vs_engine_ar": ({m: vs_ar[m] / vs_ar["engine_ar"] for m in methods}
-                                     if "engine_ar" in vs_ar else None),
-            "identical_rate": {m: float(np.mean([r["methods"][m]["identical"] for r in sub]))
-                               for m in methods},
-            "tau": {m: float(np.mean([r["methods"][m]["tau"] for r in sub]))
-                    for m in methods if "tau" in sub[0]["methods"][m]},
-            "draft": {m: float(np.mean([r["methods"][m]["draft"] for r in sub]))
-                      for m in methods if "draft" in sub[0]["methods"][m]},
+            "speedup_vs_engine_ar": (
+                {m: vs_ar[m] / vs_ar["engine_ar"] for m in methods} if "engine_ar" in vs_ar else None
+            ),
+            "identical_rate": {
+                m: float(np.mean([r["methods"][m]["identical"] for r in sub])) for m in methods
+            },
+            "tau": {
+                m: float(np.mean([r["methods"][m]["tau"] for r in sub]))
+                for m in methods
+                if "tau" in sub[0]["methods"][m]
+            },
+            "draft": {
+                m: float(np.mean([r["methods"][m]["draft"] for r in sub]))
+                for m in methods
+                if "draft" in sub[0]["methods"][m]
+            },
         }
     return out
 
@@ -232,7 +273,7 @@ def _plot(results: dict, path: Path) -> None:
         cal = res["calibration"]
         s1 = cal["s"][0]
         speed = [t * s1 / s for t, s in zip(cal["tau"], cal["s"])]
-        line, = ax.plot(cal["gs"], speed, marker="o", label=f"{dtype}: τ(g)·s(1)/s(g)")
+        (line,) = ax.plot(cal["gs"], speed, marker="o", label=f"{dtype}: τ(g)·s(1)/s(g)")
         gi = cal["gs"].index(cal["g_star"]) if cal["g_star"] in cal["gs"] else None
         ax.axvline(cal["g_star"], color=line.get_color(), ls="--", lw=1)
         if gi is not None:
@@ -241,8 +282,14 @@ def _plot(results: dict, path: Path) -> None:
         # the curve is relative to a one-token forward of the same engine: so are the points
         rel = b1.get("speedup_vs_engine_ar") or b1["speedup_vs_ar"]
         for policy, marker in (("unispec", "s"), ("both", "D")):
-            ax.plot([b1["draft"][policy]], [rel[policy]], marker=marker,
-                    color=line.get_color(), ls="none", label=f"{dtype}: measured {policy} (bench)")
+            ax.plot(
+                [b1["draft"][policy]],
+                [rel[policy]],
+                marker=marker,
+                color=line.get_color(),
+                ls="none",
+                label=f"{dtype}: measured {policy} (bench)",
+            )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("draft size g (tokens verified per step)")
     ax.set_ylabel("speedup vs one-token decoding, same forward")
@@ -253,10 +300,18 @@ def _plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def run_bench(out: Path, *, quick: bool = False, dtypes: tuple[str, ...] = ("float32", "bfloat16"),
-              batches: tuple[int, ...] = (1, 4), max_new_tokens: int | None = None,
-              threads: int | None = None, refresh: bool = False, log: Any = print,
-              prompt_ids: list[str] | None = None) -> dict:
+def run_bench(
+    out: Path,
+    *,
+    quick: bool = False,
+    dtypes: tuple[str, ...] = ("float32", "bfloat16"),
+    batches: tuple[int, ...] = (1, 4),
+    max_new_tokens: int | None = None,
+    threads: int | None = None,
+    refresh: bool = False,
+    log: Any = print,
+    prompt_ids: list[str] | None = None,
+) -> dict:
     import torch
 
     if threads:
@@ -264,9 +319,15 @@ def run_bench(out: Path, *, quick: bool = False, dtypes: tuple[str, ...] = ("flo
     items = load_prompts(quick, prompt_ids)
     n = max_new_tokens or (48 if quick else 128)
     out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"model": MODEL_NAME, "device": device_name(), "quick": quick,
-                               "max_new_tokens": n, "threads": torch.get_num_threads(),
-                               "prompts": [i["id"] for i in items], "dtypes": {}}
+    results: dict[str, Any] = {
+        "model": MODEL_NAME,
+        "device": device_name(),
+        "quick": quick,
+        "max_new_tokens": n,
+        "threads": torch.get_num_threads(),
+        "prompts": [i["id"] for i in items],
+        "dtypes": {},
+    }
     for dtype in dtypes:
         results["dtypes"][dtype] = _run_dtype(dtype, items, n, list(batches), log, refresh)
         (out / "results.json").write_text(json.dumps(results, indent=1))

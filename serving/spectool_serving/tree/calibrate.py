@@ -17,8 +17,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Calibration", "calibration_dir", "calibration_path", "fit_g_star", "load_calibration",
-           "measure_tau", "pooled_tau", "save_calibration"]
+from spectool.settings import settings
+
+__all__ = [
+    "Calibration",
+    "calibration_dir",
+    "calibration_path",
+    "fit_g_star",
+    "load_calibration",
+    "measure_tau",
+    "pooled_tau",
+    "save_calibration",
+]
 
 
 @dataclass
@@ -38,8 +48,9 @@ class Calibration:
 FIT_TOLERANCE = 0.97  # the fitted g* may score at most 3 % below the best measured point
 
 
-def fit_g_star(gs: list[int], s: list[float], tau: list[float],
-               tolerance: float = FIT_TOLERANCE) -> tuple[int, str]:
+def fit_g_star(
+    gs: list[int], s: list[float], tau: list[float], tolerance: float = FIT_TOLERANCE
+) -> tuple[int, str]:
     """g* maximising fitted τ(g)/s(g) over [min(gs), max(gs)]; grid fallback when degenerate
     or when the measurements (interpolated) put the fitted g* well below the best grid point."""
     g = np.asarray(gs, dtype=np.float64)
@@ -53,8 +64,7 @@ def fit_g_star(gs: list[int], s: list[float], tau: list[float],
     from sklearn.preprocessing import SplineTransformer
 
     # quantile knots: the g grid is denser at small g; uniform knots leave empty intervals
-    s_fit = make_pipeline(SplineTransformer(degree=2, n_knots=8, knots="quantile"),
-                          LinearRegression())
+    s_fit = make_pipeline(SplineTransformer(degree=2, n_knots=8, knots="quantile"), LinearRegression())
     s_fit.fit(g[:, None], s_arr)
     coef = np.polyfit(g, t_arr, 3)
 
@@ -64,11 +74,11 @@ def fit_g_star(gs: list[int], s: list[float], tau: list[float],
 
     dense = np.linspace(g.min(), g.max(), 200)
     pred_s = s_fit.predict(dense[:, None])
-    if not np.all(np.isfinite(pred_s)) or np.any(pred_s <= 0) or not np.all(
-            np.isfinite(ratio(dense))):
+    if not np.all(np.isfinite(pred_s)) or np.any(pred_s <= 0) or not np.all(np.isfinite(ratio(dense))):
         return grid_best, "grid"
-    best = differential_evolution(lambda x: -float(ratio(x[0])[0]),
-                                  [(float(g.min()), float(g.max()))], seed=42, tol=1e-8)
+    best = differential_evolution(
+        lambda x: -float(ratio(x[0])[0]), [(float(g.min()), float(g.max()))], seed=42, tol=1e-8
+    )
     x = float(best.x[0])
     cands = [c for c in {int(np.floor(x)), int(np.ceil(x))} if g.min() <= c <= g.max()]
     g_fit = max(cands, key=lambda c: float(ratio(c)[0]))
@@ -86,21 +96,43 @@ def device_name() -> str:
         return f"cpu-{platform.machine()}"
     if torch.cuda.is_available():
         return "cuda-" + torch.cuda.get_device_name(0).replace(" ", "_")
-    from .kernels import available
+    from ..backends.kernels import available
 
     # the kernels set the cost curve: tables measured on one never stand for the other
-    # ("-fused": the panel GEMM with every Llama layer's glue in C, :mod:`.fused`)
+    # ("-fused": the panel GEMM with every Llama layer's glue in C, :mod:`spectool_serving.backends.fused`)
     return f"cpu-{platform.machine()}" + ("-fused" if available() else "")
 
 
 def calibration_dir() -> Path:
     """Where cost tables and g* live: ``$SPECTOOL_TREE_CALIBRATION`` or the spectool cache."""
-    import os
 
-    from spectool._embedded import cache_dir
+    from spectool.embedded import cache_dir
 
-    override = os.environ.get("SPECTOOL_TREE_CALIBRATION")
-    return Path(override) if override else cache_dir() / "tree-calibration"
+    override = settings().tree_calibration
+    return override if override else cache_dir() / "tree-calibration"
+
+
+MODEL_NAME = "SmolLM2-135M-Instruct"
+# dense at small widths, where CPU GEMM kernels switch (fp32 here: 3 rows cost about 1, 4 cost 1.5)
+COST_WIDTHS = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64]
+
+
+def cost_table(
+    model: Any, dtype: str, batches: list[int], refresh: bool = False, name: str = MODEL_NAME
+) -> Any:
+    """Measured f(B, c, n) (a :class:`.cast.CostTable`), cached per (device, model, dtype) in
+    the spectool cache dir. The engine's CAST policy and decode-bench both read it."""
+    from .cast import CostTable, measure_cost_table
+
+    safe = name.replace("/", "_")
+    path = calibration_dir() / f"costs-v5-{device_name()}-{safe}-{dtype}.json"
+    if path.exists() and not refresh:
+        table = CostTable.from_json(path.read_text())
+        if set(batches) <= set(table.batches) and table.ns == COST_WIDTHS:
+            return table
+    table = measure_cost_table(model, batches, [256, 768], COST_WIDTHS, reps=7)
+    table.save(path)
+    return table
 
 
 # bumped whenever what g* is measured on changes (v2: the lean Llama forward; v3: held-out
@@ -139,8 +171,13 @@ def truncated_path_len(tree: Any, path: list[int], g: int) -> int:
     return n  # accepted drafts (n - 1) + the bonus token
 
 
-def measure_tau(model: Any, prompts: list[list[int]], gs: list[int], max_new_tokens: int,
-                eos: int | set[int] | None = None) -> list[float]:
+def measure_tau(
+    model: Any,
+    prompts: list[list[int]],
+    gs: list[int],
+    max_new_tokens: int,
+    eos: int | set[int] | None = None,
+) -> list[float]:
     """τ(g) for every g in one greedy run per prompt at g = max(gs): greedy decoding follows
     the same trajectory whatever the tree, so each step's accepted path can be cut to any
     top-g. Per prompt the mean over its steps, then the geometric mean over prompts: the
@@ -152,7 +189,7 @@ def measure_tau(model: Any, prompts: list[list[int]], gs: list[int], max_new_tok
     for p in prompts:
         lens: dict[int, list[int]] = {g: [] for g in gs}
 
-        def on_step(tree: Any, path: list[int]) -> None:
+        def on_step(tree: Any, path: list[int], lens: dict[int, list[int]] = lens) -> None:
             for g in gs:
                 lens[g].append(truncated_path_len(tree, path, g))
 
@@ -166,9 +203,18 @@ def pooled_tau(per_prompt: list[list[float]]) -> list[float]:
     return np.exp(np.log(np.asarray(per_prompt, dtype=np.float64)).mean(axis=0)).tolist()
 
 
-def calibrate(model: Any, model_name: str, prompts: list[list[int]], *, batch: int = 1,
-              gs: list[int] | None = None, max_new_tokens: int = 48, ctx: int = 256,
-              eos: int | set[int] | None = None, table: Any = None) -> Calibration:
+def calibrate(
+    model: Any,
+    model_name: str,
+    prompts: list[list[int]],
+    *,
+    batch: int = 1,
+    gs: list[int] | None = None,
+    max_new_tokens: int = 48,
+    ctx: int = 256,
+    eos: int | set[int] | None = None,
+    table: Any = None,
+) -> Calibration:
     """Measure s(g) (cost table at ``ctx``) and τ(g), fit, and store the result."""
     from .cast import measure_cost_table
 
@@ -180,7 +226,6 @@ def calibrate(model: Any, model_name: str, prompts: list[list[int]], *, batch: i
     tau = measure_tau(model, prompts, gs, max_new_tokens, eos)
     g_star, method = fit_g_star(gs, s, tau)
     dtype = str(model.dtype).removeprefix("torch.")
-    cal = Calibration(device_name(), model_name, dtype, batch, gs, s, tau, g_star, method,
-                      time.time())
+    cal = Calibration(device_name(), model_name, dtype, batch, gs, s, tau, g_star, method, time.time())
     save_calibration(cal)
     return cal

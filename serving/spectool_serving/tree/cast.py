@@ -69,7 +69,7 @@ class CostTable:
         raw = self._raw(batch, ctx)
         if n > len(raw):
             return n
-        return n + int(np.argmin(raw[n - 1:]))
+        return n + int(np.argmin(raw[n - 1 :]))
 
     def _raw(self, batch: int, ctx: int) -> np.ndarray:
         b = min(self.batches, key=lambda x: (abs(x - batch), x))
@@ -88,8 +88,9 @@ class CostTable:
         path.write_text(self.to_json())
 
 
-def measure_cost_table(model: Any, batches: list[int], buckets: list[int], ns: list[int],
-                       reps: int = 3) -> CostTable:
+def measure_cost_table(
+    model: Any, batches: list[int], buckets: list[int], ns: list[int], reps: int = 3
+) -> CostTable:
     """Time tree forwards of n new tokens over a random-KV cache of each bucket's length.
 
     The forwards go through :func:`.verify.tree_forward` (the decoding path itself). Cached
@@ -123,8 +124,8 @@ def measure_cost_table(model: Any, batches: list[int], buckets: list[int], ns: l
 def _random_state(model: Any, bsz: int, ctx: int) -> Any:
     import torch
 
-    from .fastpath import new_cache
-    from .verify import TreeState
+    from ..backends import new_cache
+    from .forward import TreeState
 
     cfg = model.config
     heads = getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)
@@ -133,19 +134,29 @@ def _random_state(model: Any, bsz: int, ctx: int) -> Any:
     for layer in range(cfg.num_hidden_layers):
         kv = torch.randn(bsz, heads, ctx, dim, dtype=model.dtype)
         cache.update(kv, kv.clone(), layer)
-    return TreeState(cache, torch.ones(bsz, ctx, dtype=torch.bool),
-                     torch.arange(ctx).expand(bsz, ctx).clone(), torch.full((bsz,), ctx))
+    return TreeState(
+        cache,
+        torch.ones(bsz, ctx, dtype=torch.bool),
+        torch.arange(ctx).expand(bsz, ctx).clone(),
+        torch.full((bsz,), ctx),
+    )
 
 
 def _timed_forward(model: Any, state: Any, tokens: Any, chain: Any) -> None:
     """One forward of a chain of ``tokens`` [B, n], then the cache cut back to its length."""
     import torch
 
-    from .verify import tree_forward
+    from .forward import tree_forward
 
     bsz, n = tokens.shape
-    tree_forward(model, state, tokens, torch.arange(n).expand(bsz, n), chain.expand(bsz, n, n),
-                 torch.ones(bsz, n, dtype=torch.bool))
+    tree_forward(
+        model,
+        state,
+        tokens,
+        torch.arange(n).expand(bsz, n),
+        chain.expand(bsz, n, n),
+        torch.ones(bsz, n, dtype=torch.bool),
+    )
     state.cache.crop(-n)
     state.kv_valid, state.kv_pos = state.kv_valid[:, :-n], state.kv_pos[:, :-n]
 

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from .accept import greedy_tree_accept, sample_tree_accept
+from .forward import commit_paths, prefill, tree_forward
 from .tree import DraftTree, pad_trees
 from .unispec import ContextIndex, NGramStore, TopG, TreeDrafter
-from .verify import commit_paths, prefill, tree_forward
 
 __all__ = ["POLICIES", "DecodeResult", "decode", "make_drafter"]
 
@@ -46,8 +46,9 @@ class DecodeResult:
         return float(np.mean(self.draft_sizes)) if self.draft_sizes else 0.0
 
 
-def make_drafter(policy: str, vocab: int, *, g: int = 16, cast: Any = None,
-                 k: int = 10, depth: int = 10, r: float = 0.05) -> TreeDrafter | None:
+def make_drafter(
+    policy: str, vocab: int, *, g: int = 16, cast: Any = None, k: int = 10, depth: int = 10, r: float = 0.05
+) -> TreeDrafter | None:
     """The drafter for a policy; ``cast`` is a :class:`~.cast.CastShaper` for cast/both."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}; got {policy!r}")
@@ -61,8 +62,9 @@ def make_drafter(policy: str, vocab: int, *, g: int = 16, cast: Any = None,
     return TreeDrafter(store, shaper, depth=depth, use_context=full, use_next_next=full)
 
 
-def _store_update(drafter: TreeDrafter, logits: torch.Tensor, trees: list[DraftTree],
-                  prev: list[int]) -> None:
+def _store_update(
+    drafter: TreeDrafter, logits: torch.Tensor, trees: list[DraftTree], prev: list[int]
+) -> None:
     """Refresh the store from the verifier's top-k at every real node (one top-k call)."""
     rows, toks, pars = [], [], []
     for b, t in enumerate(trees):
@@ -83,34 +85,53 @@ def _warm_store(drafter: TreeDrafter, logits: torch.Tensor, prompts: list[list[i
         n = len(p) - 1  # prefix length (the last prompt token is the first root)
         m = min(n, keep)
         pars = [p[i - 1] if i else -1 for i in range(n - m, n)]
-        drafter.store.refresh(p[n - m:n], pars, logits[b, keep - m:])
+        drafter.store.refresh(p[n - m : n], pars, logits[b, keep - m :])
 
 
-def decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: str = "unispec",
-           *, drafter: TreeDrafter | None = None, g: int = 16, cast: Any = None,
-           temperature: float = 0.0, eos: int | set[int] | None = None,
-           generator: torch.Generator | None = None,
-           on_step: Any = None) -> DecodeResult:
+def decode(
+    model: Any,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    policy: str = "unispec",
+    *,
+    drafter: TreeDrafter | None = None,
+    g: int = 16,
+    cast: Any = None,
+    temperature: float = 0.0,
+    eos: int | set[int] | None = None,
+    generator: torch.Generator | None = None,
+    on_step: Any = None,
+) -> DecodeResult:
     """Decode ``max_new_tokens`` per prompt with ``policy``; returns outputs and metrics.
 
     ``cast`` (a :class:`~.cast.CastShaper`) shapes the ``cast``/``both`` trees, and its cost
     table also pads every forward to the cheapest width that holds the tree (CPU math
     libraries change kernels with the row count).
     """
-    from .fastpath import verify_kernels
+    from ..backends import verify_kernels
 
     t_start = time.perf_counter()
     with verify_kernels(model):  # once for the whole loop rather than per forward
-        res = _decode(model, prompts, max_new_tokens, policy, drafter, g, cast, temperature,
-                      eos, generator, on_step)
+        res = _decode(
+            model, prompts, max_new_tokens, policy, drafter, g, cast, temperature, eos, generator, on_step
+        )
     res.total_s = time.perf_counter() - t_start
     return res
 
 
-def _decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: str,
-            drafter: TreeDrafter | None, g: int, cast: Any, temperature: float,
-            eos: int | set[int] | None, generator: torch.Generator | None,
-            on_step: Any) -> DecodeResult:
+def _decode(
+    model: Any,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    policy: str,
+    drafter: TreeDrafter | None,
+    g: int,
+    cast: Any,
+    temperature: float,
+    eos: int | set[int] | None,
+    generator: torch.Generator | None,
+    on_step: Any,
+) -> DecodeResult:
     stops = {eos} if isinstance(eos, int) else set(eos or ())
     if drafter is None and policy != "ar":
         drafter = make_drafter(policy, model.config.vocab_size, g=g, cast=cast)
@@ -129,12 +150,12 @@ def _decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: s
         else:
             if cast is not None and hasattr(drafter.shaper, "begin_step"):
                 drafter.shaper.begin_step(len(prompts), state.length)
-            trees = [DraftTree.root(s.seq[-1]) if d else drafter.draft(s)
-                     for s, d in zip(seqs, done)]
+            trees = [DraftTree.root(s.seq[-1]) if d else drafter.draft(s) for s, d in zip(seqs, done)]
             if len(trees) > 1 and hasattr(drafter.shaper, "batch_width"):
                 live = [b for b, d in enumerate(done) if not d]  # a fixed batch: see batch_width
-                w = drafter.shaper.batch_width([trees[b] for b in live],
-                                               [max_new_tokens - len(outs[b]) for b in live])
+                w = drafter.shaper.batch_width(
+                    [trees[b] for b in live], [max_new_tokens - len(outs[b]) for b in live]
+                )
                 trees = [t.top(w) for t in trees]
         t1 = time.perf_counter()
         width = max(len(t) for t in trees)
@@ -174,18 +195,19 @@ def _decode(model: Any, prompts: list[list[int]], max_new_tokens: int, policy: s
     return res
 
 
-def _accept(trees: list[DraftTree], logits: torch.Tensor, temperature: float,
-            generator: torch.Generator | None) -> tuple[list[list[int]], list[int]]:
+def _accept(
+    trees: list[DraftTree], logits: torch.Tensor, temperature: float, generator: torch.Generator | None
+) -> tuple[list[list[int]], list[int]]:
     paths, bonus = [], []
     if temperature <= 0:
         target = logits.argmax(-1).tolist()  # [B, G]
         for b, t in enumerate(trees):
-            p, x = greedy_tree_accept(t.parents, t.tokens, target[b][:len(t)])
+            p, x = greedy_tree_accept(t.parents, t.tokens, target[b][: len(t)])
             paths.append(p)
             bonus.append(x)
         return paths, bonus
     for b, t in enumerate(trees):
-        probs = torch.softmax(logits[b, :len(t)].float() / temperature, dim=-1)
+        probs = torch.softmax(logits[b, : len(t)].float() / temperature, dim=-1)
         p, x = sample_tree_accept(t.parents, t.tokens, probs, generator)
         paths.append(p)
         bonus.append(x)

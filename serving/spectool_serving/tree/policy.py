@@ -42,10 +42,14 @@ class PolicyStats:
         return (self.accepted + self.steps) / self.steps if self.steps else 0.0
 
     def as_dict(self) -> dict[str, float]:
-        return {"tree_steps": self.steps, "tree_drafted": self.drafted,
-                "tree_accepted": self.accepted, "tree_tau": self.tau,
-                "tree_mean_draft": self.drafted / self.steps if self.steps else 0.0,
-                "tree_verify_s": self.verify_s}
+        return {
+            "tree_steps": self.steps,
+            "tree_drafted": self.drafted,
+            "tree_accepted": self.accepted,
+            "tree_tau": self.tau,
+            "tree_mean_draft": self.drafted / self.steps if self.steps else 0.0,
+            "tree_verify_s": self.verify_s,
+        }
 
 
 @dataclass
@@ -69,8 +73,7 @@ class DecodingPolicy:
             raise ValueError(f"policy {self.mode!r} needs a cost table")
         shaper = CastShaper(self.table) if self.mode in ("cast", "both") else TopG(g=self.g)
         full = self.mode in ("unispec", "both")
-        self._drafter = TreeDrafter(NGramStore(self.vocab), shaper, use_context=full,
-                                    use_next_next=full)
+        self._drafter = TreeDrafter(NGramStore(self.vocab), shaper, use_context=full, use_next_next=full)
 
     def draft(self, row: Any, tokens: list[int], batch: int = 1) -> list[int]:
         """A linear draft continuing ``tokens`` (their last token is the root)."""
@@ -82,10 +85,10 @@ class DecodingPolicy:
         if self._drafter is None or len(tokens) < 2:
             return None
         ctx = self._ctx.get(row)
-        if ctx is None or ctx.seq != tokens[:len(ctx.seq)]:
+        if ctx is None or ctx.seq != tokens[: len(ctx.seq)]:
             ctx = self._ctx[row] = ContextIndex(tokens)
         else:
-            ctx.extend(tokens[len(ctx.seq):])
+            ctx.extend(tokens[len(ctx.seq) :])
         if hasattr(self._drafter.shaper, "begin_step"):
             self._drafter.shaper.begin_step(batch, len(tokens))
         return self._drafter.draft(ctx)
@@ -99,8 +102,9 @@ class DecodingPolicy:
         width = shaper.batch_width(trees)
         return [t.top(width) for t in trees]
 
-    def observe_tree(self, row: Any, tree: DraftTree, logits: torch.Tensor, path: list[int],
-                     verify_s: float = 0.0) -> None:
+    def observe_tree(
+        self, row: Any, tree: DraftTree, logits: torch.Tensor, path: list[int], verify_s: float = 0.0
+    ) -> None:
         """After a tree row was verified: logits [len(tree), V], ``path`` the accepted node ids
         (root first). Refreshes the store at every node and learns the edge rates."""
         if self._drafter is None:
@@ -112,8 +116,9 @@ class DecodingPolicy:
             self._drafter.shaper.observe(tree, path)
         self._count(len(tree) - 1, len(path) - 1, verify_s)
 
-    def observe(self, row: Any, fed: list[int], logits: torch.Tensor, n_accepted: int,
-                verify_s: float = 0.0) -> None:
+    def observe(
+        self, row: Any, fed: list[int], logits: torch.Tensor, n_accepted: int, verify_s: float = 0.0
+    ) -> None:
         """fed: [d+1] root + draft tokens; logits: [d+1, V] the verifier's outputs for them."""
         if self._drafter is None:
             return

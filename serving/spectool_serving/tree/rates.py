@@ -31,7 +31,7 @@ def _default_priors() -> dict[str, float]:
     mid = (np.arange(BINS) + 0.5) / BINS
     priors = {f"s{b}": float(p) for b, p in enumerate(mid)}
     priors |= {f"n{b}": float(p) * 0.5 for b, p in enumerate(mid)}  # two steps away: weaker
-    priors |= {"c1": .3, "c2": .5, "c3": .6, "c4": .7, "cc": .8}
+    priors |= {"c1": 0.3, "c2": 0.5, "c3": 0.6, "c4": 0.7, "cc": 0.8}
     return priors
 
 

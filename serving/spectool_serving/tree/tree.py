@@ -66,7 +66,7 @@ class DraftTree:
 
     def top(self, n: int) -> DraftTree:
         """The ``n`` best nodes (root included) as a tree of their own."""
-        return self if n >= len(self) else self.subtree(self.best_first()[:max(n, 1)])
+        return self if n >= len(self) else self.subtree(self.best_first()[: max(n, 1)])
 
     def subtree(self, keep: list[int]) -> DraftTree:
         """The nodes ``keep`` (must contain 0 and be ancestor-closed), renumbered in order."""
@@ -74,9 +74,12 @@ class DraftTree:
         new = {old: i for i, old in enumerate(keep)}
         if any(self.parents[k] not in new for k in keep[1:]):
             raise ValueError("subtree must be closed under parents")
-        return DraftTree([self.tokens[k] for k in keep],
-                         [-1] + [new[self.parents[k]] for k in keep[1:]],
-                         [self.conf[k] for k in keep], [self.source[k] for k in keep])
+        return DraftTree(
+            [self.tokens[k] for k in keep],
+            [-1] + [new[self.parents[k]] for k in keep[1:]],
+            [self.conf[k] for k in keep],
+            [self.source[k] for k in keep],
+        )
 
 
 def tree_depths(parents: list[int]) -> list[int]:
@@ -99,8 +102,9 @@ def ancestor_matrix(parents: list[int]) -> torch.Tensor:
     return anc
 
 
-def pad_trees(trees: list[DraftTree], min_size: int = 1) -> tuple[torch.Tensor, torch.Tensor,
-                                                                    torch.Tensor, torch.Tensor]:
+def pad_trees(
+    trees: list[DraftTree], min_size: int = 1
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Batch trees to one width G: ``tokens [B,G]``, ``depth [B,G]``, ``anc [B,G,G]``, ``real [B,G]``.
 
     Padding nodes see only themselves (never a fully masked row) and are never accepted.

@@ -36,19 +36,21 @@ class NGramStore:
         self.nn_ids = np.full((vocab, k), -1, dtype=np.int64)
         self.nn_conf = np.zeros((vocab, k), dtype=np.float32)
 
-    def update(self, tokens: np.ndarray, parents: np.ndarray, top_ids: np.ndarray,
-               top_conf: np.ndarray) -> None:
+    def update(
+        self, tokens: np.ndarray, parents: np.ndarray, top_ids: np.ndarray, top_conf: np.ndarray
+    ) -> None:
         """tokens, parents: [n] (parent -1 = unknown); top_ids, top_conf: [n, k] verifier top-k."""
-        self.ids[tokens] = top_ids[:, :self.k]
-        self.conf[tokens] = top_conf[:, :self.k]
+        self.ids[tokens] = top_ids[:, : self.k]
+        self.conf[tokens] = top_conf[:, : self.k]
         has = parents >= 0
-        self.nn_ids[parents[has]] = top_ids[has, :self.k]
-        self.nn_conf[parents[has]] = top_conf[has, :self.k]
+        self.nn_ids[parents[has]] = top_ids[has, : self.k]
+        self.nn_conf[parents[has]] = top_conf[has, : self.k]
 
-    def refresh(self, tokens: list[int] | np.ndarray, parents: list[int] | np.ndarray,
-                logits: "torch.Tensor") -> None:
+    def refresh(
+        self, tokens: list[int] | np.ndarray, parents: list[int] | np.ndarray, logits: torch.Tensor
+    ) -> None:
         """:meth:`update` from the verifier's logits [n, V] at those n nodes (softmax top-k)."""
-        from .kernels import row_stats  # one pass per row where the C kernel runs
+        from ..backends.kernels import row_stats  # one pass per row where the C kernel runs
 
         _, ids, conf = row_stats(logits, self.k)
         self.update(np.asarray(tokens), np.asarray(parents), ids.numpy(), conf.numpy())
@@ -69,7 +71,7 @@ class ContextIndex:
             end = len(self.seq)
             for n in range(1, self.max_n + 1):
                 if end - 1 - n >= 0:  # n-gram ending just before the new token -> its position
-                    self._index.setdefault(tuple(self.seq[end - 1 - n:end - 1]), []).append(end - 1)
+                    self._index.setdefault(tuple(self.seq[end - 1 - n : end - 1]), []).append(end - 1)
 
     def continuations(self, depth: int, branches: int) -> list[tuple[int, list[int]]]:
         """Up to ``branches`` distinct (match length n, following tokens) pairs, longest n first."""
@@ -77,7 +79,7 @@ class ContextIndex:
         seen: set[tuple[int, ...]] = set()
         for n in range(min(self.max_n, len(self.seq)), 0, -1):
             for pos in reversed(self._index.get(tuple(self.seq[-n:]), [])):
-                cont = tuple(self.seq[pos:pos + depth])
+                cont = tuple(self.seq[pos : pos + depth])
                 if cont and cont not in seen:
                     seen.add(cont)
                     out.append((n, list(cont)))
@@ -158,8 +160,9 @@ class TreeDrafter:
         order = order[np.sort(first)]
         return ids[order], score[order], [src[i] for i in order.tolist()]
 
-    def _merge(self, tree: DraftTree, where: dict, cand: tuple[np.ndarray, np.ndarray, list[str]],
-               keep: int) -> list[int]:
+    def _merge(
+        self, tree: DraftTree, where: dict, cand: tuple[np.ndarray, np.ndarray, list[str]], keep: int
+    ) -> list[int]:
         added = []
         for tok, cum, src in zip(cand[0][:keep].tolist(), cand[1][:keep].tolist(), cand[2]):
             node = where.get((0, tok))

@@ -10,7 +10,9 @@ Pieces and where vLLM loads them:
   replacement ``POST /v1/chat/completions`` that continues cached tool calls (O3). Opt-in:
   loaded only when ``VLLM_PLUGINS`` names ``spectool``.
 * ``vllm.general_plugins`` entry ``spectool`` → :func:`register` (every vLLM process): checks
-  the version pin and logs that no vLLM code is patched.
+  the version pin and logs that no vLLM code is patched. vLLM loads general plugins in every
+  process of any installation that has spectool beside it, so outside the supported range it
+  logs a warning and stays off: it never breaks a vLLM it was not made for.
 * ``--worker-extension-cls spectool_serving.vllm.worker.ToolCacheWorkerExtension``: the
   worker-side RPC methods the endpoint calls to mirror cached calls next to the proposer.
 * ``--speculative-config '{"method": "custom_class", "model":
@@ -23,20 +25,34 @@ from __future__ import annotations
 
 from typing import Any
 
+from spectool.errors import ConfigError
+
 from ._compat import SUPPORTED_VLLM, check_vllm_version
 
 __all__ = ["SUPPORTED_VLLM", "check_vllm_version", "endpoint_plugin", "register", "serve"]
 
 
-def register() -> None:
-    """``vllm.general_plugins`` hook: version gate; spectool patches nothing in vLLM."""
+def register() -> bool:
+    """``vllm.general_plugins`` hook: version gate; spectool patches nothing in vLLM.
+
+    Returns whether the plugin is on: outside :data:`SUPPORTED_VLLM` (and without
+    ``SPECTOOL_VLLM_ALLOW_ANY_VERSION=1``) it logs a warning and does nothing else."""
+    import vllm
     from vllm.logger import init_logger
 
-    version = check_vllm_version()
-    init_logger("vllm.spectool").info(
+    log = init_logger("vllm.spectool")
+    try:
+        version = check_vllm_version(vllm.__version__)
+    except ConfigError as exc:
+        log.warning("spectool plugin stays off: %s", exc)
+        return False
+    log.info(
         "spectool plugin loaded on vLLM %s; "
         "vLLM patches applied: none (endpoint plugin, custom_class "
-        "proposer and worker extension use vLLM's own extension points)", version)
+        "proposer and worker extension use vLLM's own extension points)",
+        version,
+    )
+    return True
 
 
 def endpoint_plugin() -> Any:

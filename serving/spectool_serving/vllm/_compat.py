@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import re
 
-from spectool._errors import ConfigError
+from spectool.errors import ConfigError
+from spectool.settings import settings
 
 __all__ = ["SUPPORTED_VLLM", "check_vllm_version", "response_id_of"]
 
@@ -32,10 +32,11 @@ def check_vllm_version(version: str | None = None) -> str:
 
         version = vllm.__version__
     v = _version_tuple(version)
-    if not (_MIN <= v < _MAX) and os.environ.get("SPECTOOL_VLLM_ALLOW_ANY_VERSION") != "1":
+    if not (_MIN <= v < _MAX) and not settings().vllm_allow_any_version:
         raise ConfigError(
             f"spectool's vLLM plugin supports vllm {','.join(SUPPORTED_VLLM)}; found {version}. "
-            "Set SPECTOOL_VLLM_ALLOW_ANY_VERSION=1 to try anyway.")
+            "Set SPECTOOL_VLLM_ALLOW_ANY_VERSION=1 to try anyway."
+        )
     return version
 
 

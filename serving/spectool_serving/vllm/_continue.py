@@ -15,7 +15,8 @@ sends the same on its own later turns, so the transcripts stay equal.
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from ..toolcalls import output_text
 
@@ -38,19 +39,25 @@ def _resolve(calls: list[dict], lookup: Lookup) -> list[Any] | None:
 def _next_messages(messages: list, content: str | None, calls: list[dict], outputs: list) -> list:
     # a copy of each function: vLLM's chat preprocessing parses ``arguments`` to a dict in place,
     # which would leak into the resolved-call records returned to the client
-    assistant = {"role": "assistant", "content": content,
-                 "tool_calls": [{"id": c["id"], "type": "function", "function": dict(c["function"])}
-                                for c in calls]}
-    tools = [{"role": "tool", "tool_call_id": c["id"], "content": output_text(o)}
-             for c, o in zip(calls, outputs)]
+    assistant = {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [{"id": c["id"], "type": "function", "function": dict(c["function"])} for c in calls],
+    }
+    tools = [
+        {"role": "tool", "tool_call_id": c["id"], "content": output_text(o)} for c, o in zip(calls, outputs)
+    ]
     return [*messages, assistant, *tools]
 
 
 def _hop_info(usage: dict | None) -> dict:
     usage = usage or {}
     details = usage.get("prompt_tokens_details") or {}
-    return {"prompt_tokens": usage.get("prompt_tokens", 0), "cached_tokens": details.get("cached_tokens"),
-            "completion_tokens": usage.get("completion_tokens", 0)}
+    return {
+        "prompt_tokens": usage.get("prompt_tokens", 0),
+        "cached_tokens": details.get("cached_tokens"),
+        "completion_tokens": usage.get("completion_tokens", 0),
+    }
 
 
 def _next_request(request: Any, messages: list, request_id: str, tool_choice: str | None) -> Any:
@@ -60,8 +67,15 @@ def _next_request(request: Any, messages: list, request_id: str, tool_choice: st
     return request.model_copy(update=update)
 
 
-async def complete(run: Callable[[Any], Any], request: Any, rid: str, base: str, lookup: Lookup,
-                   max_hops: int, then_tool_choice: str | None = None) -> dict | Any:
+async def complete(
+    run: Callable[[Any], Any],
+    request: Any,
+    rid: str,
+    base: str,
+    lookup: Lookup,
+    max_hops: int,
+    then_tool_choice: str | None = None,
+) -> dict | Any:
     """Non-streamed: returns the final response as a dict (or vLLM's error object)."""
     resolved: list[dict] = []
     hops: list[dict] = []
@@ -76,8 +90,12 @@ async def complete(run: Callable[[Any], Any], request: Any, rid: str, base: str,
         choice = body["choices"][0]
         calls = choice["message"].get("tool_calls") or []
         outputs = None
-        if len(body["choices"]) == 1 and choice["finish_reason"] == "tool_calls" and calls \
-                and len(hops) <= max_hops:
+        if (
+            len(body["choices"]) == 1
+            and choice["finish_reason"] == "tool_calls"
+            and calls
+            and len(hops) <= max_hops
+        ):
             outputs = _resolve(calls, lookup)
         if outputs is None:
             break
@@ -112,8 +130,9 @@ def _sse(obj: dict) -> str:
 
 def _merge_call_delta(calls: dict[int, dict], delta: dict) -> None:
     for tc in delta.get("tool_calls") or ():
-        slot = calls.setdefault(tc.get("index", 0), {"id": None, "type": "function",
-                                                     "function": {"name": "", "arguments": ""}})
+        slot = calls.setdefault(
+            tc.get("index", 0), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+        )
         if tc.get("id"):
             slot["id"] = tc["id"]
         fn = tc.get("function") or {}
@@ -121,9 +140,17 @@ def _merge_call_delta(calls: dict[int, dict], delta: dict) -> None:
         slot["function"]["arguments"] += fn.get("arguments") or ""
 
 
-async def stream(run: Callable[[Any], Any], request: Any, rid: str, base: str, lookup: Lookup,
-                 max_hops: int, first: Any, report: dict | None = None,
-                 then_tool_choice: str | None = None) -> AsyncIterator[str]:
+async def stream(
+    run: Callable[[Any], Any],
+    request: Any,
+    rid: str,
+    base: str,
+    lookup: Lookup,
+    max_hops: int,
+    first: Any,
+    report: dict | None = None,
+    then_tool_choice: str | None = None,
+) -> AsyncIterator[str]:
     """Streamed: content passes through at once; a hop's tool-call chunks are held until the
     hop ends, then either replaced by ``spectool_resolved_call`` chunks (all cached: the
     next hop streams on under the same id) or released unchanged (the client runs them)."""
@@ -157,7 +184,9 @@ async def stream(run: Callable[[Any], Any], request: Any, rid: str, base: str, l
             report["round_trips_saved"] = hops - 1
         usage_total = _add_usage(usage_total, usage)
         ordered = [calls[i] for i in sorted(calls)]
-        outputs = _resolve(ordered, lookup) if finish == "tool_calls" and ordered and hops <= max_hops else None
+        outputs = (
+            _resolve(ordered, lookup) if finish == "tool_calls" and ordered and hops <= max_hops else None
+        )
         if outputs is None:
             for chunk in held:
                 if chunk.get("choices") and chunk["choices"][0].get("finish_reason"):
@@ -171,8 +200,15 @@ async def stream(run: Callable[[Any], Any], request: Any, rid: str, base: str, l
             if report is not None:
                 report["hits"] = report.get("hits", 0) + 1
             content = ""
-            yield _sse({"id": rid, "object": "chat.completion.chunk", "choices": [
-                {"index": 0, "delta": {}, "finish_reason": None, "spectool_resolved_call": record}]})
+            yield _sse(
+                {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "choices": [
+                        {"index": 0, "delta": {}, "finish_reason": None, "spectool_resolved_call": record}
+                    ],
+                }
+            )
         messages = _next_messages(messages, hop_content, ordered, outputs)
         req = _next_request(request, messages, f"{base}.h{hops}", then_tool_choice)
         gen = await run(req)
@@ -180,8 +216,15 @@ async def stream(run: Callable[[Any], Any], request: Any, rid: str, base: str, l
             yield _sse({"error": gen.model_dump() if hasattr(gen, "model_dump") else str(gen)})
             break
     if usage_total is not None:
-        yield _sse({"id": rid, "object": "chat.completion.chunk", "choices": [], "usage": usage_total,
-                    "spectool": {"round_trips_saved": hops - 1}})
+        yield _sse(
+            {
+                "id": rid,
+                "object": "chat.completion.chunk",
+                "choices": [],
+                "usage": usage_total,
+                "spectool": {"round_trips_saved": hops - 1},
+            }
+        )
     yield "data: [DONE]\n\n"
 
 
@@ -194,6 +237,8 @@ def _add_usage(total: dict | None, usage: dict | None) -> dict | None:
         total[k] = total.get(k, 0) + usage.get(k, 0)
     if total.get("prompt_tokens_details") and usage.get("prompt_tokens_details"):
         a, b = total["prompt_tokens_details"], usage["prompt_tokens_details"]
-        total["prompt_tokens_details"] = {**a, "cached_tokens": (a.get("cached_tokens") or 0)
-                                          + (b.get("cached_tokens") or 0)}
+        total["prompt_tokens_details"] = {
+            **a,
+            "cached_tokens": (a.get("cached_tokens") or 0) + (b.get("cached_tokens") or 0),
+        }
     return total

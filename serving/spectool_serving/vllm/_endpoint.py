@@ -23,7 +23,7 @@ import time
 import uuid
 from typing import Any
 
-from spectool._errors import ToolCacheError
+from spectool.errors import ToolCacheError
 
 from ..toolcache import ToolCache
 from . import _continue

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-__all__ = ["DraftCounters", "DraftMirror"]
+__all__ = ["DraftMirror", "ProposerCounters"]
 
 
 @dataclass
-class DraftCounters:
+class ProposerCounters:
     """Proposed and accepted draft tokens, tool-call drafts apart from text (fallback) drafts."""
 
     tool_drafts: int = 0
@@ -38,8 +38,9 @@ class DraftCounters:
 class DraftMirror:
     """response id -> [(name, arguments text, expires)], newest first; bounded."""
 
-    def __init__(self, max_responses: int = 4096, max_entries: int = 256,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, max_responses: int = 4096, max_entries: int = 256, clock: Callable[[], float] = time.time
+    ) -> None:
         self._items: OrderedDict[str, list[tuple[str, str, float]]] = OrderedDict()
         self.max_responses, self.max_entries, self._clock = max_responses, max_entries, clock
 

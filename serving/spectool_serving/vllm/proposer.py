@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 from typing import Any
+
+from spectool.settings import settings
 
 from ..toolcalls import FORMATS, PromptFormat, draft_cached_call
 from ._compat import response_id_of
-from ._mirror import DraftCounters, DraftMirror
+from ._mirror import DraftMirror, ProposerCounters
 
 __all__ = ["ToolCacheProposer"]
 
@@ -38,12 +39,12 @@ class ToolCacheProposer:
         spec = vllm_config.speculative_config
         self.k = int(spec.num_speculative_tokens)
         self.mirror = DraftMirror()
-        self.counters = DraftCounters()
-        self.fmt: PromptFormat = FORMATS[os.environ.get("SPECTOOL_VLLM_FORMAT", "chatml")]
+        self.counters = ProposerCounters()
+        self.fmt: PromptFormat = FORMATS[settings().vllm_format]
         self._runner: Any = None
         self._last: dict[str, tuple[str, int]] = {}  # req id -> (kind, tokens proposed last step)
         self._tokenizer = _load_tokenizer(vllm_config)
-        self._fallback = _make_fallback(vllm_config, os.environ.get("SPECTOOL_VLLM_FALLBACK", ""))
+        self._fallback = _make_fallback(vllm_config, settings().vllm_fallback)
 
     # -- wiring -----------------------------------------------------------------------------
     def load_model(self, *args: Any, **kwargs: Any) -> None:
@@ -55,8 +56,9 @@ class ToolCacheProposer:
             self.fmt = FORMATS[format_name]
 
     # -- the step ----------------------------------------------------------------------------
-    def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,
-                token_ids_cpu: Any, **kwargs: Any) -> list[list[int]]:
+    def propose(
+        self, sampled_token_ids: list[list[int]], num_tokens_no_spec: Any, token_ids_cpu: Any, **kwargs: Any
+    ) -> list[list[int]]:
         n = len(sampled_token_ids)
         drafts: list[list[int]] = [[] for _ in range(n)]
         req_ids = self._req_ids(n)
@@ -97,10 +99,12 @@ class ToolCacheProposer:
         start = max(int(self._runner.input_batch.num_prompt_tokens[i]), end - _TAIL)
         text = self._tokenizer.decode(token_ids[i, start:end].tolist())
         at = text.rfind(self.fmt.call_start)
-        if at < 0 or (self.fmt.start_only_at_message_start and start != int(
-                self._runner.input_batch.num_prompt_tokens[i])):
+        if at < 0 or (
+            self.fmt.start_only_at_message_start
+            and start != int(self._runner.input_batch.num_prompt_tokens[i])
+        ):
             return []
-        rest = draft_cached_call(self.fmt, text[at + len(self.fmt.call_start):], entries)
+        rest = draft_cached_call(self.fmt, text[at + len(self.fmt.call_start) :], entries)
         if not rest:
             return []
         return list(self._tokenizer.encode(rest, add_special_tokens=False))[: self.k]
@@ -124,7 +128,9 @@ class ToolCacheProposer:
             if d:
                 self._last[rid] = (kind, len(d))
                 setattr(self.counters, f"{kind}_drafts", getattr(self.counters, f"{kind}_drafts") + 1)
-                setattr(self.counters, f"{kind}_proposed", getattr(self.counters, f"{kind}_proposed") + len(d))
+                setattr(
+                    self.counters, f"{kind}_proposed", getattr(self.counters, f"{kind}_proposed") + len(d)
+                )
 
 
 def _load_tokenizer(vllm_config: Any) -> Any:

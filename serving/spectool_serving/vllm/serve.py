@@ -17,10 +17,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from spectool._errors import ConfigError
+from spectool.errors import ConfigError
+from spectool.settings import settings
 
 __all__ = ["VllmServer", "add_arguments", "build_command", "run", "vllm_env_missing", "vllm_python"]
 
@@ -32,7 +33,7 @@ EXTENSION = "spectool_serving.vllm.worker.ToolCacheWorkerExtension"
 
 def vllm_python() -> str:
     """The interpreter that has vLLM: ``$SPECTOOL_VLLM_PYTHON``, ``.venv-vllm``, or this one."""
-    explicit = os.environ.get("SPECTOOL_VLLM_PYTHON")
+    explicit = settings().vllm_python
     if explicit:
         return explicit
     local = ROOT / ".venv-vllm" / "bin" / "python"
@@ -41,7 +42,7 @@ def vllm_python() -> str:
 
 def vllm_env_missing() -> str | None:
     """Why vLLM cannot be started from here, or None when an interpreter for it exists."""
-    explicit = os.environ.get("SPECTOOL_VLLM_PYTHON")
+    explicit = settings().vllm_python
     if explicit:
         return None if Path(explicit).exists() else f"SPECTOOL_VLLM_PYTHON={explicit} does not exist"
     if (ROOT / ".venv-vllm" / "bin" / "python").exists():
@@ -51,43 +52,78 @@ def vllm_env_missing() -> str | None:
 
 def _model_folder(model: str) -> tuple[str, bool]:
     """(HF folder, is the embedded SmolLM2) — GGUF files are converted once and cached."""
-    from spectool._embedded import EMBEDDED_MODEL, _gguf_to_hf, embedded_hf_folder
+    from spectool.embedded import EMBEDDED_MODEL, embedded_hf_folder, gguf_to_hf
 
     if model in ("", "embedded", EMBEDDED_MODEL):
         return str(embedded_hf_folder()), True
     if model.endswith(".gguf"):
-        return str(_gguf_to_hf(Path(model))), False
+        return str(gguf_to_hf(Path(model))), False
     return model, False
 
 
-def build_command(model: str, *, port: int = 8000, host: str = "127.0.0.1", dtype: str = "auto",
-                  served_name: str | None = None, num_draft_tokens: int = 8, o2: bool = True,
-                  eager: bool = True, tool_parser: str = "hermes", chat_template: str | None = None,
-                  strict_level: str = "parameter", extra: Sequence[str] = (),
-                  python: str | None = None) -> list[str]:
+def build_command(
+    model: str,
+    *,
+    port: int = 8000,
+    host: str = "127.0.0.1",
+    dtype: str = "auto",
+    served_name: str | None = None,
+    num_draft_tokens: int = 8,
+    o2: bool = True,
+    eager: bool = True,
+    tool_parser: str = "hermes",
+    chat_template: str | None = None,
+    strict_level: str = "parameter",
+    extra: Sequence[str] = (),
+    python: str | None = None,
+) -> list[str]:
     """The vLLM server command line with spectool's plugins (see docs/vllm.md)."""
     folder, embedded = _model_folder(model)
-    cmd = [python or vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", folder,
-           "--host", host, "--port", str(port), "--dtype", dtype,
-           "--served-model-name", served_name or ("smollm2" if embedded else Path(folder).name),
-           "--enable-auto-tool-choice", "--tool-call-parser", tool_parser,
-           "--tool-strict-level", strict_level, "--enable-prompt-tokens-details",
-           "--worker-extension-cls", EXTENSION]
+    cmd = [
+        python or vllm_python(),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        folder,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+        "--served-model-name",
+        served_name or ("smollm2" if embedded else Path(folder).name),
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        tool_parser,
+        "--tool-strict-level",
+        strict_level,
+        "--enable-prompt-tokens-details",
+        "--worker-extension-cls",
+        EXTENSION,
+    ]
     template = chat_template or (str(TEMPLATE) if embedded else None)
     if template:
         cmd += ["--chat-template", template]
     if o2:
-        cmd += ["--speculative-config", json.dumps(
-            {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": num_draft_tokens})]
+        cmd += [
+            "--speculative-config",
+            json.dumps(
+                {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": num_draft_tokens}
+            ),
+        ]
     if eager:
         cmd.append("--enforce-eager")
     if "--block-size" not in extra and _on_cpu(python):
-        cmd += ["--block-size", "32"]  # CPU attention wants multiples of 32; small blocks cache more of a chat
+        cmd += [
+            "--block-size",
+            "32",
+        ]  # CPU attention wants multiples of 32; small blocks cache more of a chat
     return cmd + list(extra)
 
 
 def _on_cpu(python: str | None) -> bool:
-    return os.environ.get("SPECTOOL_VLLM_FLAVOUR", "cpu") == "cpu"
+    return settings().vllm_flavour == "cpu"
 
 
 def server_env(base: dict | None = None) -> dict:
@@ -101,17 +137,25 @@ def server_env(base: dict | None = None) -> dict:
 class VllmServer:
     """A vLLM server subprocess: ``with VllmServer(cmd) as s: s.url``. Waits for /health."""
 
-    def __init__(self, cmd: list[str], *, port: int, log_path: str | None = None,
-                 env: dict | None = None, start_timeout: float = 300.0) -> None:
+    def __init__(
+        self,
+        cmd: list[str],
+        *,
+        port: int,
+        log_path: str | None = None,
+        env: dict | None = None,
+        start_timeout: float = 300.0,
+    ) -> None:
         self.cmd, self.port, self.env, self.start_timeout = cmd, port, env or server_env(), start_timeout
         self.log_path = log_path or os.devnull
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "VllmServer":
+    def __enter__(self) -> VllmServer:
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -157,11 +201,18 @@ def run(args: argparse.Namespace) -> int:
     extra = [a for a in (opt("vllm_args") or []) if a != "--"]
     if opt("api_key"):
         extra += ["--api-key", *args.api_key]
-    cmd = build_command(opt("model") or "embedded", port=opt("port", 8000), host=opt("host", "127.0.0.1"),
-                        dtype=opt("dtype", "auto"), num_draft_tokens=opt("num_draft_tokens", 8),
-                        o2=not (opt("no_o2") or opt("no_tool_cache")), eager=not opt("compile"),
-                        tool_parser=opt("tool_call_parser", "hermes"),
-                        chat_template=opt("chat_template"), extra=extra)
+    cmd = build_command(
+        opt("model") or "embedded",
+        port=opt("port", 8000),
+        host=opt("host", "127.0.0.1"),
+        dtype=opt("dtype", "auto"),
+        num_draft_tokens=opt("num_draft_tokens", 8),
+        o2=not (opt("no_o2") or opt("no_tool_cache")),
+        eager=not opt("compile"),
+        tool_parser=opt("tool_call_parser", "hermes"),
+        chat_template=opt("chat_template"),
+        extra=extra,
+    )
     if opt("print_command"):
         print(" ".join(cmd))
         return 0

@@ -42,5 +42,8 @@ class ToolCacheWorkerExtension:
 
     def spectool_stats(self) -> dict:
         p = self._spectool_proposer()
-        return {"o2": False} if p is None else {"o2": True, "mirrored_responses": len(p.mirror),
-                                                 **p.counters.as_dict()}
+        return (
+            {"o2": False}
+            if p is None
+            else {"o2": True, "mirrored_responses": len(p.mirror), **p.counters.as_dict()}
+        )

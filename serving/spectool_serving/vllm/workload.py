@@ -28,16 +28,31 @@ __all__ = ["CITIES", "MODES", "TOOL", "decode_rate", "o2_counts", "turn"]
 
 CITIES = ["Paris", "Rome", "Berlin", "Madrid", "Vienna", "Oslo", "Lisbon", "Prague"]
 MODES = ("baseline", "client", "engine")
-TOOL = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
-                   "required": ["city"]}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 20}},
+            "required": ["city"],
+        },
+    },
+}
 NO_O3 = {"x-spectool-o3": "off"}  # vLLM: no continuation on plain requests (the torch engine needs no header)
 
 
 def _body(model: str, city: str, **kw) -> dict:
-    return {"model": model, "messages": [{"role": "user", "content": f"What is the weather in {city}?"}],
-            "tools": [TOOL], "tool_choice": "required", "max_tokens": 48, "temperature": 0, **kw}
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": f"What is the weather in {city}?"}],
+        "tools": [TOOL],
+        "tool_choice": "required",
+        "max_tokens": 48,
+        "temperature": 0,
+        **kw,
+    }
 
 
 def _tool(args: dict, latency: float) -> str:
@@ -47,14 +62,22 @@ def _tool(args: dict, latency: float) -> str:
 
 def _prefill(usage: dict | None) -> int:
     usage = usage or {}
-    return usage.get("prompt_tokens", 0) - ((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    return usage.get("prompt_tokens", 0) - (
+        (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    )
 
 
 def decode_rate(c: httpx.Client, model: str, streams: int, tokens: int = 128) -> float:
     """Aggregate generated tokens/s of ``streams`` concurrent story requests."""
+
     def one(i: int) -> int:
-        b = {"model": model, "messages": [{"role": "user", "content": f"Tell long story number {i}."}],
-             "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
+        b = {
+            "model": model,
+            "messages": [{"role": "user", "content": f"Tell long story number {i}."}],
+            "max_tokens": tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
         r = c.post("/v1/chat/completions", json=b)
         r.raise_for_status()
         return r.json()["usage"]["completion_tokens"]
@@ -74,7 +97,8 @@ def _post(c: httpx.Client, body: dict) -> dict:
 def _second(c: httpx.Client, model: str, city: str, call: dict, out: str) -> dict:
     messages = _body(model, city)["messages"] + [
         {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": call["id"], "content": out}]
+        {"role": "tool", "tool_call_id": call["id"], "content": out},
+    ]
     return _post(c, _body(model, city, messages=messages))
 
 
@@ -87,7 +111,11 @@ def _two_hops(c: httpx.Client, model: str, city: str, latency: float, overlap: b
         args = json.loads(call["function"]["arguments"])
         out = fut.result() if fut is not None and args == {"city": city} else _tool(args, latency)
     r2 = _second(c, model, city, call, out)
-    return {"s": time.perf_counter() - t, "prefill": _prefill(r1["usage"]) + _prefill(r2["usage"]), "trips": 2}
+    return {
+        "s": time.perf_counter() - t,
+        "prefill": _prefill(r1["usage"]) + _prefill(r2["usage"]),
+        "trips": 2,
+    }
 
 
 def _engine(c: httpx.Client, model: str, city: str, latency: float) -> dict:
@@ -101,10 +129,14 @@ def _engine(c: httpx.Client, model: str, city: str, latency: float) -> dict:
                 continue
             ch = json.loads(line[6:])
             if poster is None:  # the first chunk names the response: start the tool now
+
                 def post(rid=ch["id"]):
                     out = _tool({"city": city}, latency)
-                    c.post(f"/cache-tool-output/{rid}",
-                           json=[{"name": "get_weather", "params": {"city": city}, "output": out}])
+                    c.post(
+                        f"/cache-tool-output/{rid}",
+                        json=[{"name": "get_weather", "params": {"city": city}, "output": out}],
+                    )
+
                 poster = threading.Thread(target=post)
                 poster.start()
             usage = ch.get("usage") or usage
@@ -115,9 +147,14 @@ def _engine(c: httpx.Client, model: str, city: str, latency: float) -> dict:
     if poster is not None:
         poster.join()
     if calls and not resolved:  # a miss: the client finishes the turn itself (Alg. 2 fallback)
-        call = {"id": calls[0]["id"], "type": "function", "function": {
-            "name": calls[0]["function"]["name"],
-            "arguments": "".join(x["function"].get("arguments") or "" for x in calls)}}
+        call = {
+            "id": calls[0]["id"],
+            "type": "function",
+            "function": {
+                "name": calls[0]["function"]["name"],
+                "arguments": "".join(x["function"].get("arguments") or "" for x in calls),
+            },
+        }
         r2 = _second(c, model, city, call, _tool({"city": city}, 0))
         trips, prefill = 2, prefill + _prefill(r2["usage"])
     return {"s": time.perf_counter() - t, "prefill": prefill, "trips": trips, "hit": bool(resolved)}

@@ -1,8 +1,9 @@
 """C kernels for the tree decoder on CPU, built on first use.
 
-:class:`PackedLinear` — fp32 linear layers on one panel-packed weight copy. Why: on a CPU the rows of a verified tree (1–48) make a GEMM that should cost what streaming
-the weights costs, whatever the row count. MKL's kernels either re-pack the weights on every
-call or need one packed copy per row count (≈ 0.54 GB each for SmolLM2 in fp32). The kernel in
+:class:`PackedLinear` — fp32 linear layers on one panel-packed weight copy. Why: on a CPU
+the rows of a verified tree (1–48) make a GEMM that should cost what streaming the weights
+costs, whatever the row count. MKL's kernels either re-pack the weights on every call or
+need one packed copy per row count (≈ 0.54 GB each for SmolLM2 in fp32). The kernel in
 ``_sgemm.c`` packs each weight once into 64-column panels, serves every row count from that
 copy, prefetches the weight stream under its FMAs, and gives each row the same result whatever
 other rows share the call.
@@ -33,6 +34,8 @@ from pathlib import Path
 
 import torch  # first: the kernel must bind to the OpenMP runtime torch has loaded
 
+from spectool.settings import settings
+
 __all__ = ["MAX_ROWS", "PackedLinear", "available", "library", "row_stats"]
 
 log = logging.getLogger(__name__)
@@ -50,8 +53,8 @@ _tried = False
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("SPECTOOL_KERNEL_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "spectool" / "kernels"
+    root = settings().kernel_cache
+    return root if root else Path.home() / ".cache" / "spectool" / "kernels"
 
 
 def _build(compiler: str) -> Path:
@@ -90,7 +93,7 @@ def library() -> ctypes.CDLL | None:
     if _tried:
         return _lib
     _tried = True
-    if os.environ.get("SPECTOOL_CPU_KERNELS", "1") == "0":
+    if not settings().cpu_kernels:
         return None
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return None
@@ -159,8 +162,17 @@ class PackedLinear:
         if flat.stride(1) != 1:
             flat = flat.contiguous()
         y = torch.empty(rows, self.n)
-        self._call(flat.data_ptr(), rows, flat.stride(0), self.packed.data_ptr(), self.n, self.k,
-                   None if self._bias is None else self._bias.data_ptr(), y.data_ptr(), self.n)
+        self._call(
+            flat.data_ptr(),
+            rows,
+            flat.stride(0),
+            self.packed.data_ptr(),
+            self.n,
+            self.k,
+            None if self._bias is None else self._bias.data_ptr(),
+            y.data_ptr(),
+            self.n,
+        )
         return y.view(*x.shape[:-1], self.n)
 
 
@@ -178,6 +190,5 @@ def row_stats(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor,
     ids = torch.empty(n, k, dtype=torch.long)
     probs = torch.empty(n, k)
     if n:
-        lib.spectool_row_stats(x.data_ptr(), n, vocab, k, argmax.data_ptr(), ids.data_ptr(),
-                               probs.data_ptr())
+        lib.spectool_row_stats(x.data_ptr(), n, vocab, k, argmax.data_ptr(), ids.data_ptr(), probs.data_ptr())
     return argmax, ids, probs

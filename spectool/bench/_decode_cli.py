@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from ._errors import ConfigError, missing_extra
+from .._errors import ConfigError, missing_extra
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 def _calibrate(bench, dtypes, batches, threads) -> int:
     import torch
 
-    from spectool._embedded import load_causal_lm
+    from spectool.embedded import load_causal_lm
 
     if threads:
         torch.set_num_threads(threads)

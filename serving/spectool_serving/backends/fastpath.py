@@ -5,8 +5,8 @@ matmul FLOPs is memory traffic proportional to the cache, paid every step:
 
 * transformers' ``DynamicLayer`` appends with ``torch.cat``: every step copies the whole
   cache. :class:`GrowableLayer` writes into a preallocated buffer that doubles when full, and
-  hands the model views of it (the in-place path gather of :func:`.verify.commit_paths` keeps
-  working on those views).
+  hands the model views of it (the in-place path gather of
+  :func:`spectool_serving.tree.forward.commit_paths` keeps working on those views).
 * for grouped-query models (SmolLM2: 9 query heads over 3 KV heads) the stock SDPA path
   repeats K and V per query head for any query longer than one token — three copies of the
   cache per layer per step. :func:`grouped_attention` folds each group's query heads into
@@ -29,25 +29,32 @@ only the packed kernels, through :func:`linear_kernels`.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-
-import os
-import weakref
 
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from spectool._errors import ConfigError
+from spectool.settings import settings
 
 from . import kernels
 
-__all__ = ["ATTENTION_NAME", "PACK_WIDTHS", "GrowableLayer", "grouped_attention",
-           "linear_kernels", "new_cache", "pack_widths", "packing_enabled", "reserve_slots",
-           "verify_kernels"]
+__all__ = [
+    "ATTENTION_NAME",
+    "PACK_WIDTHS",
+    "GrowableLayer",
+    "grouped_attention",
+    "linear_kernels",
+    "new_cache",
+    "pack_widths",
+    "packing_enabled",
+    "reserve_slots",
+    "verify_kernels",
+]
 
 ATTENTION_NAME = "spectool_grouped_sdpa"
 # token counts whose fp32 GEMMs run on pre-packed weights, most valuable first (the cost
@@ -57,10 +64,17 @@ _PACK_MAX_GB = 4.0
 _MIN_CAPACITY = 256
 
 
-def grouped_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      attention_mask: torch.Tensor | None, dropout: float = 0.0,
-                      scaling: float | None = None, is_causal: bool | None = None,
-                      **_: Any) -> tuple[torch.Tensor, None]:
+def grouped_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **_: Any,
+) -> tuple[torch.Tensor, None]:
     """Attention with KV heads read once. query [B, H, Q, D]; key, value [B, Hk, L, D];
     attention_mask additive [B, 1, Q, ≥L]. Returns ([B, Q, H, D], None) like transformers'."""
     bsz, heads, q_len, dim = query.shape
@@ -76,9 +90,15 @@ def grouped_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value
     if causal and rep > 1:  # a causal flag cannot see the folded rows; spell the mask out
         mask = _grouped_mask(_causal_mask(q_len, kv_len, query.dtype)[None, None], rep, kv_len)
         causal = False
-    out = F.scaled_dot_product_attention(q_grouped, key, value, attn_mask=mask,
-                                         dropout_p=dropout if module.training else 0.0,
-                                         is_causal=causal, scale=scaling)
+    out = F.scaled_dot_product_attention(
+        q_grouped,
+        key,
+        value,
+        attn_mask=mask,
+        dropout_p=dropout if module.training else 0.0,
+        is_causal=causal,
+        scale=scaling,
+    )
     return out.view(bsz, heads, q_len, dim).transpose(1, 2).contiguous(), None
 
 
@@ -95,8 +115,9 @@ def _grouped_mask(mask: torch.Tensor, rep: int, kv_len: int) -> torch.Tensor:
     if hit is not None and hit[0] is mask and hit[1].shape[-1] == kv_len:
         return hit[1]
     bsz, _, q_len, _ = mask.shape
-    grouped = (mask[..., :kv_len][:, :, None]
-               .expand(bsz, 1, rep, q_len, kv_len).reshape(bsz, 1, rep * q_len, kv_len))
+    grouped = (
+        mask[..., :kv_len][:, :, None].expand(bsz, 1, rep, q_len, kv_len).reshape(bsz, 1, rep * q_len, kv_len)
+    )
     if len(_last_masks) >= 4:  # full and sliding masks of one forward; drop older forwards
         _last_masks.clear()
     _last_masks[key] = (mask, grouped)
@@ -116,7 +137,7 @@ _active: dict[int, int] = {}  # id(model) -> nesting depth of verify_kernels
 
 
 @contextmanager
-def verify_kernels(model: Any) -> Iterator[None]:
+def verify_kernels(model: Any, pack: bool = True) -> Iterator[None]:
     """Run the enclosed forwards of ``model`` with :func:`grouped_attention` and, in fp32 on
     CPU, pre-packed GEMMs for the widths in ``PACK_WIDTHS``.
 
@@ -137,7 +158,7 @@ def verify_kernels(model: Any) -> Iterator[None]:
     if swap:
         _register()
         cfg._attn_implementation = ATTENTION_NAME
-    packs = {} if _runs_fused(model) else _packs(model)
+    packs = _packs(model) if pack else {}
     for module, (_, forward) in packs.items():
         module.forward = forward  # an instance attribute shadows the class's forward
     _active[key] = 1
@@ -150,15 +171,6 @@ def verify_kernels(model: Any) -> Iterator[None]:
         if swap:
             cfg._attn_implementation = previous
         _last_masks.clear()
-
-
-def _runs_fused(model: Any) -> bool:
-    """Whether the tree code runs ``model`` through :class:`.fused.FusedLlama`, which holds
-    its own packed weights: module-level copies would only double the memory."""
-    from .fused import FusedLlama
-    from .lean import lean_for
-
-    return isinstance(lean_for(model), FusedLlama)
 
 
 _PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -182,8 +194,9 @@ def _packs(model: Any) -> dict[Any, tuple[dict[int, torch.Tensor], Any]]:
                 kernel = kernels.PackedLinear(module.weight, module.bias)
                 packs[module] = (kernel, kernel)
             else:
-                by_width = {w: torch.ops.mkl._mkl_reorder_linear_weight(module.weight.detach(), w)
-                            for w in widths}
+                by_width = {
+                    w: torch.ops.mkl._mkl_reorder_linear_weight(module.weight.detach(), w) for w in widths
+                }
                 packs[module] = (by_width, _packed_forward(module, by_width))
         _PACKED[model] = packs
     return packs
@@ -192,21 +205,22 @@ def _packs(model: Any) -> dict[Any, tuple[dict[int, torch.Tensor], Any]]:
 def packing_enabled(model: Any) -> bool:
     """Whether ``model``'s linear layers run on pre-packed weights: fp32 on a CPU where the
     panel kernel builds or torch has MKL, unless ``SPECTOOL_PACKED_GEMM=0``."""
-    return (os.environ.get("SPECTOOL_PACKED_GEMM", "1") != "0" and model.dtype == torch.float32
-            and model.device.type == "cpu"
-            and (kernels.available() or hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")))
+    return (
+        settings().packed_gemm
+        and model.dtype == torch.float32
+        and model.device.type == "cpu"
+        and (kernels.available() or hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight"))
+    )
 
 
 def pack_widths(model: Any) -> tuple[int, ...]:
     """The widths of :data:`PACK_WIDTHS` whose weight copies fit in ``SPECTOOL_PACK_MAX_GB``."""
-    linear_bytes = sum(m.weight.numel() * m.weight.element_size() for m in model.modules()
-                       if isinstance(m, torch.nn.Linear))
-    try:
-        budget = float(os.environ.get("SPECTOOL_PACK_MAX_GB", _PACK_MAX_GB)) * 2**30
-    except ValueError as exc:
-        raise ConfigError("SPECTOOL_PACK_MAX_GB must be a number of GiB") from exc
+    linear_bytes = sum(
+        m.weight.numel() * m.weight.element_size() for m in model.modules() if isinstance(m, torch.nn.Linear)
+    )
+    budget = settings().pack_max_gb * 2**30  # ConfigError names the variable if it is no number
     copies = int(budget // max(linear_bytes, 1))
-    return PACK_WIDTHS[:max(copies, 0)]
+    return PACK_WIDTHS[: max(copies, 0)]
 
 
 def linear_kernels(model: Any, packed: bool = True) -> Any:
@@ -232,8 +246,7 @@ def _packed_forward(module: torch.nn.Linear, by_width: dict[int, torch.Tensor]) 
         packed = by_width.get(rows)
         if packed is None:
             return stock(module, x)
-        y = torch.ops.mkl._mkl_linear(x.reshape(rows, x.shape[-1]), packed, module.weight,
-                                      module.bias, rows)
+        y = torch.ops.mkl._mkl_linear(x.reshape(rows, x.shape[-1]), packed, module.weight, module.bias, rows)
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
     return forward
@@ -245,8 +258,9 @@ class GrowableLayer(DynamicLayer):
     _kbuf: torch.Tensor | None = None
     _vbuf: torch.Tensor | None = None
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         start = self.keys.shape[-2] if self.keys.dim() == 4 else 0
@@ -258,17 +272,22 @@ class GrowableLayer(DynamicLayer):
         return self.keys, self.values
 
 
-def reserve_slots(layer: DynamicLayer, like: torch.Tensor, need: int
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+def reserve_slots(layer: DynamicLayer, like: torch.Tensor, need: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The layer's KV buffers [B, H, capacity ≥ need, D] (shaped like ``like``), whose prefix
     its keys/values are views of: kept while they still are (transformers' own reorder/select
     methods replace keys/values with copies), else reallocated at twice ``need`` with the
     cached slots copied in. Works on any ``DynamicLayer``: the buffers ride as attributes."""
     kbuf, vbuf = getattr(layer, "_kbuf", None), getattr(layer, "_vbuf", None)
     keys, values = layer.keys, layer.values
-    owned = (kbuf is not None and vbuf is not None and keys.dim() == 4
-             and kbuf.shape[0] == like.shape[0] and keys.data_ptr() == kbuf.data_ptr()
-             and values.data_ptr() == vbuf.data_ptr() and keys.stride() == kbuf.stride())
+    owned = (
+        kbuf is not None
+        and vbuf is not None
+        and keys.dim() == 4
+        and kbuf.shape[0] == like.shape[0]
+        and keys.data_ptr() == kbuf.data_ptr()
+        and values.data_ptr() == vbuf.data_ptr()
+        and keys.stride() == kbuf.stride()
+    )
     if owned and need <= kbuf.shape[-2]:
         return kbuf, vbuf
     bsz, heads, _, dim = like.shape

@@ -8,7 +8,8 @@ only what is per forward: the embedding, rotary tables, cache buffers, final nor
 
 It writes new keys/values straight into the cache's buffers (:func:`.fastpath.reserve_slots`),
 so it shares a cache with :class:`~.lean.LeanLlama`, which still runs wider forwards (prefill,
-more than :data:`.kernels.MAX_ROWS` rows). Which path a model gets: :func:`.lean.lean_for`.
+more than :data:`.kernels.MAX_ROWS` rows). Which path a model gets:
+:func:`spectool_serving.backends.lean_for`.
 """
 
 from __future__ import annotations
@@ -29,12 +30,22 @@ _P = ctypes.c_void_p
 
 
 class _Spec(ctypes.Structure):  # mirrors spectool_llama in _layers.c
-    _fields_ = [("layers", ctypes.c_int64), ("hidden", ctypes.c_int64),
-                ("heads", ctypes.c_int64), ("kv_heads", ctypes.c_int64),
-                ("head_dim", ctypes.c_int64), ("inter", ctypes.c_int64),
-                ("eps", ctypes.c_float), ("scale", ctypes.c_float),
-                ("ln_in", _P), ("ln_post", _P), ("qkv", _P), ("o", _P),
-                ("gate_up", _P), ("down", _P)]
+    _fields_ = [
+        ("layers", ctypes.c_int64),
+        ("hidden", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("inter", ctypes.c_int64),
+        ("eps", ctypes.c_float),
+        ("scale", ctypes.c_float),
+        ("ln_in", _P),
+        ("ln_post", _P),
+        ("qkv", _P),
+        ("o", _P),
+        ("gate_up", _P),
+        ("down", _P),
+    ]
 
 
 def fusable(model: Any) -> bool:
@@ -42,9 +53,15 @@ def fusable(model: Any) -> bool:
     cfg = model.config
     lib = kernels.library()
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return (lib is not None and model.dtype == torch.float32 and model.device.type == "cpu"
-            and not getattr(cfg, "attention_bias", False) and not getattr(cfg, "mlp_bias", False)
-            and head_dim % 2 == 0 and head_dim <= lib.spectool_llama_max_head_dim())
+    return (
+        lib is not None
+        and model.dtype == torch.float32
+        and model.device.type == "cpu"
+        and not getattr(cfg, "attention_bias", False)
+        and not getattr(cfg, "mlp_bias", False)
+        and head_dim % 2 == 0
+        and head_dim <= lib.spectool_llama_max_head_dim()
+    )
 
 
 def _pointers(tensors: list[torch.Tensor]) -> ctypes.Array:
@@ -56,30 +73,43 @@ class FusedLlama:
 
     def __init__(self, model: Any, wide: LeanLlama) -> None:
         self.wide = wide
-        cfg, layers = model.config, model.model.layers[:model.config.num_hidden_layers]
+        cfg, layers = model.config, model.model.layers[: model.config.num_hidden_layers]
         weight = lambda m: m.weight.detach()  # noqa: E731
         pack = lambda *mods: kernels.PackedLinear(torch.cat([weight(m) for m in mods]))  # noqa: E731
         attn = [layer.self_attn for layer in layers]
         mlp = [layer.mlp for layer in layers]
         # one packed copy per weight; the tensors are kept: C reads them through pointers
         self._keep = {
-            "ln_in": [weight(l.input_layernorm).float().contiguous() for l in layers],
-            "ln_post": [weight(l.post_attention_layernorm).float().contiguous() for l in layers],
+            "ln_in": [weight(ly.input_layernorm).float().contiguous() for ly in layers],
+            "ln_post": [weight(ly.post_attention_layernorm).float().contiguous() for ly in layers],
             "qkv": [pack(a.q_proj, a.k_proj, a.v_proj).packed for a in attn],
             "o": [pack(a.o_proj).packed for a in attn],
             "gate_up": [pack(m.gate_proj, m.up_proj).packed for m in mlp],
             "down": [pack(m.down_proj).packed for m in mlp],
         }
         self._arrays = {name: _pointers(ts) for name, ts in self._keep.items()}
-        self._spec = _Spec(len(layers), cfg.hidden_size, wide.heads, wide.kv_heads,
-                           wide.head_dim, cfg.intermediate_size, wide.eps, wide.scaling,
-                           *[ctypes.cast(self._arrays[n], _P) for n in
-                             ("ln_in", "ln_post", "qkv", "o", "gate_up", "down")])
+        self._spec = _Spec(
+            len(layers),
+            cfg.hidden_size,
+            wide.heads,
+            wide.kv_heads,
+            wide.head_dim,
+            cfg.intermediate_size,
+            wide.eps,
+            wide.scaling,
+            *[ctypes.cast(self._arrays[n], _P) for n in ("ln_in", "ln_post", "qkv", "o", "gate_up", "down")],
+        )
         self.lm_head = kernels.PackedLinear(weight(model.lm_head))
         self._call = kernels.library().spectool_llama_layers
 
-    def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                 mask: torch.Tensor, cache: Any, logits_to_keep: int = 0) -> torch.Tensor:
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        mask: torch.Tensor,
+        cache: Any,
+        logits_to_keep: int = 0,
+    ) -> torch.Tensor:
         """As :meth:`.lean.LeanLlama.__call__`: logits [B, Q', V]; the cache grows by Q."""
         bsz, q_len = input_ids.shape
         if bsz * q_len > kernels.MAX_ROWS or torch.is_grad_enabled():
@@ -90,17 +120,28 @@ class FusedLlama:
         slots = mask.shape[-1]  # cached + new
         mask = mask.to(torch.float32).expand(bsz, 1, q_len, slots).contiguous()
         keys, values, caps = self._buffers(cache, x, bsz, slots, slots - q_len)
-        status = self._call(ctypes.byref(self._spec), x.data_ptr(), bsz, q_len,
-                            cos.contiguous().data_ptr(), sin.contiguous().data_ptr(),
-                            mask.data_ptr(), slots, keys, values, caps)
+        status = self._call(
+            ctypes.byref(self._spec),
+            x.data_ptr(),
+            bsz,
+            q_len,
+            cos.contiguous().data_ptr(),
+            sin.contiguous().data_ptr(),
+            mask.data_ptr(),
+            slots,
+            keys,
+            values,
+            caps,
+        )
         if status != 0:
             raise MemoryError("spectool_llama_layers could not allocate its scratch buffers")
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
         return self.lm_head(wide._rms(x, wide.norm))
 
-    def _buffers(self, cache: Any, like: torch.Tensor, bsz: int, slots: int, cached: int
-                 ) -> tuple[ctypes.Array, ctypes.Array, ctypes.Array]:
+    def _buffers(
+        self, cache: Any, like: torch.Tensor, bsz: int, slots: int, cached: int
+    ) -> tuple[ctypes.Array, ctypes.Array, ctypes.Array]:
         """Every layer's KV buffers with room for ``slots``; keys/values extended to them."""
         n = self._spec.layers
         make = getattr(cache, "layer_class_to_replicate", None)

@@ -7,8 +7,8 @@ module, mask and rotary bookkeeping per layer). :class:`LeanLlama` reads the mod
 weights (and the packed fp32 weights of :mod:`.fastpath`) and runs the decoder as one flat
 loop:
 
-* rotary cos/sin come from a table indexed by position (the values transformers computes
-  per forward, elementwise, so the same bits), and ``rotate_half`` becomes one ``roll``
+* rotary cos/sin are computed per forward from the positions, on their device (the values
+  transformers computes), and ``rotate_half`` becomes one ``roll``
   against a sign-folded sine (``-a*b == a*(-b)`` exactly);
 * query heads are folded into their KV group's query axis as they are projected (the
   :func:`.fastpath.grouped_attention` layout), and the grouped mask is built once per forward
@@ -18,13 +18,11 @@ loop:
 
 Only plain Llama decoders qualify (:func:`supports`): no sliding windows, static rotary
 frequencies, SiLU MLP. Everything else — Gemma 3 included — keeps transformers' forward.
-``SPECTOOL_LEAN_FORWARD=0`` switches the lean path off.
+Which models get it, and on which kernels: :mod:`spectool_serving.backends`.
 """
 
 from __future__ import annotations
 
-import os
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["LeanLlama", "lean_for", "supports"]
+__all__ = ["LeanLlama", "supports"]
 
 _STATIC_ROPE = ("default", "linear", "llama3")
 Linear = Callable[[torch.Tensor], torch.Tensor]
@@ -43,11 +41,15 @@ def supports(model: Any) -> bool:
     cfg = getattr(model, "config", None)
     inner = getattr(model, "model", None)
     rotary = getattr(inner, "rotary_emb", None)
-    return (getattr(cfg, "model_type", None) == "llama" and rotary is not None
-            and getattr(rotary, "rope_type", "default") in _STATIC_ROPE
-            and getattr(cfg, "hidden_act", None) == "silu"
-            and (getattr(cfg, "pretraining_tp", 1) or 1) == 1
-            and not getattr(cfg, "sliding_window", None) and not model.training)
+    return (
+        getattr(cfg, "model_type", None) == "llama"
+        and rotary is not None
+        and getattr(rotary, "rope_type", "default") in _STATIC_ROPE
+        and getattr(cfg, "hidden_act", None) == "silu"
+        and (getattr(cfg, "pretraining_tp", 1) or 1) == 1
+        and not getattr(cfg, "sliding_window", None)
+        and not model.training
+    )
 
 
 @dataclass(frozen=True)
@@ -77,37 +79,48 @@ class LeanLlama:
         self.norm = inner.norm.weight
         self.lm_head = linear(model.lm_head)
         self.layers = [
-            _Layer(layer.input_layernorm.weight, linear(layer.self_attn.q_proj),
-                   linear(layer.self_attn.k_proj), linear(layer.self_attn.v_proj),
-                   linear(layer.self_attn.o_proj), layer.post_attention_layernorm.weight,
-                   linear(layer.mlp.gate_proj), linear(layer.mlp.up_proj),
-                   linear(layer.mlp.down_proj))
-            for layer in inner.layers[:cfg.num_hidden_layers]]
+            _Layer(
+                layer.input_layernorm.weight,
+                linear(layer.self_attn.q_proj),
+                linear(layer.self_attn.k_proj),
+                linear(layer.self_attn.v_proj),
+                linear(layer.self_attn.o_proj),
+                layer.post_attention_layernorm.weight,
+                linear(layer.mlp.gate_proj),
+                linear(layer.mlp.up_proj),
+                linear(layer.mlp.down_proj),
+            )
+            for layer in inner.layers[: cfg.num_hidden_layers]
+        ]
         self._inv_freq = inner.rotary_emb.inv_freq.float()
         self._rope_scale = inner.rotary_emb.attention_scaling
-        self._cos = self._sin = torch.empty(0)
 
-    def _rope(self, positions: torch.Tensor, dtype: torch.dtype
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sign-folded sin [B, Q, D] for position ids [B, Q]."""
-        need = int(positions.max()) + 1
-        if need > self._cos.shape[0]:
-            size = max(need, 2 * self._cos.shape[0], 1024)
-            freqs = torch.arange(size, dtype=torch.float)[:, None] * self._inv_freq  # [P, D/2]
-            emb = torch.cat((freqs, freqs), dim=-1)
-            cos, sin = emb.cos() * self._rope_scale, emb.sin() * self._rope_scale
-            half = sin.shape[-1] // 2
-            sin = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
-            self._cos, self._sin = cos.to(dtype), sin.to(dtype)
-        return self._cos[positions], self._sin[positions]
+    def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sign-folded sin [B, Q, D] for position ids [B, Q].
+
+        Computed per forward on the positions' own device (as transformers does): a cached
+        table would need ``positions.max()`` on the host, a device sync per forward, and a
+        table built on the CPU breaks any other device."""
+        freqs = positions.to(self._inv_freq.device, torch.float)[..., None] * self._inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)  # [B, Q, D]
+        cos, sin = emb.cos() * self._rope_scale, emb.sin() * self._rope_scale
+        half = sin.shape[-1] // 2
+        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        return cos.to(dtype), sin.to(dtype)
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         h = x.to(torch.float32)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * h.to(x.dtype)
 
-    def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                 mask: torch.Tensor, cache: Any, logits_to_keep: int = 0) -> torch.Tensor:
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        mask: torch.Tensor,
+        cache: Any,
+        logits_to_keep: int = 0,
+    ) -> torch.Tensor:
         """input_ids, position_ids [B, Q]; additive mask [B, 1, Q, L+Q] over the cached and
         new slots; ``cache`` a transformers ``DynamicCache`` that grows by Q slots.
         Returns logits [B, Q', V] of the last Q' = ``logits_to_keep`` positions (0: all)."""
@@ -119,8 +132,7 @@ class LeanLlama:
         cos_k, sin_k = cos[:, None], sin[:, None]  # [B, 1, Q, D]
         # query rows of one KV group are contiguous: row r*Q + q (transformers' repeat_kv order)
         kv_len = mask.shape[-1]
-        gmask = mask[:, :, None].expand(bsz, 1, rep, q_len, kv_len).reshape(
-            bsz, 1, rep * q_len, kv_len)
+        gmask = mask[:, :, None].expand(bsz, 1, rep, q_len, kv_len).reshape(bsz, 1, rep * q_len, kv_len)
         for i, layer in enumerate(self.layers):
             h = self._rms(x, layer.ln_in)
             q = layer.q(h).view(bsz, q_len, hk, rep, dim).permute(0, 2, 3, 1, 4)
@@ -129,8 +141,9 @@ class LeanLlama:
             q = (q * cos_q + q.roll(dim // 2, -1) * sin_q).reshape(bsz, hk, rep * q_len, dim)
             k = k * cos_k + k.roll(dim // 2, -1) * sin_k
             keys, values = cache.update(k, v, i)  # [B, Hk, L+Q, D]
-            a = F.scaled_dot_product_attention(q, keys, values, attn_mask=gmask,
-                                               scale=self.scaling)  # [B, Hk, rep*Q, D]
+            a = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=gmask, scale=self.scaling
+            )  # [B, Hk, rep*Q, D]
             a = a.view(bsz, hk * rep, q_len, dim).transpose(1, 2).reshape(bsz, q_len, -1)
             x = x + layer.o(a)
             h = self._rms(x, layer.ln_post)
@@ -138,32 +151,3 @@ class LeanLlama:
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
         return self.lm_head(self._rms(x, self.norm))
-
-
-# model -> {packed-kernels flag: LeanLlama}; weak, so a dropped model takes its copy along
-_LEAN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def lean_for(model: Any, *, packed: bool = True) -> Any:
-    """The model's lean forward, built once per model and kernel choice; None where the
-    model does not qualify or ``SPECTOOL_LEAN_FORWARD=0``.
-
-    ``packed``: run on :mod:`.fastpath`'s pre-packed fp32 weights where those apply (not with
-    ``SPECTOOL_PACKED_GEMM=0``). Where the panel kernel of :mod:`.kernels` builds and the
-    model has no projection biases, that is :class:`~.fused.FusedLlama` (one C call for all
-    layers, one weight copy); elsewhere a :class:`LeanLlama` on MKL's copy per packed width,
-    so callers that do not verify wide trees ask for packing only in the first case.
-    """
-    if os.environ.get("SPECTOOL_LEAN_FORWARD", "1") == "0" or not supports(model):
-        return None
-    from .fastpath import linear_kernels, packing_enabled
-    from .fused import FusedLlama, fusable
-
-    built = _LEAN.setdefault(model, {})
-    flag = packed and packing_enabled(model)
-    if flag not in built:
-        if flag and fusable(model):
-            built[flag] = FusedLlama(model, lean_for(model, packed=False))
-        else:
-            built[flag] = LeanLlama(model, linear_kernels(model, packed=flag))
-    return built[flag]

@@ -1,6 +1,6 @@
 """Torch engine vs vLLM (+ spectool's plugins): the serving figures of both, one run, one workload.
 
-    python -m spectool_serving.vllm.bench [--backends torch,vllm] [--dtype bfloat16]
+    python -m spectool.bench._backends_main [--backends torch,vllm] [--dtype bfloat16]
         [--tool-latency 0.5] [--turns 4] [--threads 1] [--out DIR]
 
 Each backend serves the embedded SmolLM2 (``EmbeddedMain``: the torch engine in-process, vLLM
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from .workload import CITIES, MODES, decode_rate, o2_counts, turn
+from spectool_serving.vllm.workload import CITIES, MODES, decode_rate, o2_counts, turn
 
 
 def _say(msg: str) -> None:
@@ -73,7 +73,7 @@ def summarize(rows: dict[str, list]) -> dict:
 
 
 def run_backend(backend: str, a: argparse.Namespace) -> dict:
-    from spectool.bench._embedded_main import EmbeddedMain
+    from ._embedded_main import EmbeddedMain
 
     _say(f"{backend}: starting the embedded SmolLM2 ({a.dtype})")
     log = str(Path(a.out) / f"{backend}-server.log")
@@ -132,7 +132,7 @@ def plot(results: dict, path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spectool_serving.vllm.bench")
+    p = argparse.ArgumentParser(prog="python -m spectool.bench._backends_main")
     p.add_argument("--backends", default="torch,vllm", help="comma-separated: torch, vllm")
     p.add_argument("--dtype", default="bfloat16", help="both backends (bfloat16: vLLM's CPU default)")
     p.add_argument("--tool-latency", type=float, default=0.5)
@@ -149,11 +149,11 @@ def main(argv: list[str] | None = None) -> int:
                             "tokens": a.tokens, "torch_threads": a.threads}, "backends": {}}
     for name in names:
         results["backends"][name] = run_backend(name, a)
-    from spectool.bench._backend import record_rates
+    from ._backend import record_rates
 
     rates = {n: b["decode_tok_s_1"] for n, b in results["backends"].items()}
     if not a.no_cache and {"torch", "vllm"} <= set(rates):  # a choice needs both, measured side by side
-        results["recorded"] = record_rates(rates, a.dtype, source="spectool_serving.vllm.bench")
+        results["recorded"] = record_rates(rates, a.dtype, source="spectool.bench._backends_main")
     path = Path(a.out) / "results.json"
     path.write_text(json.dumps(results, indent=1))
     print(table(results))

@@ -36,9 +36,14 @@ def _window(model: Any) -> int | None:
     return getattr(cfg, "sliding_window", None) if "sliding_attention" in types else None
 
 
-def build_mask(q_pos: torch.Tensor, q_anc: torch.Tensor, kv_pos: torch.Tensor,
-               kv_valid: torch.Tensor, dtype: torch.dtype,
-               window: int | None = None) -> torch.Tensor | dict[str, torch.Tensor]:
+def build_mask(
+    q_pos: torch.Tensor,
+    q_anc: torch.Tensor,
+    kv_pos: torch.Tensor,
+    kv_valid: torch.Tensor,
+    dtype: torch.dtype,
+    window: int | None = None,
+) -> torch.Tensor | dict[str, torch.Tensor]:
     """Additive mask [B, 1, Q, L+Q]: cached slots where valid, new tokens where ``q_anc``.
 
     q_pos: [B, Q] positions of the new tokens; q_anc: [B, Q, Q] bool (ancestor-or-self);
@@ -60,10 +65,15 @@ def build_mask(q_pos: torch.Tensor, q_anc: torch.Tensor, kv_pos: torch.Tensor,
     return {"full_attention": full, "sliding_attention": additive(allowed & near)}
 
 
-def _forward(model: Any, state: TreeState, tokens: torch.Tensor, q_pos: torch.Tensor,
-             q_anc: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
-    from .fastpath import verify_kernels
-    from .lean import lean_for
+def _forward(
+    model: Any,
+    state: TreeState,
+    tokens: torch.Tensor,
+    q_pos: torch.Tensor,
+    q_anc: torch.Tensor,
+    logits_to_keep: int = 0,
+) -> torch.Tensor:
+    from ..backends import lean_for, verify_kernels
 
     mask = build_mask(q_pos, q_anc, state.kv_pos, state.kv_valid, model.dtype, _window(model))
     lean = lean_for(model)
@@ -71,20 +81,27 @@ def _forward(model: Any, state: TreeState, tokens: torch.Tensor, q_pos: torch.Te
         with torch.no_grad():
             return lean(tokens, q_pos, mask, state.cache, logits_to_keep)
     with torch.no_grad(), verify_kernels(model):
-        out = model(input_ids=tokens, attention_mask=mask, position_ids=q_pos,
-                    past_key_values=state.cache, use_cache=True, logits_to_keep=logits_to_keep)
+        out = model(
+            input_ids=tokens,
+            attention_mask=mask,
+            position_ids=q_pos,
+            past_key_values=state.cache,
+            use_cache=True,
+            logits_to_keep=logits_to_keep,
+        )
     return out.logits
 
 
-def prefill(model: Any, prompts: list[list[int]], logits_to_keep: int = 0
-            ) -> tuple[TreeState, torch.Tensor, list[int]]:
+def prefill(
+    model: Any, prompts: list[list[int]], logits_to_keep: int = 0
+) -> tuple[TreeState, torch.Tensor, list[int]]:
     """Run every prompt but its last token (the first root), left-padded into one batch.
 
     Returns (state, logits [B, P', V] of the last P' = ``logits_to_keep`` prefix positions
     (0: all of them), roots [B]). Only the drafter's store warm-up reads these logits, and
     the output projection over a 49k vocabulary is a quarter of a prefill's FLOPs.
     """
-    from .fastpath import new_cache
+    from ..backends import new_cache
 
     if any(len(p) < 2 for p in prompts):
         raise ValueError("each prompt needs at least two tokens")
@@ -92,20 +109,30 @@ def prefill(model: Any, prompts: list[list[int]], logits_to_keep: int = 0
     tokens = torch.zeros(bsz, width, dtype=torch.long)
     valid = torch.zeros(bsz, width, dtype=torch.bool)
     for b, p in enumerate(prompts):
-        tokens[b, width - len(p) + 1:] = torch.tensor(p[:-1])
-        valid[b, width - len(p) + 1:] = True
+        tokens[b, width - len(p) + 1 :] = torch.tensor(p[:-1])
+        valid[b, width - len(p) + 1 :] = True
     pos = (valid.long().cumsum(1) - 1).clamp(min=0)
     causal = torch.tril(torch.ones(width, width, dtype=torch.bool))
     anc = (causal[None] & valid[:, None, :]) | torch.eye(width, dtype=torch.bool)[None]
-    empty = TreeState(new_cache(), torch.zeros(bsz, 0, dtype=torch.bool),
-                      torch.zeros(bsz, 0, dtype=torch.long), torch.zeros(bsz, dtype=torch.long))
+    empty = TreeState(
+        new_cache(),
+        torch.zeros(bsz, 0, dtype=torch.bool),
+        torch.zeros(bsz, 0, dtype=torch.long),
+        torch.zeros(bsz, dtype=torch.long),
+    )
     logits = _forward(model, empty, tokens, pos, anc, logits_to_keep)
     state = TreeState(empty.cache, valid, pos, torch.tensor([len(p) - 1 for p in prompts]))
     return state, logits, [p[-1] for p in prompts]
 
 
-def tree_forward(model: Any, state: TreeState, tokens: torch.Tensor, depth: torch.Tensor,
-                 anc: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+def tree_forward(
+    model: Any,
+    state: TreeState,
+    tokens: torch.Tensor,
+    depth: torch.Tensor,
+    anc: torch.Tensor,
+    real: torch.Tensor,
+) -> torch.Tensor:
     """Score padded trees (``tokens, depth [B,G]``, ``anc [B,G,G]``); appends G slots.
 
     Returns logits [B, G, V]. Call :func:`commit_paths` next to keep only accepted nodes.
@@ -129,20 +156,20 @@ def commit_paths(state: TreeState, paths: list[list[int]], width: int) -> None:
     idx = torch.zeros(bsz, keep, dtype=torch.long)
     ok = torch.zeros(bsz, keep, dtype=torch.bool)
     for b, p in enumerate(paths):
-        idx[b, :len(p)] = torch.tensor(p)
-        idx[b, len(p):] = p[-1]
-        ok[b, :len(p)] = True
+        idx[b, : len(p)] = torch.tensor(p)
+        idx[b, len(p) :] = p[-1]
+        ok[b, : len(p)] = True
     rows = torch.arange(bsz)[:, None]
     in_place = all(p == list(range(len(p))) for p in paths)  # paths already where they belong
     for layer in state.cache.layers:
         if in_place:
-            layer.keys, layer.values = layer.keys[:, :, :base + keep], layer.values[:, :, :base + keep]
+            layer.keys, layer.values = layer.keys[:, :, : base + keep], layer.values[:, :, : base + keep]
             continue
         for name in ("keys", "values"):
             t = getattr(layer, name)  # [B, H, L+G, D]
             src = t[:, :, base:][rows, :, idx]  # [B, keep, H, D]
-            t[:, :, base:base + keep] = src.permute(0, 2, 1, 3)
-            setattr(layer, name, t[:, :, :base + keep])
+            t[:, :, base : base + keep] = src.permute(0, 2, 1, 3)
+            setattr(layer, name, t[:, :, : base + keep])
     pos = state.kv_pos[:, base:].gather(1, idx)
     state.kv_pos = torch.cat([state.kv_pos[:, :base], pos], dim=1)
     state.kv_valid = torch.cat([state.kv_valid[:, :base], ok], dim=1)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ._errors import ConfigError
+from .._errors import ConfigError
 
 TUNE_MODULE = "spectool.drafters._tune"
 
@@ -64,22 +64,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _history(category: str = "") -> Any:
-    from .drafters import HistoryDrafter
+    from ..drafters import HistoryDrafter
 
     return HistoryDrafter()
 
 
 def _local(category: str = "") -> Any:
-    from .drafters import LocalDrafter
+    from ..drafters import LocalDrafter
 
     return LocalDrafter("embedded")
 
 
 def _tuned(category: str = "") -> Any:
-    from .drafters import LocalDrafter
+    from ..drafters import LocalDrafter
 
     try:
-        from .drafters._adapter import shipped_adapter_path
+        from ..drafters._adapter import shipped_adapter_path
     except ImportError as exc:
         raise ConfigError("the 'tuned' drafter needs the shipped adapter (spectool.drafters._adapter."
                           "shipped_adapter_path), which this installation lacks") from exc
@@ -93,14 +93,14 @@ def _tuned(category: str = "") -> Any:
 
 
 def _combined(category: str = "") -> Any:
-    from .drafters import CombinedDrafter
+    from ..drafters import CombinedDrafter
 
     return CombinedDrafter([_mined(category), _local()], rank="confidence")
 
 
 def _mined(category: str = "") -> Any:
-    from .bench._drafter_eval import train_traces
-    from .drafters import HistoryDrafter
+    from ._drafter_eval import train_traces
+    from ..drafters import HistoryDrafter
 
     return HistoryDrafter.from_traces(train_traces(category) if category else ())
 
@@ -124,7 +124,7 @@ def _check_drafters(names: tuple[str, ...]) -> dict[str, Callable[[str], Any]]:
 
 
 def _categories(names: tuple[str, ...]) -> tuple[str, ...]:
-    from .bench._bfcl import ALL_CATEGORIES
+    from ._bfcl import ALL_CATEGORIES
 
     if names == ("all",):
         return ALL_CATEGORIES
@@ -137,8 +137,8 @@ def _categories(names: tuple[str, ...]) -> tuple[str, ...]:
 def run_eval(args: argparse.Namespace) -> int:
     import anyio
 
-    from .bench._drafter_eval import check_samples, run_grid
-    from .bench._drafter_report import drafter_table, write_drafter_plot, write_drafter_results
+    from ._drafter_eval import check_samples, run_grid
+    from ._drafter_report import drafter_table, write_drafter_plot, write_drafter_results
 
     check_samples(args.samples)
     if args.limit is not None and args.limit < 1:

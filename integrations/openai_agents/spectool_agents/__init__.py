@@ -1,0 +1,15 @@
+"""spectool-agents: speculative tool calling for OpenAI Agents SDK agents.
+
+``async with speculate(agent, drafter, effects={...}) as fast: await Runner.run(fast, ...)``.
+The model is wrapped so drafting starts with each request; declared function tools are served
+from the drafts' early runs when the model calls them (the SDK's hooks cannot substitute a
+result, so the tools' ``on_invoke_tool`` is wrapped).
+"""
+
+from ._model import SpeculativeModel
+from ._session import speculate
+from ._tools import SpeculativeInvoker
+
+__version__ = "0.1.0"
+
+__all__ = ["SpeculativeInvoker", "SpeculativeModel", "speculate"]

@@ -1,0 +1,69 @@
+"""Every ``SPECTOOL_*`` environment variable, read in one place (docs/configuration.md).
+
+:func:`settings` reads the environment on each call, so a variable set after import (a test,
+a launcher that exports before spawning) is seen; a bad value is a :class:`ConfigError`
+naming the variable. pydantic-settings is imported on first use, not with :mod:`spectool`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ._errors import ConfigError
+
+__all__ = ["settings"]
+
+_CLASS: Any = None
+
+
+def _settings_class() -> Any:
+    global _CLASS
+    if _CLASS is None:
+        from pydantic_settings import BaseSettings, SettingsConfigDict
+
+        class Settings(BaseSettings):
+            """One field per variable; the name is ``SPECTOOL_`` + the field name, upper case."""
+
+            model_config = SettingsConfigDict(env_prefix="SPECTOOL_", extra="ignore", frozen=True)
+
+            cache: Path | None = None
+            tree_calibration: Path | None = None
+            kernel_cache: Path | None = None
+            cpu_kernels: bool = True
+            lean_forward: bool = True
+            packed_gemm: bool = True
+            pack_max_gb: float = 4.0
+            toolcache_ttl: float = 300.0
+            vllm_allow_any_version: bool = False
+            vllm_max_hops: int = 8
+            vllm_o3: bool = True
+            vllm_format: str = "chatml"
+            vllm_fallback: str = ""
+            vllm_python: str | None = None
+            vllm_flavour: str = "cpu"
+
+        _CLASS = Settings
+    return _CLASS
+
+
+_LAST: tuple[tuple[tuple[str, str], ...], Any] = ((), None)
+
+
+def settings() -> Any:
+    """The current ``SPECTOOL_*`` settings (a frozen pydantic model). Rebuilt only when one of
+    the variables changed: hot paths (one read per forward) pay a scan of the environment."""
+    global _LAST
+    snapshot = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("SPECTOOL_")))
+    if _LAST[1] is not None and _LAST[0] == snapshot:
+        return _LAST[1]
+    from pydantic import ValidationError
+
+    try:
+        value = _settings_class()()
+    except ValidationError as exc:
+        bad = ", ".join("SPECTOOL_" + str(e["loc"][0]).upper() for e in exc.errors())
+        raise ConfigError(f"bad value in {bad}: {exc.errors()[0]['msg']}") from exc
+    _LAST = (snapshot, value)
+    return value

@@ -1,0 +1,209 @@
+"""The ``openai.OpenAI`` (sync) wrapper: the async wrapper on a blocking portal.
+
+There is one implementation of the wrapper: :class:`SpeculativeOpenAI` runs on the event loop
+of a :class:`SyncSpeculator` (a background thread), over a small async façade of the sync
+client whose calls run in worker threads. Every public call blocks the calling thread until
+the loop has the answer; streams are handed over chunk by chunk.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Self, cast
+
+import anyio.to_thread
+
+from ._errors import ConfigError
+from ._loop import AgentResult, run_agent
+from ._openai import RequestHook, SpeculativeOpenAI, SpeculativeStream
+from ._sync import SyncSpeculator
+from ._tools import Toolbox
+from ._types import Drafter
+
+if TYPE_CHECKING:  # the SDK's types, for type checkers only
+    from openai.resources.chat import Chat
+    from openai.resources.responses import Responses
+
+__all__ = ["SyncSpeculativeOpenAI", "SyncSpeculativeStream", "speculative_sync"]
+
+_END = object()
+
+
+class _ThreadedStream:
+    """An SDK sync stream as an async iterator: each chunk is pulled in a worker thread."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream, self._it = stream, iter(stream)
+
+    def __aiter__(self) -> _ThreadedStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        item = await anyio.to_thread.run_sync(next, self._it, _END)
+        if item is _END:
+            raise StopAsyncIteration
+        return item
+
+    async def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            await anyio.to_thread.run_sync(close)
+
+
+class _Create:
+    """``resource.create`` of a sync SDK resource, awaitable (the call runs in a thread)."""
+
+    def __init__(self, resource: Any) -> None:
+        self._resource = resource
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._resource, name)
+
+    async def create(self, **kwargs: Any) -> Any:
+        result = await anyio.to_thread.run_sync(functools.partial(self._resource.create, **kwargs))
+        return _ThreadedStream(result) if kwargs.get("stream") else result
+
+
+class _AsyncFacade:
+    """Enough of ``AsyncOpenAI`` for the wrapper, over an ``OpenAI`` client."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.chat = type("_Chat", (), {})()
+        self.chat.completions = _Create(client.chat.completions)
+        self.responses = _Create(client.responses)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def with_options(self, **options: Any) -> _AsyncFacade:
+        return _AsyncFacade(self._client.with_options(**options))
+
+
+class SyncSpeculativeStream:
+    """A speculative stream for sync code: iterate it for the SDK's chunks / events."""
+
+    def __init__(self, owner: SyncSpeculativeOpenAI, stream: SpeculativeStream) -> None:
+        self._owner, self.stream = owner, stream
+        self._it = stream.__aiter__()
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            item = self._owner._session._call(_anext_or_end, self._it)
+            if item is _END:
+                return
+            yield item
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._owner._session._call(self.stream.close)
+
+    def final_message(self) -> Any:
+        return self.stream.final_message()
+
+
+async def _anext_or_end(it: Any) -> Any:
+    try:
+        return await it.__anext__()
+    except StopAsyncIteration:
+        return _END
+
+
+class _SyncResource:
+    def __init__(self, owner: SyncSpeculativeOpenAI, path: tuple[str, ...]) -> None:
+        self._owner, self._path = owner, path
+
+    def _target(self) -> Any:
+        obj: Any = self._owner.async_client
+        for name in self._path:
+            obj = getattr(obj, name)
+        return obj
+
+    def __getattr__(self, name: str) -> Any:
+        sdk: Any = self._owner.client
+        for part in self._path:
+            sdk = getattr(sdk, part)
+        return getattr(sdk, name)
+
+    def create(self, **kwargs: Any) -> Any:
+        result = self._owner._session._call(functools.partial(self._target().create, **kwargs))
+        return SyncSpeculativeStream(self._owner, result) if isinstance(result, SpeculativeStream) else result
+
+
+class _SyncChat:
+    def __init__(self, owner: SyncSpeculativeOpenAI) -> None:
+        self._owner = owner
+        self.completions = _SyncResource(owner, ("chat", "completions"))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._owner.client.chat, name)
+
+
+class SyncSpeculativeOpenAI:
+    """An ``openai.OpenAI`` client that speculates tool calls. Use ``with`` (one session).
+
+    ``chat.completions.create`` / ``responses.create`` / ``run_tool_calls`` / ``run_agent``
+    are the async wrapper's, blocking. For a type checker ``chat`` and ``responses`` are the
+    SDK's sync resources. ``mode="engine"`` is not offered here (use the async client).
+    """
+
+    chat: Chat
+    responses: Responses
+
+    def __init__(
+        self,
+        client: Any,
+        tools: Toolbox | Iterable[Any],
+        drafter: Drafter | None = None,
+        *,
+        hooks: Iterable[RequestHook] = (),
+        on_tool_error: str = "message",
+        **options: Any,
+    ) -> None:
+        if options.get("mode", "client") != "client":
+            raise ConfigError("the sync wrapper speculates on the client only; use the async client for mode='engine'")
+        options.pop("mode", None)
+        self.client = client
+        self._session = SyncSpeculator(tools, drafter, **options)
+        self.async_client = SpeculativeOpenAI(
+            _AsyncFacade(client), self._session.speculator.toolbox, hooks=list(hooks),
+            on_tool_error=on_tool_error,  # type: ignore[arg-type]
+            speculator=self._session.speculator)
+        self.chat = cast("Chat", _SyncChat(self))
+        self.responses = cast("Responses", _SyncResource(self, ("responses",)))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def __enter__(self) -> Self:
+        self._session.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._session.close()
+
+    def stats(self) -> dict[str, Any]:
+        return self._session.stats()
+
+    def run_tool_calls(self, response: Any) -> list[dict[str, Any]]:
+        """The tool results to send back (see :meth:`SpeculativeOpenAI.run_tool_calls`)."""
+        if isinstance(response, SyncSpeculativeStream):
+            response = response.stream
+        return self._session._call(self.async_client.run_tool_calls, response)
+
+    def run_agent(self, **kwargs: Any) -> AgentResult:
+        """:func:`spectool.run_agent` on this client, blocking."""
+        return self._session._call(functools.partial(run_agent, self.async_client, **kwargs))
+
+
+def speculative_sync(
+    client: Any, tools: Toolbox | Iterable[Any], drafter: Drafter | None = None, **options: Any
+) -> SyncSpeculativeOpenAI:
+    """Wrap an ``openai.OpenAI`` client: ``with speculative_sync(client, tools, drafter) as c:``."""
+    return SyncSpeculativeOpenAI(client, tools, drafter, **options)

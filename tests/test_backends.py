@@ -1,0 +1,56 @@
+"""The backend chooser (``spectool_serving.backends``): the C path only where it can run,
+the portable torch path everywhere else, and the same scores either way."""
+
+from __future__ import annotations
+
+import torch
+from tree_fixtures import needs_kernel, tiny_llama
+
+from spectool_serving.backends import kernels, lean_for, runs_fused
+from spectool_serving.backends.fused import FusedLlama
+from spectool_serving.backends.lean import LeanLlama
+from spectool_serving.runner import Runner
+from spectool_serving.tree import DraftTree, pad_trees, prefill, tree_forward
+
+
+def _scores(model):
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(1, 97, (n,), generator=g).tolist() for n in (9, 14)]
+    state, warm, roots = prefill(model, prompts)
+    trees = []
+    for root in roots:
+        t = DraftTree.root(root)
+        a = t.add(0, 5, 0.5)
+        t.add(a, 6, 0.4)
+        t.add(0, 7, 0.3)
+        trees.append(t)
+    toks, depth, anc, real = pad_trees(trees)
+    return warm, tree_forward(model, state, toks, depth, anc, real)
+
+
+def _without_avx512(monkeypatch) -> None:
+    """What a machine without AVX-512 (or an ARM one) sees: the library never loads."""
+    monkeypatch.setattr(kernels, "_cpu_has", lambda flag: False)
+    monkeypatch.setattr(kernels, "_lib", None)
+    monkeypatch.setattr(kernels, "_tried", False)
+
+
+@needs_kernel
+def test_without_avx512_the_torch_path_scores_what_the_c_path_scores(monkeypatch):
+    fast = tiny_llama(4, 2, seed=11)
+    assert isinstance(lean_for(fast), FusedLlama) and runs_fused(fast)
+    expected = _scores(fast)
+    _without_avx512(monkeypatch)
+    assert not kernels.available()
+    portable = tiny_llama(4, 2, seed=11)  # same weights, a model the chooser has not seen
+    chosen = lean_for(portable)
+    assert type(chosen) is LeanLlama and not runs_fused(portable)
+    assert type(Runner(portable, "cpu")._lean()) is LeanLlama
+    for want, got in zip(expected, _scores(portable)):
+        torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+        assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+def test_the_c_path_is_never_chosen_outside_fp32(monkeypatch):
+    model = tiny_llama(4, 2, seed=12).to(torch.bfloat16)
+    assert type(lean_for(model)) is LeanLlama

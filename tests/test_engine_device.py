@@ -1,0 +1,67 @@
+"""The engine's forward and KV paths create no tensor on the wrong device.
+
+No GPU runs here, so the model, its cache and every input live on PyTorch's ``meta`` device:
+tensors with shapes and dtypes but no storage. An operator that mixes a meta tensor with a
+CPU tensor (a table built with ``torch.arange`` on the CPU, a mask created without
+``device=``) raises, and so does anything that reads values back to the host
+(``int(t.max())``, ``.item()``): both are what breaks, or stalls, a CUDA forward. This is the
+check a ``cuda`` device would make, minus the arithmetic.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from spectool_serving.backends import lean_for
+from spectool_serving.backends.lean import LeanLlama
+from spectool_serving.kv import BatchKV
+from spectool_serving.runner import Runner
+from tests.tree_fixtures import tiny_llama
+
+META = torch.device("meta")
+
+
+@pytest.fixture
+def meta_llama():
+    return tiny_llama(4, 2, seed=3).to(META)
+
+
+def test_lean_forward_runs_on_the_models_device(meta_llama):
+    from transformers import DynamicCache
+
+    lean = LeanLlama(meta_llama, lambda m: m)  # eager linear layers: the device-generic path
+    cache = DynamicCache()
+    ids = torch.zeros(2, 5, dtype=torch.long, device=META)
+    pos = torch.arange(5, device=META).repeat(2, 1)
+    mask = torch.zeros(2, 1, 5, 5, device=META)
+    logits = lean(ids, pos, mask, cache)
+    assert logits.device == META and logits.shape == (2, 5, 97)
+    assert cache.layers[0].keys.device == META
+
+
+def test_chooser_never_picks_the_c_kernels_off_the_cpu(meta_llama):
+    chosen = Runner(meta_llama, "meta")._lean()
+    assert type(chosen) is LeanLlama  # not the fused C path, whatever this CPU supports
+    assert lean_for(meta_llama, packed=True) is not None
+
+
+def test_runner_and_kv_keep_everything_on_the_device(meta_llama):
+    """prefill two sequences, join them into one batched cache, run a tree step and a chain
+    step, commit, compact and drop a row: the full engine path below sampling."""
+    runner = Runner(meta_llama, "meta")
+    kv = BatchKV()
+    for seq_id, n in ((0, 7), (1, 4)):
+        logits, cache = runner.prefill(list(range(n)))
+        assert logits.device == META and logits.shape == (97,)  # not copied to the host
+        kv.join(seq_id, cache)
+    assert kv.cache.layers[0].keys.device == META
+    counts, parents = [3, 1], [[-1, 0, 0], None]
+    positions, mask = kv.step_inputs(counts, runner.dtype, parents)
+    ids = torch.zeros(2, 3, dtype=torch.long)
+    logits = runner.forward(ids, positions, mask, kv.cache)
+    assert logits.device == META and logits.shape == (2, 3, 97)
+    kv.commit([[0, 2], [0]], 3)
+    kv.compact(slack=0.0, floor=0)  # force the gather path
+    kv.leave({0})
+    assert kv.rows == [1] and kv.cache.layers[0].keys.device == META

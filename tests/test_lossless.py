@@ -1,0 +1,300 @@
+"""Issue 18, client side: each numbered failure as a test that failed before the fix.
+
+1 engine mode posted a read to a response created after a write; 2 equal keys for different
+validated arguments; 3 drafters trusted (non-JSON arguments run, requests edited in place);
+4 a drafter or tool raising CancelledError abandoned the run. Plus the external declaration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+import anyio
+import pytest
+
+import spectool
+from spectool import ToolCache, ToolCall, ToolSpec
+from spectool.testing import ScriptedModel, asgi_http_client, call, openai_client, say
+from tests.engine_fake import RecordingEngine
+
+pytestmark = pytest.mark.anyio
+
+
+def file_tools(fs: dict[str, str], log: list[tuple[str, Any]]):
+    @spectool.tool(effect="read_only", scope="fs")
+    async def read_file(path: str) -> str:
+        """Read a file."""
+        log.append(("read", path))
+        return fs.get(path, "")
+
+    @spectool.tool(scope="fs")
+    async def write_file(path: str, text: str) -> str:
+        """Write a file."""
+        log.append(("write", path))
+        fs[path] = text
+        return "ok"
+
+    @spectool.tool(effect="pure")
+    async def upper(text: str) -> str:
+        """Upper-case a text."""
+        return text.upper()
+
+    return [read_file, write_file, upper]
+
+
+class Always:
+    """A drafter that proposes the same calls every turn (a plausible, wrong-at-times guess)."""
+
+    def __init__(self, *calls: ToolCall) -> None:
+        self.calls = list(calls)
+
+    async def propose(self, request):
+        return list(self.calls)
+
+
+# -- 1: engine mode never serves a read across a write ----------------------------------------
+
+
+async def test_engine_mode_never_posts_a_read_to_a_response_created_after_a_write() -> None:
+    fs = {"x": "old"}
+    log: list = []
+    model = ScriptedModel([call("write_file", path="x", text="new"), call("read_file", path="x"), say("done")])
+    engine = RecordingEngine(model, state=lambda: dict(fs))
+    drafter = Always(ToolCall("read_file", {"path": "x"}), ToolCall("upper", {"text": "a"}))
+    # http_client: only for the pre-fix client, which posted with its own HTTP client and could
+    # not reach an in-process app otherwise (the fixed one posts through the SDK client).
+    async with spectool.speculative(openai_client(engine), file_tools(fs, log), drafter, mode="engine",
+                                    samples=1, engine_options={"http_client": asgi_http_client(engine)}) as agent:
+        result = await spectool.run_agent(agent, model="m", messages="go", stream=True, max_turns=5)
+    assert result.stop_reason == "answer"
+    reads = [p for p in engine.posts if p.item["name"] == "read_file"]
+    assert reads, "the drafted read was never posted"
+    for p in reads:  # what the engine could splice equals the file when that response began
+        assert p.item["output"] == p.state_at_creation["x"], (p.response_id, p.item)
+    assert {p.item.get("effect") for p in reads} == {"read_only"}
+    assert result.stats["stale_discards"] >= 1  # turn 1's "old" was withheld and counted
+    pure = [p for p in engine.posts if p.item["name"] == "upper"]
+    assert {p.item["effect"] for p in pure} == {"pure"}
+    assert len({p.response_id for p in pure}) >= 2  # a pure output may serve every response
+
+
+async def test_engine_client_posts_through_the_wrapped_sdk_client() -> None:
+    """No private HTTP client: the post goes through the SDK client's own transport (here an
+    in-process ASGI one that an httpx.AsyncClient of its own could not reach)."""
+    fs: dict[str, str] = {}
+    model = ScriptedModel([call("upper", text="a"), say("A")])
+    engine = RecordingEngine(model, state=lambda: dict(fs))
+    drafter = Always(ToolCall("upper", {"text": "a"}))
+    async with spectool.speculative(openai_client(engine), file_tools(fs, []), drafter,
+                                    mode="engine", samples=1) as agent:
+        await spectool.run_agent(agent, model="m", messages="go", stream=True)
+        counters = dict(agent.sink.counters)
+    assert counters["cached"] >= 1 and counters["failed"] == 0
+    assert engine.posts and engine.posts[0].item["params"] == {"text": "a"}
+
+
+# -- 2: equal keys mean equal validated arguments ---------------------------------------------
+
+
+@spectool.tool(effect="pure")
+def show(x: int | float) -> str:
+    """Show a number."""
+    return repr(x)
+
+
+@spectool.tool(effect="pure")
+def count(ids: list[int]) -> int:
+    """Count ids."""
+    return len(ids)
+
+
+@spectool.tool(effect="pure")
+def echo(obj: dict[str, Any]) -> str:
+    """Echo an object."""
+    return repr(obj)
+
+
+async def served(tool: Any, drafted: dict, called: str) -> tuple[Any, bool]:
+    """(what the main path got for ``called`` after ``drafted`` was speculated, was it a hit)."""
+    async with ToolCache([tool]) as cache:
+        cache.speculate(ToolCall(tool.__name__, drafted))  # refusing it is one right answer
+        await anyio.sleep(0.05)
+        outcome = await cache.resolve(ToolCall(tool.__name__, spectool._keys.parse_arguments(called)))
+        return outcome, cache.counters.hits == 1
+
+
+@pytest.mark.parametrize("tool,drafted,called", [
+    (show, {"x": 5}, '{"x": 5.0}'),
+    (count, {"ids": [10**20]}, '{"ids": [1e20]}'),
+    (echo, {"obj": {"v": float("nan")}}, '{"obj": {"v": "nan"}}'),
+])
+async def test_a_hit_means_the_tool_would_have_received_equal_arguments(tool, drafted, called) -> None:
+    outcome, hit = await served(tool, drafted, called)
+    assert not hit
+    direct = await tool_spec_run(tool, called)
+    assert (outcome.error is None) == (direct.error is None)
+    if outcome.error is None:
+        assert outcome.value == direct.value
+
+
+def test_nan_and_the_string_nan_never_share_a_key() -> None:
+    spec = spectool.tool_spec(echo)
+    assert spec.key({"obj": {"v": float("nan")}}) != spec.key({"obj": {"v": "nan"}})
+    assert spec.key({"obj": {"v": float("inf")}}) != spec.key({"obj": {"v": "inf"}})
+
+
+async def tool_spec_run(tool: Any, called: str):
+    async with ToolCache([tool]) as cache:
+        return await cache.resolve(ToolCall(tool.__name__, spectool._keys.parse_arguments(called)))
+
+
+async def test_equal_validated_arguments_still_hit() -> None:
+    outcome, hit = await served(show, {"x": 5}, '{"x": 5}')
+    assert hit and outcome.value == "5"
+    outcome, hit = await served(count, {"ids": [1, 2]}, '{"ids": [1, 2]}')
+    assert hit and outcome.value == 2
+
+
+# -- 3: drafters are not trusted ----------------------------------------------------------------
+
+
+@spectool.tool(effect="pure")
+def first(items: list[int], table: dict[str, str]) -> str:
+    """Describe the arguments."""
+    return f"{type(items).__name__}:{sorted(table)}"
+
+
+async def test_non_json_drafted_arguments_are_never_run_or_served() -> None:
+    ran: list = []
+
+    @spectool.tool(effect="pure")
+    def probe(v: Any) -> str:
+        """Record what arrives."""
+        ran.append(v)
+        return type(v).__name__
+
+    async with ToolCache([probe]) as cache:
+        assert not cache.speculate(ToolCall("probe", {"v": (1, 2)}))  # a tuple: no model sends one
+        assert not cache.speculate(ToolCall("probe", {"v": {1: "x"}}))  # an int key
+        assert not cache.speculate(ToolCall("probe", {"v": float("nan")}))
+        assert not cache.speculate(ToolCall("probe", {"v": object()}))
+        await anyio.sleep(0.02)
+        assert ran == []
+        outcome = await cache.resolve(ToolCall("probe", {"v": [1, 2]}))
+    assert outcome.value == "list" and cache.counters.hits == 0
+
+
+class Vandal:
+    """A drafter that edits its request in place: messages, tool schemas, everything."""
+
+    async def propose(self, request):
+        request.messages[0]["content"] = "HACKED"
+        request.messages.append({"role": "user", "content": "injected"})
+        for t in request.tools:
+            t["function"]["parameters"]["properties"].clear()
+            t["function"]["name"] = "renamed"
+        return []
+
+
+async def test_a_drafter_editing_its_request_changes_nothing_outside() -> None:
+    fs = {"x": "old"}
+    tools = file_tools(fs, [])
+    schemas_before = [spectool.tool_spec(t).openai_chat() for t in tools]
+    model = ScriptedModel([call("read_file", path="x"), say("done")])
+    messages = [{"role": "user", "content": "go"}]
+    async with spectool.speculative(openai_client(model), tools, Vandal(), samples=1) as agent:
+        result = await spectool.run_agent(agent, model="m", messages=messages)
+    assert messages == [{"role": "user", "content": "go"}]
+    assert result.transcript[0] == {"role": "user", "content": "go"}
+    assert all(r["messages"][0]["content"] == "go" for r in model.requests)
+    assert all([t["function"]["name"] for t in r["tools"]] == ["read_file", "write_file", "upper"]
+               for r in model.requests)
+    assert [spectool.tool_spec(t).openai_chat() for t in tools] == schemas_before
+    assert spectool.tool_spec(tools[0]).parameters["properties"]  # the spec itself intact
+
+
+# -- 4: foreign cancellation is a failure, not an exit -----------------------------------------
+
+
+class CancellingDrafter:
+    async def propose(self, request):
+        raise asyncio.CancelledError()
+
+
+async def test_a_drafter_raising_cancelled_error_does_not_abandon_the_run() -> None:
+    fs = {"x": "old"}
+    model = ScriptedModel([call("read_file", path="x"), say("done")])
+    async with spectool.speculative(openai_client(model), file_tools(fs, []), CancellingDrafter(),
+                                    samples=1) as agent:
+        with anyio.fail_after(10):
+            result = await spectool.run_agent(agent, model="m", messages="go")
+    assert result.stop_reason == "answer" and result.final_text == "done"
+    assert result.stats["draft_errors"] == result.turns == 2  # one per drafted turn
+
+
+async def test_a_speculative_tool_raising_cancelled_error_is_its_error() -> None:
+    runs: list[str] = []
+
+    @spectool.tool(effect="read_only")
+    async def flaky(key: str) -> str:
+        """Fails by raising CancelledError once."""
+        runs.append(key)
+        if len(runs) == 1:
+            raise asyncio.CancelledError()
+        return "v"
+
+    model = ScriptedModel([call("flaky", key="k"), say("done")])
+    async with spectool.speculative(openai_client(model), [flaky], Always(ToolCall("flaky", {"key": "k"})),
+                                    samples=1) as agent:
+        with anyio.fail_after(10):
+            result = await spectool.run_agent(agent, model="m", messages="go")
+    assert result.stop_reason == "answer"
+    tool_msgs = [m for m in result.transcript if m.get("role") == "tool"]
+    # The speculative run's failure is reported as the tool's error (as if it ran then).
+    assert len(tool_msgs) == 1 and "CancelledError" in tool_msgs[0]["content"]
+
+
+async def test_a_real_cancellation_still_cancels() -> None:
+    @spectool.tool(effect="pure")
+    async def slow(n: int) -> int:
+        """Sleep."""
+        await anyio.sleep(30)
+        return n
+
+    with anyio.move_on_after(0.2) as scope:
+        async with ToolCache([slow]) as cache:
+            await cache.resolve(ToolCall("slow", {"n": 1}))
+    assert scope.cancelled_caught
+
+
+# -- the external declaration ------------------------------------------------------------------
+
+
+async def test_external_tools_run_early_only_when_the_session_opts_in() -> None:
+    seen: list[str] = []
+
+    @spectool.tool(effect="read_only", external=True)
+    async def web_search(query: str) -> str:
+        """Search the web (a third party sees the query)."""
+        seen.append(query)
+        return f"results for {query}"
+
+    assert spectool.tool_spec(web_search).external
+    async with ToolCache([web_search]) as cache:
+        assert not cache.speculate(ToolCall("web_search", {"query": "private plans"}))
+        await anyio.sleep(0.02)
+        assert seen == []  # nobody outside heard of a call the model never made
+        outcome = await cache.resolve(ToolCall("web_search", {"query": "q"}))
+        assert outcome.value == "results for q" and seen == ["q"]
+    async with ToolCache([web_search], speculate_external=True) as cache:
+        assert cache.speculate(ToolCall("web_search", {"query": "q2"}))
+        outcome = await cache.resolve(ToolCall("web_search", {"query": "q2"}))
+        assert outcome.value == "results for q2" and cache.counters.joins + cache.counters.hits == 1
+
+
+def test_external_is_a_keyword_of_the_decorator_and_of_from_schema() -> None:
+    spec = ToolSpec.from_schema({"name": "s", "parameters": {"type": "object"}}, effect="pure", external=True)
+    assert spec.external and spec.speculable
+    assert not math.isnan(0.0)
