@@ -102,7 +102,8 @@ def smol():
 @pytest.mark.model
 @pytest.mark.anyio
 async def test_one_batched_generate_gives_lambda_valid_calls(smol, monkeypatch):
-    drafter = LocalDrafter(None, max_new_tokens=40, max_string_length=16, max_calls=1)
+    drafter = LocalDrafter(None, max_new_tokens=40, max_string_length=16, max_calls=1, prompt="examples",
+                           decoder="generate")
     calls_to_generate = []
     real = smol.model.generate
     monkeypatch.setattr(smol.model, "generate",

@@ -98,6 +98,11 @@ class GrammarConstraint:
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
+    @property
+    def xgr(self) -> Any:
+        """The xgrammar module (imported once, lazily)."""
+        return self._xgr
+
     def compiled(self, tools: Sequence[Mapping[str, Any]]) -> Any:
         schema = calls_schema(tools, max_string_length=self.max_string_length,
                               max_calls=self.max_calls)

@@ -1,9 +1,15 @@
 """LocalDrafter: an in-process transformers model drafts tool calls.
 
-λ samples come from ONE batched ``generate`` over one shared prefill; the calls are decoded
-under a JSON-schema grammar (see :mod:`._grammar`) so even a 135M model emits well-formed calls
-to offered tools. Generation runs in a worker thread, serialized per model, and stops early
-when the caller is cancelled (the speculator's timeout). torch/transformers load lazily.
+The default path (``prompt="compact"``, ``decoder="fast"``) renders the request as the compact
+prompt of :mod:`._compact` (candidate tools' signatures and recent messages, the format a tuned
+adapter learns) and decodes with :mod:`._decode`: the unchanged prompt prefix keeps its KV cache
+across drafts, λ rows share one prefill, tokens the JSON schema forces are fed in one forward,
+and a row stops as soon as its answer is complete. The earlier path (``prompt="examples"``,
+``decoder="generate"``: xLAM-style prompt with worked examples, one batched
+``transformers.generate``) stays selectable for comparison. Calls are decoded under a
+JSON-schema grammar (see :mod:`._grammar`) so even a 135M model emits well-formed calls to
+offered tools. Generation runs in a worker thread, serialized per model, and stops at its next
+forward when the caller is cancelled (the speculator's timeout). torch/transformers load lazily.
 """
 
 from __future__ import annotations
@@ -11,8 +17,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import anyio
 import anyio.to_thread
@@ -21,6 +28,7 @@ from .._errors import ConfigError, DrafterError
 from .._toolcall_text import salvage_tool_calls
 from .._types import DraftRequest, ToolCall
 from ._common import tool_schemas, with_known_tools
+from ._decode import DecodeStats, PrefixCache, decode_rows
 from ._prompts import DEFAULT_EXAMPLES, WorkedExample, draft_messages
 
 __all__ = ["DEFAULT_LOCAL_MODEL", "LocalDrafter", "LocalModel"]
@@ -38,6 +46,8 @@ class LocalModel:
     source: str
     grammar: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: KV cache of the last prompt drafted on this model (guarded by ``lock``).
+    prefix: PrefixCache = field(default_factory=PrefixCache)
     _grammar_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def constraint(self, max_string_length: int, max_calls: int) -> Any:
@@ -53,7 +63,9 @@ class LocalModel:
             return self.grammar
 
 
-_LOADED: dict[tuple[str, str], LocalModel] = {}
+_LOADED: dict[tuple[str, str, str], LocalModel] = {}
+#: Compiles a new tool set's grammar while the drafting thread prefills (cached per tool set).
+_COMPILER = ThreadPoolExecutor(1, thread_name_prefix="spectool-grammar")
 _LOAD_LOCK = threading.Lock()
 
 
@@ -75,10 +87,11 @@ def _hub_cached(repo_id: str) -> bool:
     return isinstance(found, str)
 
 
-def load_shared(model: str | os.PathLike[str] | None, dtype: str = "float32") -> LocalModel:
-    """Load a model once per process (keyed by source and dtype) and share it."""
+def load_shared(model: str | os.PathLike[str] | None, dtype: str = "float32",
+                adapter: str | os.PathLike[str] | None = None) -> LocalModel:
+    """Load a model once per process (keyed by source, dtype and adapter) and share it."""
     source = _resolve_source(model)
-    key = (source or "embedded", dtype)
+    key = (source or "embedded", dtype, os.fspath(adapter) if adapter is not None else "")
     with _LOAD_LOCK:
         if key not in _LOADED:
             from .._embedded import load_causal_lm
@@ -89,8 +102,18 @@ def load_shared(model: str | os.PathLike[str] | None, dtype: str = "float32") ->
                 raise
             except Exception as exc:  # OSError, ValueError from transformers: a bad source
                 raise ConfigError(f"cannot load local drafter model {key[0]!r}: {exc}") from exc
-            _LOADED[key] = LocalModel(m, tok, key[0])
+            if adapter is not None:
+                m = _with_adapter(m, adapter)
+            _LOADED[key] = LocalModel(m, tok, key[0] + (f"+{key[2]}" if key[2] else ""))
         return _LOADED[key]
+
+
+def _with_adapter(model: Any, adapter: str | os.PathLike[str]) -> Any:
+    """The model with a tuned adapter loaded (peft is imported only here, through _adapter)."""
+    from ._adapter import load_adapter  # type: ignore[import-not-found, unused-ignore]
+
+    loaded = load_adapter(model, adapter)
+    return model if loaded is None else loaded
 
 
 class _Cancelled:
@@ -124,22 +147,35 @@ class LocalDrafter:
     """Drafts calls with an in-process causal LM (default: xLAM-2-1b if cached, else SmolLM2).
 
     ``model``: None/"embedded", an HF id or folder, a ``.gguf`` path, or a loaded
-    ``(model, tokenizer)`` pair. ``constrained`` decodes under the tools' JSON schema.
-    ``examples`` are worked examples put before the conversation (``()`` for none).
-    With λ > 1 the rows are sampled at ``temperature``; ``greedy_first`` keeps row 0 greedy.
+    ``(model, tokenizer)`` pair; ``adapter``: a tuned adapter's folder (see ``spectool drafters
+    tune``). ``constrained`` decodes under the tools' JSON schema. ``prompt``: ``"compact"``
+    (tool signatures + recent messages) or ``"examples"`` (xLAM prompt with the worked
+    ``examples`` before the whole conversation). ``decoder``: ``"fast"`` (prefix KV reuse,
+    ``jump_forward`` over schema-forced tokens, early stop) or ``"generate"`` (one batched
+    ``transformers.generate``). ``max_calls`` is the longest answer: 1 stops at the first
+    complete call. With λ > 1 the rows are sampled at ``temperature``; ``greedy_first`` keeps
+    row 0 greedy.
     """
 
     def __init__(self, model: Any = DEFAULT_LOCAL_MODEL, *, constrained: bool = True,
                  examples: Sequence[WorkedExample] = DEFAULT_EXAMPLES, max_new_tokens: int = 96,
                  temperature: float = 0.8, top_p: float = 0.95, dtype: str = "float32",
-                 max_string_length: int = 64, max_calls: int = 3,
-                 max_prompt_tokens: int = 2048, greedy_first: bool = True) -> None:
-        if max_new_tokens < 1 or temperature < 0:
-            raise ConfigError("max_new_tokens must be ≥ 1 and temperature ≥ 0")
+                 max_string_length: int = 64, max_calls: int = 1,
+                 max_prompt_tokens: int = 2048, greedy_first: bool = True,
+                 prompt: str = "compact", decoder: str = "fast", jump_forward: bool = True,
+                 prefix_cache: bool = True, adapter: str | os.PathLike[str] | None = None,
+                 compact_options: Mapping[str, Any] | None = None) -> None:
+        if max_new_tokens < 1 or temperature < 0 or max_calls < 1:
+            raise ConfigError("max_new_tokens and max_calls must be ≥ 1 and temperature ≥ 0")
+        if prompt not in ("compact", "examples") or decoder not in ("fast", "generate"):
+            raise ConfigError(f"prompt must be 'compact' or 'examples' (got {prompt!r}) and decoder "
+                              f"'fast' or 'generate' (got {decoder!r})")
         self._source = model
         self._loaded: LocalModel | None = None
+        self.adapter = adapter
         if isinstance(model, tuple):
-            self._loaded = LocalModel(model[0], model[1], "given")
+            given = _with_adapter(model[0], adapter) if adapter is not None else model[0]
+            self._loaded = LocalModel(given, model[1], "given")
         self.constrained = constrained
         self.examples = tuple(examples)
         self.max_new_tokens = max_new_tokens
@@ -150,15 +186,22 @@ class LocalDrafter:
         self.max_calls = max_calls
         self.max_prompt_tokens = max_prompt_tokens
         self.greedy_first = greedy_first
+        self.prompt = prompt
+        self.decoder = decoder
+        self.jump_forward = jump_forward
+        self.prefix_cache = prefix_cache
+        self.compact_options = dict(compact_options or {})
         #: Seconds the last batched generate took (for benchmarks).
         self.last_generate_s: float | None = None
         self.last_generate_cpu_s: float | None = None
         self.last_texts: list[str] = []
+        #: Token accounting of the last fast-path draft (prefill reused, forwards, forced tokens).
+        self.last_stats: DecodeStats | None = None
 
     async def load(self) -> LocalModel:
         """Load (once, shared between drafters) in a worker thread; safe to call early."""
         if self._loaded is None:
-            self._loaded = await anyio.to_thread.run_sync(load_shared, self._source, self.dtype)
+            self._loaded = await anyio.to_thread.run_sync(load_shared, self._source, self.dtype, self.adapter)
         return self._loaded
 
     async def propose(self, request: DraftRequest) -> list[ToolCall]:
@@ -167,19 +210,66 @@ class LocalDrafter:
             return []
         loaded = await self.load()
         stop = threading.Event()
+        work = self._generate if self.decoder == "generate" else self._decode_fast
         try:
-            texts = await anyio.to_thread.run_sync(
-                self._generate, loaded, request, stop, abandon_on_cancel=True)
+            texts = await anyio.to_thread.run_sync(work, loaded, request, stop, abandon_on_cancel=True)
         except DrafterError:
             raise
         except Exception as exc:  # torch/xgrammar failures become drafter failures
             raise DrafterError(f"local drafter failed: {type(exc).__name__}: {exc}") from exc
         finally:
-            stop.set()  # cancelled or done: a still-running generate stops at its next token
+            stop.set()  # cancelled or done: a still-running decode stops at its next forward
         calls: list[ToolCall] = []
         for text in texts:
             calls.extend(salvage_tool_calls(text))
         return with_known_tools(calls, tools)
+
+    def draft_tools(self, request: DraftRequest) -> list[dict[str, Any]]:
+        """The tools the prompt shows and the grammar allows (compact: the ranked candidates)."""
+        if self.prompt != "compact":
+            return list(request.tools)
+        from ._compact import compact_tools
+
+        limit = self.compact_options.get("max_tools")
+        bodies = compact_tools(request, **({"max_tools": limit} if limit else {}))
+        return [{"type": "function", "function": b} for b in bodies]
+
+    def token_ids(self, loaded: LocalModel, request: DraftRequest) -> list[int]:
+        """The drafting prompt's token ids for this drafter's ``prompt`` format."""
+        if self.prompt == "compact":
+            from ._compact import compact_prompt_ids
+
+            return compact_prompt_ids(loaded.tokenizer, request, **self.compact_options)
+        return [int(t) for t in self.prompt_ids(loaded, request)[0]]
+
+    def _decode_fast(self, loaded: LocalModel, request: DraftRequest, stop: threading.Event) -> list[str]:
+        import torch
+
+        rows = max(1, int(request.samples)) if self.temperature > 0 else 1
+        vocab = loaded.model.get_output_embeddings().weight.shape[0]
+        grammar = xgr = None
+        stops = set(_eos_ids(loaded))
+        if self.constrained:
+            constraint = loaded.constraint(self.max_string_length, self.max_calls)
+            grammar, xgr = _COMPILER.submit(constraint.compiled, self.draft_tools(request)), constraint.xgr
+            stops |= set(constraint.stop_token_ids)
+        stats = DecodeStats()
+        with loaded.lock, torch.inference_mode():
+            if stop.is_set():
+                return []
+            ids = self.token_ids(loaded, request)
+            start, cpu = time.perf_counter(), time.thread_time()
+            rows_out = decode_rows(
+                loaded.model, loaded.tokenizer, grammar, xgr, ids, loaded.prefix, stop, rows=rows,
+                max_new_tokens=self.max_new_tokens, stop_ids=sorted(stops), vocab=vocab,
+                temperature=self.temperature, top_p=self.top_p, greedy_first=self.greedy_first,
+                jump_forward=self.jump_forward, reuse=self.prefix_cache, stats=stats)
+            self.last_generate_s = time.perf_counter() - start
+            self.last_generate_cpu_s = time.thread_time() - cpu
+        self.last_stats = stats
+        texts = [loaded.tokenizer.decode(r, skip_special_tokens=True) for r in rows_out]
+        self.last_texts = texts
+        return texts
 
     def prompt_ids(self, loaded: LocalModel, request: DraftRequest) -> Any:
         """Token ids of the drafting prompt, dropping the oldest turns to fit the budget."""
@@ -206,7 +296,7 @@ class LocalDrafter:
         import torch
         from transformers import StoppingCriteriaList
 
-        ids = self.prompt_ids(loaded, request)
+        ids = torch.tensor([self.token_ids(loaded, request)])
         sample = self.temperature > 0 and int(request.samples) > 1
         n = max(1, int(request.samples)) if sample else 1  # greedy samples would all be equal
         kwargs: dict[str, Any] = {
@@ -220,7 +310,7 @@ class LocalDrafter:
         processors: list[Any] = []
         if self.constrained:
             grammar = loaded.constraint(self.max_string_length, self.max_calls)
-            processors.append(grammar.processor(request.tools, n))
+            processors.append(grammar.processor(self.draft_tools(request), n))
             eos = sorted(set(eos) | set(grammar.stop_token_ids))
         if sample and self.greedy_first:
             processors.append(_GreedyRow())  # after the mask: the best *allowed* token

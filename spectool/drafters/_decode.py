@@ -1,0 +1,233 @@
+"""The local drafter's fast decode loop: prefix KV reuse, grammar jump-forward, early stop.
+
+``transformers.generate`` costs the drafter three ways: it prefills the whole prompt on every
+call, it runs one forward per token even where the JSON schema leaves one choice
+(``[{"name": "``, ``", "arguments": {"``, ``}}]``), and it checks for cancellation only through
+a stopping criterion. :class:`PrefixCache` keeps one KV cache per loaded model and re-feeds only
+the tokens after the longest common prefix with the previous prompt; :func:`decode_rows` asks
+xgrammar for the string the schema forces (``find_jump_forward_string``) and feeds it in one
+forward, stops a row as soon as the grammar can only end, and checks a stop flag before every
+forward. λ rows decode one after the other from the same prompt cache (one prefill): with
+jump-forward a row takes a handful of forwards, so rows need not be batched.
+torch is imported lazily (callers hold the model's lock).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["DecodeStats", "PrefixCache", "decode_rows"]
+
+#: Prompt tokens fed per forward while prefilling, so a cancelled draft stops within one chunk.
+PREFILL_CHUNK = 128
+
+
+class _Stopped(Exception):
+    """The stop flag was set between two forwards."""
+
+
+@dataclass
+class DecodeStats:
+    """What the last draft cost: tokens re-used vs fed, forwards, tokens forced by the schema."""
+
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+    forwards: int = 0
+    forced_tokens: int = 0
+    sampled_tokens: int = 0
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass
+class PrefixCache:
+    """One model's KV cache and the token ids it holds (the last prompt)."""
+
+    ids: list[int] = field(default_factory=list)
+    cache: Any = None
+
+    def reset(self) -> None:
+        self.ids, self.cache = [], None
+
+    def prefill(self, model: Any, ids: Sequence[int], stop: threading.Event, stats: DecodeStats,
+                reuse: bool = True) -> Any:
+        """Bring the cache to ``ids`` and return the logits after the last prompt token."""
+        from transformers import DynamicCache
+
+        keep = common_prefix(self.ids, ids) if reuse and self.cache is not None else 0
+        keep = min(keep, len(ids) - 1)  # the last prompt token is always fed: its logits are needed
+        if keep == 0 or self.cache is None:
+            self.cache, keep = DynamicCache(config=model.config), 0
+        else:
+            _crop(self.cache, keep)
+        self.ids = list(ids[:keep])
+        stats.prompt_tokens, stats.reused_tokens = len(ids), keep
+        logits = None
+        try:
+            for start in range(keep, len(ids), PREFILL_CHUNK):
+                if stop.is_set():
+                    raise _Stopped
+                chunk = list(ids[start:start + PREFILL_CHUNK])
+                logits = _forward(model, self.cache, chunk, stats)
+                self.ids.extend(chunk)
+        except BaseException:
+            self.reset()  # a half-fed cache must not be trusted by the next draft
+            raise
+        return logits
+
+    def rewind(self, length: int) -> None:
+        """Drop what a row appended after the prompt (the next row starts from the prompt)."""
+        _crop(self.cache, length)
+        del self.ids[length:]
+
+
+def _crop(cache: Any, length: int) -> None:
+    """Keep the first ``length`` positions (transformers 5 crops by a negative count)."""
+    drop = cache.get_seq_length() - length
+    if drop > 0:
+        cache.crop(-drop)
+
+
+def _forward(model: Any, cache: Any, tokens: list[int], stats: DecodeStats) -> Any:
+    import torch
+
+    out = model(input_ids=torch.tensor([tokens]), past_key_values=cache, use_cache=True,
+                logits_to_keep=1)
+    stats.forwards += 1
+    return out.logits[0, -1].float()
+
+
+class _Row:
+    """One row's grammar state: xgrammar matcher + a bitmask, applied to a logits vector."""
+
+    def __init__(self, xgr: Any, grammar: Any, vocab: int) -> None:
+        self.xgr = xgr
+        self.matcher = xgr.GrammarMatcher(grammar)
+        self.mask = xgr.allocate_token_bitmask(1, vocab)
+
+    def masked(self, logits: Any) -> Any:
+        self.matcher.fill_next_token_bitmask(self.mask, 0)
+        scores = logits.clone()[None]
+        self.xgr.apply_token_bitmask_inplace(scores, self.mask)
+        return scores[0]
+
+
+def _pick(scores: Any, temperature: float, top_p: float, generator: Any) -> int:
+    import torch
+
+    if temperature <= 0:
+        return int(scores.argmax())
+    probs = torch.softmax(scores / temperature, dim=-1)
+    ordered, index = probs.sort(descending=True)
+    cut = int((ordered.cumsum(0) < top_p).sum()) + 1  # smallest set whose mass reaches top_p
+    ordered = ordered[:cut]
+    choice = torch.multinomial(ordered / ordered.sum(), 1, generator=generator)
+    return int(index[int(choice)])
+
+
+def decode_rows(model: Any, tokenizer: Any, grammar: Any, xgr: Any, prompt: Sequence[int],
+                prefix: PrefixCache, stop: threading.Event, *, rows: int, max_new_tokens: int,
+                stop_ids: Sequence[int], vocab: int, temperature: float = 0.0, top_p: float = 1.0,
+                greedy_first: bool = True, jump_forward: bool = True, reuse: bool = True,
+                seed: int | None = None, stats: DecodeStats | None = None) -> list[list[int]]:
+    """Decode ``rows`` answers for ``prompt`` under ``grammar``; returns each row's new ids.
+
+    Row 0 is greedy when ``greedy_first`` (or when ``temperature`` is 0); the others sample.
+    A set ``stop`` ends the draft before its next forward (``[]`` is returned).
+    ``grammar`` None decodes without a constraint (then jump-forward does nothing); a
+    ``concurrent.futures.Future`` of one is awaited after the prefill, so a new tool set's
+    grammar compiles on the other core while the prompt is prefilled.
+    """
+    import torch
+
+    stats = stats if stats is not None else DecodeStats()
+    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    stops = {int(s) for s in stop_ids}
+    try:
+        first = prefix.prefill(model, prompt, stop, stats, reuse=reuse)
+        if hasattr(grammar, "result"):
+            grammar = grammar.result()
+        out: list[list[int]] = []
+        for r in range(rows):
+            temp = 0.0 if (r == 0 and greedy_first) else temperature
+            try:
+                out.append(_decode_one(model, tokenizer, xgr, grammar, prefix, first, stop, stops, vocab,
+                                       max_new_tokens, temp, top_p, generator, jump_forward, stats))
+            finally:
+                if prefix.cache is not None:
+                    prefix.rewind(len(prompt))
+        return out
+    except _Stopped:
+        return []
+
+
+def _decode_one(model: Any, tokenizer: Any, xgr: Any, grammar: Any, prefix: PrefixCache, logits: Any,
+                stop: threading.Event, stops: set[int], vocab: int, max_new_tokens: int, temperature: float,
+                top_p: float, generator: Any, jump_forward: bool, stats: DecodeStats) -> list[int]:
+    row = _Row(xgr, grammar, vocab) if grammar is not None else None
+    new: list[int] = []
+    while len(new) < max_new_tokens:
+        scores = row.masked(logits) if row is not None else logits
+        token = _pick(scores, temperature, top_p, generator)
+        if token in stops or not bool(scores[token].isfinite()):
+            break
+        stats.sampled_tokens += 1
+        feed = [token]
+        if row is not None:
+            if not row.matcher.accept_token(token):
+                break
+            feed += _forced(tokenizer, row, max_new_tokens - len(new) - 1, stops, vocab) if jump_forward else []
+            stats.forced_tokens += len(feed) - 1
+            if row.matcher.is_terminated() or _only_stop(row, stops, vocab):
+                new.extend(feed)  # the grammar can only end here: no forward needed
+                break
+        new.extend(feed)
+        if len(new) >= max_new_tokens:
+            break
+        if stop.is_set():
+            raise _Stopped
+        logits = _forward(model, prefix.cache, feed, stats)
+        prefix.ids.extend(feed)
+    return new
+
+
+def _forced(tokenizer: Any, row: _Row, budget: int, stops: set[int], vocab: int) -> list[int]:
+    """Tokens of the string the schema forces next, accepted into the matcher.
+
+    The string is tokenized on its own, so its last token is held back unless it completes the
+    answer: the model would often merge it with what follows (``": "`` then ``-3`` is written
+    ``":`` `` -`` ``3``), and forcing the split spelling derails a small model. A token the
+    matcher rejects ends the jump there and the model decodes the rest itself.
+    """
+    text = row.matcher.find_jump_forward_string()
+    if not text or budget <= 0:
+        return []
+    forced: list[int] = []
+    for token in tokenizer(text, add_special_tokens=False)["input_ids"][:budget]:
+        if not row.matcher.accept_token(int(token)):
+            break
+        forced.append(int(token))
+    if forced and not _only_stop(row, stops, vocab):
+        row.matcher.rollback(1)
+        forced.pop()
+    return forced
+
+
+def _only_stop(row: _Row, stops: set[int], vocab: int) -> bool:
+    """True when the grammar allows nothing but a stop token next (the answer is complete)."""
+    import torch
+
+    if not row.matcher.is_completed():
+        return False
+    scores = row.masked(torch.zeros(vocab))
+    allowed = torch.isfinite(scores).nonzero().flatten().tolist()
+    return bool(allowed) and all(int(a) in stops for a in allowed)

@@ -1,0 +1,230 @@
+"""The local drafter's fast decode loop on a tiny random Llama with SmolLM2's real tokenizer.
+
+A random 3-layer model is enough to check the machinery (it writes nonsense, but the grammar
+keeps it well-formed): the prefix cache and λ rows give exactly what decoding without the cache
+gives, jump-forward feeds schema-forced tokens without sampling, a set stop flag ends a draft
+between forwards and leaves a cache the next draft can trust. The model runs in float64 so the
+cached and uncached forwards (different chunking of the same maths) cannot round to a
+different argmax.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+
+import anyio
+import pytest
+import torch
+
+from spectool import ConfigError, DraftRequest, ToolCall
+from spectool._toolcall_text import parse_tool_calls
+from spectool.drafters import LocalDrafter
+from spectool.drafters._common import tool_schemas
+from spectool.drafters._decode import DecodeStats, PrefixCache, decode_rows
+from spectool.drafters._eval import valid
+from spectool.drafters._grammar import GrammarConstraint
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                     "unit": {"type": "string", "enum": ["c", "f"]}},
+                    "required": ["city", "unit"]}}},
+    # strings, not integers: the grammar bounds a string's length but not an integer's digits,
+    # and a random model happily writes digits until max_new_tokens
+    {"type": "function", "function": {"name": "add", "description": "Add two numbers", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+        "required": ["a", "b"]}}},
+]
+
+
+def _turns() -> list[list[dict]]:
+    """A conversation that grows the way an agent's does: each draft sees the previous one's prompt."""
+    convo: list[dict] = [{"role": "user", "content": "What is the weather in Paris, and what is 2 plus 3?"}]
+    out = [list(convo)]
+    convo += [{"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function",
+               "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "c"}'}}]},
+              {"role": "tool", "tool_call_id": "1", "content": "18 C, cloudy"}]
+    out.append(list(convo))
+    convo += [{"role": "assistant", "content": None, "tool_calls": [{"id": "2", "type": "function",
+               "function": {"name": "add", "arguments": '{"a": "2", "b": "3"}'}}]},
+              {"role": "tool", "tool_call_id": "2", "content": "5"},
+              {"role": "assistant", "content": "18 C in Paris; 2 + 3 = 5."},
+              {"role": "user", "content": "And in Rome?"}]
+    out.append(list(convo))
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from spectool._embedded import embedded_hf_folder
+
+    tok = AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
+    torch.manual_seed(7)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                      eos_token_id=tok.eos_token_id)
+    cfg._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(cfg).eval().double()
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def grammar(tiny):
+    model, tok = tiny
+    return GrammarConstraint(tok, model.get_output_embeddings().weight.shape[0], max_string_length=12,
+                             max_calls=1)
+
+
+def _decode(tiny, grammar, ids, prefix, *, rows=1, reuse=True, jump=True, stop=None, stats=None, seed=0):
+    model, tok = tiny
+    return decode_rows(model, tok, grammar.compiled(TOOLS), grammar.xgr, ids, prefix, stop or threading.Event(),
+                       rows=rows, max_new_tokens=48, stop_ids=grammar.stop_token_ids,
+                       vocab=grammar.vocab_size, temperature=1.0, top_p=0.95, jump_forward=jump, reuse=reuse,
+                       seed=seed, stats=stats)
+
+
+def _prompts(tiny):
+    drafter = LocalDrafter(tiny)
+    return [drafter.token_ids(drafter._loaded, DraftRequest(m, TOOLS, 1)) for m in _turns()]
+
+
+def test_prefix_cache_and_lambda_rows_draft_exactly_what_fresh_decoding_drafts(tiny, grammar):
+    cached, fresh = PrefixCache(), PrefixCache()
+    reused = []
+    for ids in _prompts(tiny):
+        stats = DecodeStats()
+        with torch.inference_mode():
+            got = _decode(tiny, grammar, ids, cached, rows=3, stats=stats)
+            want = _decode(tiny, grammar, ids, fresh, rows=3, reuse=False)
+        assert got == want and len(got) == 3  # greedy row 0 and the seeded sampled rows alike
+        reused.append(stats.reused_tokens)
+        assert cached.ids == list(ids)  # rows were rewound: the cache holds the prompt only
+    assert reused[0] == 0 and reused[1] > 0.5 * len(_prompts(tiny)[0])  # the second turn re-used the first
+
+
+def test_rows_are_complete_valid_calls_and_jump_forward_skips_sampling(tiny, grammar):
+    _, tok = tiny
+    ids = _prompts(tiny)[0]
+    jump, plain = DecodeStats(), DecodeStats()
+    with torch.inference_mode():
+        rows = _decode(tiny, grammar, ids, PrefixCache(), rows=2, stats=jump)
+        _decode(tiny, grammar, ids, PrefixCache(), rows=2, jump=False, stats=plain)
+    schemas = tool_schemas(TOOLS)
+    for row in rows:
+        calls = parse_tool_calls(tok.decode(row, skip_special_tokens=True))
+        assert len(calls) == 1 and valid(calls[0], schemas)
+    assert jump.forced_tokens > 0 and plain.forced_tokens == 0
+    assert jump.forwards < plain.forwards  # forced tokens rode along in one forward each
+    assert jump.sampled_tokens < plain.sampled_tokens
+
+
+class _StopAfter:
+    """Wraps the model: sets the stop flag after ``n`` forwards (a cancellation mid-draft)."""
+
+    def __init__(self, model, stop: threading.Event, n: int) -> None:
+        self.model, self.stop, self.n, self.calls = model, stop, n, 0
+        self.config = model.config
+
+    def __call__(self, **kwargs):
+        self.calls += 1
+        if self.calls >= self.n:
+            self.stop.set()
+        return self.model(**kwargs)
+
+
+@pytest.mark.parametrize("after", [1, 3])
+def test_a_set_stop_flag_ends_the_draft_at_the_next_forward_and_the_cache_stays_sound(tiny, grammar, after):
+    model, tok = tiny
+    ids = _prompts(tiny)[2]
+    prefix, stop = PrefixCache(), threading.Event()
+    wrapped = _StopAfter(model, stop, after)
+    with torch.inference_mode():
+        got = decode_rows(wrapped, tok, grammar.compiled(TOOLS), grammar.xgr, ids, prefix, stop, rows=3,
+                          max_new_tokens=48, stop_ids=grammar.stop_token_ids, vocab=grammar.vocab_size)
+        assert got == [] and wrapped.calls == after  # no forward after the flag was set
+        assert prefix.ids == list(ids[:len(prefix.ids)]) and prefix.cache is None or (
+            prefix.cache.get_seq_length() == len(prefix.ids))
+        again = _decode(tiny, grammar, ids, prefix)
+        fresh = _decode(tiny, grammar, ids, PrefixCache(), reuse=False)
+    assert again == fresh
+
+
+@pytest.mark.anyio
+async def test_local_drafter_fast_path_with_a_given_model(tiny):
+    drafter = LocalDrafter(tiny, max_string_length=12)
+    schemas = tool_schemas(TOOLS)
+    for messages in _turns():
+        calls = await drafter.propose(DraftRequest(messages, TOOLS, samples=2))
+        assert 1 <= len(calls) <= 2 and all(valid(c, schemas) for c in calls)
+        assert len(drafter.last_texts) == 2
+    assert drafter.last_stats is not None and drafter.last_stats.reused_tokens > 0
+    old = LocalDrafter(tiny, prompt="examples", decoder="generate", max_string_length=12, max_calls=1)
+    calls = await old.propose(DraftRequest(_turns()[0], TOOLS, samples=1))
+    assert all(isinstance(c, ToolCall) and valid(c, schemas) for c in calls)
+
+
+@pytest.mark.anyio
+async def test_cancelled_draft_stops_its_worker_promptly(tiny, monkeypatch):
+    """The caller's cancellation sets the stop flag; the worker thread gives the lock back soon."""
+    model, tok = tiny
+    slow_calls = []
+
+    class Slow:
+        config = model.config
+
+        def __call__(self, **kw):
+            slow_calls.append(1)
+            anyio.from_thread  # noqa: B018 - documents that this runs in the worker thread
+            threading.Event().wait(0.05)
+            return model(**kw)
+
+        def get_output_embeddings(self):
+            return model.get_output_embeddings()
+
+        generation_config = model.generation_config
+
+    drafter = LocalDrafter((Slow(), tok), max_string_length=12, max_new_tokens=48)
+    with anyio.move_on_after(0.12):
+        await drafter.propose(DraftRequest(_turns()[2], TOOLS, samples=3))
+    seen = len(slow_calls)
+    freed = threading.Event()
+
+    def wait_lock():
+        with drafter._loaded.lock:
+            freed.set()
+
+    await anyio.to_thread.run_sync(wait_lock)
+    assert freed.is_set() and len(slow_calls) <= seen + 1  # at most the forward already under way
+
+
+def test_bad_options_are_config_errors():
+    with pytest.raises(ConfigError):
+        LocalDrafter(None, prompt="long")
+    with pytest.raises(ConfigError):
+        LocalDrafter(None, decoder="beam")
+    with pytest.raises(ConfigError):
+        LocalDrafter(None, max_calls=0)
+
+
+@pytest.mark.anyio
+async def test_adapter_is_loaded_through_the_tune_helpers_function(tiny, monkeypatch):
+    # A stand-in module: the real spectool.drafters._adapter (peft) belongs to the tuning work
+    # and is tested there; this checks only that LocalDrafter hands it the model and uses its result.
+    model, _ = tiny
+    seen = []
+    fake = types.ModuleType("spectool.drafters._adapter")
+
+    def load_adapter(m, path):
+        seen.append((m, path))
+        return m
+
+    fake.load_adapter = load_adapter
+    monkeypatch.setitem(sys.modules, "spectool.drafters._adapter", fake)
+    drafter = LocalDrafter(tiny, adapter="/tmp/some-adapter", max_string_length=12)
+    assert seen == [(model, "/tmp/some-adapter")]
+    calls = await drafter.propose(DraftRequest(_turns()[0], TOOLS, samples=1))
+    assert len(calls) == 1
