@@ -128,3 +128,16 @@ def test_quick_runs_the_headline_then_the_embedded_engine():
     assert embedded.main == "embedded" and embedded.split == "test" and "engine" in embedded.configs
     only = build_plans(parser.parse_args(["--quick", "--main", "replay", "--samples", "1,3,auto"]))
     assert len(only) == 1 and only[0].samples == (1, 3, "auto")
+
+
+def test_the_tuned_arm_appears_when_the_adapter_is_shipped(tmp_path, monkeypatch):
+    from spectool.bench import _sweep
+    from spectool.drafters import _adapter
+
+    assert _sweep.headline_drafters()[0] == "history"
+    (tmp_path / "adapter_config.json").write_text("{}")
+    monkeypatch.setattr(_adapter, "shipped_adapter_path", lambda: tmp_path)
+    monkeypatch.setattr(_sweep, "_SHARED", {})
+    assert _sweep.headline_drafters() == ("history", "tuned")
+    factory, label = _sweep._drafter(headline_plan(), "tuned")
+    assert label.startswith("tuned") and factory() is factory()  # one loaded model for every agent
