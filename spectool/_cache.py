@@ -203,6 +203,10 @@ class ToolCache:
     def epoch(self, scope: str) -> int:
         return self._epochs.get(scope, 0)
 
+    def epochs(self) -> dict[str, int]:
+        """A snapshot of every scope's epoch (a response created now sees this state)."""
+        return dict(self._epochs)
+
     def invalidate(self, scope: str = "default") -> None:
         """Mark that state in ``scope`` changed outside spectool: read_only entries go stale."""
         self._epochs[scope] = self.epoch(scope) + 1
@@ -271,7 +275,7 @@ class ToolCache:
         if spec is None or not self.may_run_early(spec) or not self.is_open:
             self.counters.skipped_proposals += spec is not None and self.may_run_early(spec)
             return False
-        arguments = json_round_trip(call.arguments) if isinstance(call.arguments, Mapping) else None
+        arguments = json_round_trip(dict(call.arguments)) if isinstance(call.arguments, Mapping) else None
         if arguments is None:  # not what a model's JSON call could carry: never stand in for one
             return False
         call = ToolCall(call.name, arguments, call.id)

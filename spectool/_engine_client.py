@@ -1,10 +1,14 @@
 """The client half of the engine-side algorithm (Algorithm 4), behind ``mode="engine"``.
 
 :class:`EngineClient` is the :class:`~spectool._openai.EngineSink` the wrapper calls: it learns
-each response id from the stream's first chunk and posts every finished speculative output to
-``POST /cache-tool-output/{response_id}`` on the serving engine, so the engine can verify the
-call (O2) and continue in place (O3). Outputs that finish before an id is known are posted as
-soon as it is. On a miss the wrapper already awaits the run in flight in the client cache.
+each response id from the stream's first chunk and posts finished speculative outputs to
+``POST /cache-tool-output/{response_id}`` on the serving engine (through the wrapped SDK
+client), so the engine can verify the call (O2) and continue in place (O3). Outputs that
+finish before an id is known are posted as soon as it is, and re-posted to later responses
+only while the session's cache still holds them valid: the engine cannot see the client's
+writes, so a read_only output never reaches a response created after a mutating call in its
+scope (withheld, counted in ``stale_discards``). Each entry carries its ``effect``. On a miss
+the wrapper already awaits the run in flight in the client cache.
 
 Posting never breaks the main path: errors are counted and swallowed, and a server without
 the endpoint (a 404/405 that is not our "unknown response id") switches posting off, which
@@ -55,6 +59,7 @@ class EngineClient:
         self._finished: deque[tuple[str, dict[str, Any]]] = deque(maxlen=replay)  # (key, item)
         self._cache: Any = None
         self.enabled = True
+        self.send_effect = True  # off once a server refuses the field (422 naming it)
         self._pending: list[tuple[list[dict[str, Any]], str]] = []
         self.counters = {"posted": 0, "cached": 0, "failed": 0, "withheld": 0}
 
@@ -71,7 +76,7 @@ class EngineClient:
         """A new response streams: replay what is still valid to it, in the background."""
         self.response_id = response_id
         # The state this response was created in: a read from an older epoch is not for it.
-        self._response_epochs = dict(self._cache._epochs) if self._cache is not None else None
+        self._response_epochs = self._cache.epochs() if self._cache is not None else None
         items = self._postable([key for key, _ in self._finished])
         if not items or not self.enabled:
             return
@@ -83,7 +88,8 @@ class EngineClient:
     async def on_tool_output(self, call: ToolCall, key: str, outcome: Outcome) -> None:
         if not outcome.ok:
             return  # a failed speculative run is re-run on demand, never cached server-side
-        item = {"name": call.name, "params": dict(call.arguments), "output": format_output(outcome.value)}
+        item: dict[str, Any] = {"name": call.name, "params": dict(call.arguments),
+                                "output": format_output(outcome.value)}
         if self.keep_alive is not None:
             item["keep_alive"] = self.keep_alive
         self._finished.append((key, item))
@@ -120,7 +126,16 @@ class EngineClient:
         if not self.enabled or rid is None or not items:
             return
         self.counters["posted"] += len(items)
-        status, body = await self._send(f"{self.root}/cache-tool-output/{rid}", items)
+        url = f"{self.root}/cache-tool-output/{rid}"
+        if not self.send_effect:
+            items = [{k: v for k, v in item.items() if k != "effect"} for item in items]
+        status, body = await self._send(url, items)
+        if status == 422 and self.send_effect and "effect" in body:
+            # A server from before the effect field: post without it from now on (it then
+            # treats every entry as it always did; the client still never posts across a write).
+            self.send_effect = False
+            items = [{k: v for k, v in item.items() if k != "effect"} for item in items]
+            status, body = await self._send(url, items)
         if status == 200:
             try:
                 self.counters["cached"] += int(json.loads(body).get("cached", 0))

@@ -149,3 +149,15 @@ def test_cli_tune_delegates_to_the_tuning_module(monkeypatch):
     monkeypatch.setattr(_drafters_cli, "TUNE_MODULE", "fake_tune")
     assert main(["drafters", "tune", "--traces", "t.jsonl"]) == 7
     assert seen == {"traces": "t.jsonl"}
+
+
+@pytest.mark.parametrize("category", __import__("spectool.bench._bfcl", fromlist=["x"]).ALL_CATEGORIES)
+def test_every_category_in_the_wheel_replays(category):
+    from spectool.bench._bfcl import NO_CALL_CATEGORIES
+
+    tasks = load_tasks(category, limit=2)
+    assert tasks and all(t.tools for t in tasks)
+    for task in tasks:
+        steps, _ = replay_steps(task)
+        assert steps and sum(len(s.calls) for s in steps) == task.calls
+        assert (task.calls == 0) == (category in NO_CALL_CATEGORIES)

@@ -77,7 +77,8 @@ def test_confidence_ranking_puts_the_member_that_was_right_first():
         messages += [call("ls", {"path": "/right"}, f"c{i}"), out(f"c{i}", {"files": []})]
         ranked = anyio.run(drafter.propose, DraftRequest(list(messages), tools, 1))
     assert ranked == [right, wrong]
-    assert drafter.confidence(1, "ls") > 0.7 > 0.3 > drafter.confidence(0, "ls")
+    assert drafter.confidence(1, "ls") > 0.7
+    assert drafter.confidence(0, "ls") < 0.3
     # plain order ranking ignores the record
     plain = CombinedDrafter([Fixed(wrong), Fixed(right)])
     assert anyio.run(plain.propose, DraftRequest(list(messages), tools, 1)) == [wrong, right]
@@ -104,3 +105,28 @@ def test_fan_out_spreads_the_users_literals_over_parallel_calls():
     # nothing left to spread: one call
     single = DraftRequest([{"role": "user", "content": "BMI for 6 feet and 80 kg"}], tools, samples=1)
     assert len(HistoryDrafter().predict(single)) == 1
+
+
+def test_two_parameters_take_two_values_and_a_just_made_call_is_not_repeated():
+    tools = [fn("get_zipcode", {"city": {"type": "string"}}),
+             fn("estimate_distance", {"cityA": {"type": "string"}, "cityB": {"type": "string"}})]
+    messages = [{"role": "user", "content": "How far is it from Rivermist to Stonebrook?"},
+                call("get_zipcode", {"city": "Rivermist"}, "a"), out("a", {"zipcode": "83214"})]
+    nxt = HistoryDrafter(corpus=[["get_zipcode", "get_zipcode", "estimate_distance"]]).predict(
+        DraftRequest(messages, tools, samples=1))
+    assert nxt == [ToolCall("get_zipcode", {"city": "Stonebrook"})]  # not Rivermist again
+    messages += [call("get_zipcode", {"city": "Stonebrook"}, "b"), out("b", {"zipcode": "74532"})]
+    mined = HistoryDrafter.from_traces([[
+        {"role": "user", "content": "x"}, call("get_zipcode", {"city": "P"}, "p"), out("p", {"zipcode": "1"}),
+        call("get_zipcode", {"city": "Q"}, "q"), out("q", {"zipcode": "2"}),
+        call("estimate_distance", {"cityA": "2", "cityB": "1"}, "r")]])
+    guess = mined.predict(DraftRequest(messages, tools, samples=1))[0]
+    assert guess.name == "estimate_distance"
+    assert {guess.arguments["cityA"], guess.arguments["cityB"]} == {"83214", "74532"}
+
+
+def test_apostrophes_are_not_quotes():
+    tools = [fn("get_zipcode", {"city": {"type": "string"}})]
+    text = "I'm curious what zipcode Silverpine has before I'll head out."
+    guess = HistoryDrafter().predict(DraftRequest([{"role": "user", "content": text}], tools, samples=1))
+    assert guess == [ToolCall("get_zipcode", {"city": "Silverpine"})]

@@ -22,8 +22,8 @@ PACKAGES = {
 }
 # measurement: may import every layer; nothing else may import it
 MEASUREMENT = ("spectool.bench", "spectool_serving.bench", "spectool_serving.tree.bench")
-# the `spectool bench` command module still sits beside the core (other work edits it); it is
-# measurement's entry point and reached from the CLI only by name
+# the `spectool bench` and `spectool drafters` command modules sit beside the core; they are
+# measurement's entry points and reached from the CLI only by name
 MEASUREMENT_ENTRY = ("spectool._bench_cli",)
 
 

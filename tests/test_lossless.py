@@ -99,7 +99,7 @@ async def test_engine_client_posts_through_the_wrapped_sdk_client() -> None:
 
 
 @spectool.tool(effect="pure")
-def show(x: int | float) -> str:
+def show(x: int | float) -> str:  # noqa: PYI041 - the union is the point: pydantic keeps 5 and 5.0 apart
     """Show a number."""
     return repr(x)
 
@@ -298,3 +298,109 @@ def test_external_is_a_keyword_of_the_decorator_and_of_from_schema() -> None:
     spec = ToolSpec.from_schema({"name": "s", "parameters": {"type": "object"}}, effect="pure", external=True)
     assert spec.external and spec.speculable
     assert not math.isnan(0.0)
+
+
+# -- anyio throughout: engine mode on trio ------------------------------------------------------
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_engine_mode_runs_on_trio(anyio_backend) -> None:
+    """The engine client used to replay through asyncio's loop, which does not exist on trio."""
+    fs = {"x": "old"}
+    model = ScriptedModel([call("upper", text="a"), call("upper", text="b"), say("done")])
+    engine = RecordingEngine(model, state=lambda: dict(fs))
+    drafter = Always(ToolCall("upper", {"text": "a"}))
+    async with spectool.speculative(openai_client(engine), file_tools(fs, []), drafter, mode="engine",
+                                    samples=1, engine_options={"http_client": asgi_http_client(engine)}) as agent:
+        result = await spectool.run_agent(agent, model="m", messages="go", stream=True)
+    assert result.stop_reason == "answer"
+    # upper("a") finished in turn 1 and, being pure, was replayed to turn 2's response too.
+    assert len({p.response_id for p in engine.posts if p.item["params"] == {"text": "a"}}) >= 2
+
+
+async def test_a_session_opts_in_to_external_speculation() -> None:
+    seen: list[str] = []
+
+    @spectool.tool(effect="pure", external=True)
+    async def lookup(q: str) -> str:
+        """Ask a third party."""
+        seen.append(q)
+        return q * 2
+
+    model = ScriptedModel([call("lookup", q="a"), say("done")])
+    for opt_in in (False, True):
+        seen.clear()
+        async with spectool.speculative(openai_client(model), [lookup], Always(ToolCall("lookup", {"q": "zz"})),
+                                        samples=1, speculate_external=opt_in) as agent:
+            await spectool.run_agent(agent, model="m", messages="go")
+        assert ("zz" in seen) is opt_in  # the wrong guess reached the third party only when allowed
+
+
+async def test_a_server_without_the_effect_field_still_gets_posts() -> None:
+    """Today's engine refuses unknown item fields (422 naming them): the client then posts
+    without ``effect`` instead of losing engine mode. Fake: the refusal of an older server."""
+    import json as _json
+
+    from spectool._engine_client import EngineClient
+
+    bodies: list = []
+
+    async def old_server(scope, receive, send):
+        body = _json.loads((await receive())["body"])
+        bodies.append(body)
+        unknown = sorted(set().union(*body) - {"name", "params", "output", "keep_alive"})
+        status, payload = (422, {"detail": f"item 0: unknown fields {unknown}"}) if unknown else (200, {"cached": len(body)})
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": _json.dumps(payload).encode()})
+
+    @spectool.tool(effect="pure")
+    def f(a: int) -> int:
+        """Identity."""
+        return a
+
+    sink = EngineClient("http://old/v1", client=openai_client(old_server))
+    async with ToolCache([f], on_complete=sink.on_tool_output) as cache:
+        sink.bind(cache)
+        sink.on_response_id("chatcmpl-1")
+        cache.speculate(ToolCall("f", {"a": 1}))
+        await anyio.sleep(0.05)
+    await sink.aclose()
+    assert [("effect" in b[0]) for b in bodies] == [True, False]
+    assert sink.counters["cached"] == 1 and sink.send_effect is False
+
+
+async def test_engine_client_withholds_used_and_cross_epoch_reads_but_replays_pure() -> None:
+    """The sink's rules one by one, on a bound cache: a read the client already used is not
+    posted again; a read from before a write never reaches a response created after it; a pure
+    output is replayed to each new response."""
+    from spectool._engine_client import EngineClient
+
+    fs = {"x": "old"}
+    model = ScriptedModel([say("unused")])
+    engine = RecordingEngine(model, state=lambda: dict(fs))
+    read_file, write_file, upper = file_tools(fs, [])
+    sink = EngineClient("http://scripted.local/v1", client=openai_client(engine))
+    async with ToolCache([read_file, write_file, upper], on_complete=sink.on_tool_output) as cache:
+        sink.bind(cache)
+        engine.created["chatcmpl-r1"] = dict(fs)
+        sink.on_response_id("chatcmpl-r1")
+        cache.speculate(ToolCall("read_file", {"path": "x"}))
+        cache.speculate(ToolCall("upper", {"text": "a"}))
+        await anyio.sleep(0.05)  # both finished and posted to r1
+        await cache.resolve(ToolCall("write_file", {"path": "x", "text": "new"}))  # epoch moves
+        engine.created["chatcmpl-r2"] = dict(fs)
+        sink.on_response_id("chatcmpl-r2")  # replay: upper yes, the old read no
+        await anyio.sleep(0.05)
+        cache.speculate(ToolCall("read_file", {"path": "x"}))  # a fresh read, posted to r2
+        await anyio.sleep(0.05)
+        assert (await cache.resolve(ToolCall("read_file", {"path": "x"}))).value == "new"  # used
+        sink.on_response_id("chatcmpl-r3")  # the used read is not replayed
+        await anyio.sleep(0.05)
+    await sink.aclose()
+    by_rid = {}
+    for p in engine.posts:
+        by_rid.setdefault(p.response_id, []).append((p.item["name"], p.item["output"]))
+    assert sorted(by_rid["chatcmpl-r1"]) == [("read_file", "old"), ("upper", "A")]
+    assert sorted(by_rid["chatcmpl-r2"]) == [("read_file", "new"), ("upper", "A")]
+    assert by_rid["chatcmpl-r3"] == [("upper", "A")]
+    assert cache.counters.stale_discards == 1 and sink.counters["withheld"] >= 1

@@ -16,6 +16,7 @@ import asyncio
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -38,13 +39,13 @@ def world_tools(world: dict[str, str]) -> list[Any]:
     @spectool.tool(effect="read_only", scope="kv")
     async def get(key: str) -> str:
         """Read a key."""
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         return world.get(key, "")
 
     @spectool.tool(scope="kv")
     async def put(key: str, value: str) -> str:
         """Write a key."""
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         world[key] = value
         return "ok"
 

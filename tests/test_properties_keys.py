@@ -11,9 +11,10 @@ for another hands the tool arguments equal to the ones it would have validated i
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import anyio
+import anyio.lowlevel
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,7 +26,7 @@ LEAVES = [int, float, str, bool, Any, int | float, int | str, float | str]
 types = st.recursive(
     st.sampled_from(LEAVES),
     lambda inner: st.one_of(inner.map(lambda t: list[t]), inner.map(lambda t: dict[str, t]),
-                            inner.map(lambda t: Optional[t])),
+                            inner.map(lambda t: t | None)),
     max_leaves=3,
 )
 
@@ -82,7 +83,7 @@ def near(draw: Any, value: Any) -> Any:
 
 
 def make_tool(annotation: Any, seen: list) -> Any:
-    def probe(x):  # noqa: ANN001, ANN202 - the annotation is set below
+    def probe(x):  # the annotation is set below
         seen.append(x)
         return "ok"
 
@@ -137,7 +138,7 @@ def test_a_served_speculation_gave_the_tool_what_it_would_have_received(data) ->
     async def go() -> tuple[bool, Any]:
         async with ToolCache([tool]) as cache:
             cache.speculate(ToolCall("probe", {"x": drafted}))
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
             result = await cache.resolve(ToolCall("probe", {"x": called}))
             return cache.counters.hits + cache.counters.joins == 1, result
 

@@ -13,14 +13,16 @@ already been scored on.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from .._errors import ConfigError
 from .._tools import Effect
-from .._types import DraftRequest, Drafter, ToolCall
+from .._types import Drafter, DraftRequest, ToolCall
 from ..drafters._common import tool_schemas
 from ._bfcl import Task, load_tasks
 from ._drafter_metrics import StepScore, score_step, summarize
@@ -29,7 +31,8 @@ from ._executable import Environment
 from ._splits import in_split
 from ._workload import precomputed_output
 
-__all__ = ["Step", "evaluate", "replay_steps", "speculable_tools"]
+__all__ = ["Prepared", "Step", "check_samples", "evaluate", "prepare", "replay", "replay_steps", "run_grid",
+           "speculable_tools", "train_traces"]
 
 _SPECULABLE = (Effect.PURE, Effect.READ_ONLY)
 
@@ -59,9 +62,10 @@ def replay_steps(task: Task) -> tuple[list[Step], set[str]]:
     return steps, speculable
 
 
-def train_traces(category: str) -> list[list[dict[str, Any]]]:
+@functools.lru_cache(maxsize=8)
+def train_traces(category: str) -> tuple[list[dict[str, Any]], ...]:
     """The full ground-truth conversations of a category's train split (for mining drafters)."""
-    return [replay(t)[1] for t in in_split(load_tasks(category), "train")]
+    return tuple(replay(t)[1] for t in in_split(load_tasks(category), "train"))
 
 
 def replay(task: Task) -> tuple[list[Step], list[dict[str, Any]], set[str]]:

@@ -18,8 +18,9 @@ used); ``wasted_per_hit`` = wasted runs / hits.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .._types import ToolCall
 from ..drafters._common import call_key

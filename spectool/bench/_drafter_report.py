@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .._errors import missing_extra
 
@@ -48,6 +49,7 @@ def write_drafter_plot(rows: Sequence[Mapping[str, Any]], out: Path) -> Path:
     the median draft time g per drafter (log scale) beside it."""
     try:
         import matplotlib
+        import matplotlib.ticker
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -56,7 +58,7 @@ def write_drafter_plot(rows: Sequence[Mapping[str, Any]], out: Path) -> Path:
     categories = list(dict.fromkeys(r["category"] for r in rows))
     series = list(dict.fromkeys((r["drafter"], r["samples"]) for r in rows))
     by = {(r["category"], r["drafter"], r["samples"]): r for r in rows}
-    fig, (ax, ag) = plt.subplots(1, 2, figsize=(max(8.0, 1.1 * len(categories) + 5), 4.6),
+    fig, (ax, ag) = plt.subplots(1, 2, figsize=(min(18.0, max(8.0, 0.9 * len(categories) + 5)), 4.6),
                                  gridspec_kw={"width_ratios": [max(3, len(categories)), 2]})
     width = 0.8 / max(1, len(series))
     for ci, cat in enumerate(categories):
@@ -76,8 +78,12 @@ def write_drafter_plot(rows: Sequence[Mapping[str, Any]], out: Path) -> Path:
         gs = [r["g_median_s"] for r in rows if r["drafter"] == d and r["g_median_s"] is not None]
         medians.append(max(sorted(gs)[len(gs) // 2], 1e-6) if gs else 1e-6)
     ag.barh(range(len(names)), medians, color="#4c72b0")
+    for i, g in enumerate(medians):
+        ag.text(g, i, f" {g * 1000:.1f} ms" if g < 1 else f" {g:.2f} s", va="center", fontsize=8)
     ag.set_yticks(range(len(names)), names)
     ag.set_xscale("log")
+    ag.set_xlim(min(medians) / 3, max(medians) * 30)  # whole decades, room for the labels
+    ag.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ag.set(xlabel="median draft time g (s, log)", title="Draft time")
     fig.tight_layout()
     path = out / "drafter_eval.png"

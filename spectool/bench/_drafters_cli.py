@@ -14,8 +14,9 @@ import argparse
 import importlib
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .._errors import ConfigError
 

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import anyio
 
 from .._errors import ConfigError, DrafterError
-from .._types import DraftRequest, Drafter, ToolCall
+from .._types import Drafter, DraftRequest, ToolCall
 from ._common import assistant_calls, call_key, tool_schemas
 from ._history import _session_key
 

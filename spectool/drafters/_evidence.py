@@ -21,7 +21,8 @@ from ._common import assistant_calls, message_text
 __all__ = ["Candidate", "Evidence", "collect_evidence"]
 
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*[A-Za-z])")
-_QUOTED = re.compile(r"\"([^\"]{1,200})\"|'([^']{1,200})'|`([^`]{1,200})`")
+# Single quotes only as quotes, not apostrophes: "I'm … I'll" is no quoted string.
+_QUOTED = re.compile(r"\"([^\"]{1,200})\"|(?<!\w)'([^']{1,200})'(?!\w)|`([^`]{1,200})`")
 # Proper nouns, tickers, file names, ids: the tokens a string argument usually is.
 _ENTITY = re.compile(r"\b(?:[A-Z][\w-]*(?:\.[\w-]+)*|[\w-]+\.[A-Za-z0-9]{1,8}|[a-z]+\d[\w-]*)\b")
 _SENTENCE_START = re.compile(r"(?:^|[.!?]\s+)$")
@@ -121,7 +122,8 @@ def collect_evidence(messages: Sequence[Mapping[str, Any]]) -> Evidence:
             fresh: dict[tuple[str, ...], list[tuple[Any, int]]] = {}
             for k, v in output_fields(m.get("content")):
                 fresh.setdefault(("out", tool, k), []).append((v, i))
-            ev.sourced.update(fresh)  # a tool's latest output replaces its earlier one
+            for src, values in fresh.items():  # newest output first; earlier ones stay behind it
+                ev.sourced[src] = values + ev.sourced.get(src, [])
             text = message_text(m.get("content"))
             try:
                 value = json.loads(text)

@@ -59,7 +59,7 @@ class HistoryDrafter:
         self._sessions: OrderedDict[str, list[str]] = OrderedDict()
 
     @classmethod
-    def from_traces(cls, traces: Iterable[Sequence[Mapping[str, Any]]], **options: Any) -> "HistoryDrafter":
+    def from_traces(cls, traces: Iterable[Sequence[Mapping[str, Any]]], **options: Any) -> HistoryDrafter:
         """A drafter primed with the control flow and data flow of finished conversations
         (Chat Completions message lists: user turns, assistant calls, tool outputs)."""
         flows = mine_flows(traces)
@@ -90,8 +90,10 @@ class HistoryDrafter:
             while len(self._sessions) > self.max_sessions:
                 self._sessions.popitem(last=False)
         evidence = collect_evidence(request.messages)
-        per_tool = [fills for name in ranked
-                    if (fills := _fillings(name, tools[name]["parameters"], evidence, self.variants, self.flows))]
+        done = set(map(_tag, _trailing_run(request.messages)))  # an agent seldom repeats what it just did
+        per_tool = [fills for name in ranked if (fills := [
+            f for f in _fillings(name, tools[name]["parameters"], evidence, self.variants + 2, self.flows)
+            if _tag(f) not in done][: self.variants])]
         parallel = (_fan_out(ranked[0], tools[ranked[0]]["parameters"], evidence, self.fan_out)
                     if turn_start and ranked and self.fan_out else [])
         limit = max(1, int(request.samples)) + len(parallel)
@@ -176,9 +178,11 @@ def _fillings(name: str, params: Mapping[str, Any], evidence: Evidence, variants
     required = [p for p in params.get("required") or () if p in props]
     chosen: dict[str, list[Any]] = {}
     taken = set() if taken is None else taken  # a user literal fills one parameter of a call, not two
+    used: list[Any] = []  # values earlier parameters took: two parameters rarely share one value
     for pname, pschema in props.items():
         mined = flows.sources(name, pname) if flows is not None else ()
         options = evidence.candidates(pname, pschema if isinstance(pschema, Mapping) else {}, taken, mined)
+        options = [o for o in options if o.value not in used] + [o for o in options if o.value in used]
         if pname in required and not options:
             return []
         # Optional parameters take named evidence, or a number the user wrote and nobody used.
@@ -188,6 +192,7 @@ def _fillings(name: str, params: Mapping[str, Any], evidence: Evidence, variants
                 and not isinstance(o.value, bool))]
         if strong:
             chosen[pname] = [o.value for o in strong]
+            used.append(strong[0].value)
             if strong[0].literal_id is not None:
                 taken.add(strong[0].literal_id)
     first = {p: v[0] for p, v in chosen.items()}
@@ -198,6 +203,24 @@ def _fillings(name: str, params: Mapping[str, Any], evidence: Evidence, variants
                 return calls
             calls.append(ToolCall(name, {**first, pname: alt}))
     return calls
+
+
+def _tag(call: ToolCall) -> str:
+    return call.name + json.dumps(dict(call.arguments), sort_keys=True, default=repr)
+
+
+def _trailing_run(messages: Sequence[Mapping[str, Any]]) -> list[ToolCall]:
+    """This turn's latest calls, as long as they name one tool (``zip(A)``, ``zip(B)``): a
+    call of another tool in between may have changed what a repeat would return."""
+    out: list[ToolCall] = []
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            break
+        for call in reversed(assistant_calls(m)) if m.get("role") == "assistant" else ():
+            if out and call.name != out[0].name:
+                return out
+            out.append(call)
+    return out
 
 
 def _latest_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
