@@ -29,6 +29,7 @@ from ._sync import SyncSpeculator
 from ._sync_openai import SyncSpeculativeOpenAI, SyncSpeculativeStream, speculative_sync
 from ._tracing import instrument, uninstrument
 from ._tools import Effect, Toolbox, ToolSpec, tool, tool_spec
+from ._traces import TraceExample, TraceRecorder, load_traces
 from ._types import Drafter, DraftRequest, ToolCall
 from .drafters import CombinedDrafter, EndpointDrafter, HistoryDrafter, LocalDrafter
 
@@ -70,10 +71,13 @@ __all__ = [
     "ToolNotFoundError",
     "ToolSpec",
     "Toolbox",
+    "TraceExample",
+    "TraceRecorder",
     "Turn",
     "add_observer",
     "canonical_key",
     "instrument",
+    "load_traces",
     "remove_observer",
     "run_agent",
     "speculative",

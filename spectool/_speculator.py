@@ -122,6 +122,7 @@ class Speculator:
         sample_cost: float = 0.0,
         on_complete: OnComplete | None = None,
         cache: ToolCache | None = None,
+        trace: Any = None,
         **cache_options: Any,
     ) -> None:
         # samples="auto": λ per request from running estimates (spectool._auto); sample_cost is
@@ -139,6 +140,8 @@ class Speculator:
         self.cache = cache or ToolCache(self.toolbox, on_complete=on_complete, **cache_options)
         self.draft_counters = DraftCounters()
         self._turn: Turn | None = None
+        #: opt-in TraceRecorder (spectool._traces): each request + the calls that followed it
+        self.trace, self._traced_request = trace, None
 
     async def __aenter__(self) -> "Speculator":
         await self.cache.__aenter__()
@@ -170,6 +173,9 @@ class Speculator:
         """
         self.end_turn(answered=False)
         turn = self._turn = Turn()
+        if self.trace is not None:
+            offered = chat_tools(tools) if tools is not None else self.toolbox.openai_tools("chat")
+            self._traced_request = DraftRequest(messages=list(messages), tools=offered)
         if self.drafter is None or not self.cache.is_open:
             turn.finished.set()
             return turn
@@ -276,7 +282,10 @@ class Speculator:
 
     def end_turn(self, calls: Sequence[Any] = (), answered: bool = True) -> None:
         """The model has answered with ``calls``: drafts still running are moot; with
-        samples="auto" the turn's G and per-call hits feed the estimates."""
+        samples="auto" the turn's G and per-call hits feed the estimates; a ``trace`` records it."""
+        if answered and self.trace is not None and self._traced_request is not None:
+            self.trace.record(self._traced_request, list(calls))  # eager dispatch ends turns here too
+            self._traced_request = None
         turn = self._turn
         if turn is None:
             return

@@ -163,3 +163,19 @@ async def test_a_call_that_changed_after_it_started_is_resolved_again_as_finally
         outcomes = await batch.resolve_all([ToolCall("get", {"key": "b"}, id="c0"),
                                             ToolCall("put", {"key": "a", "value": "q"}, id="c1")])
     assert [o.value for o in outcomes] == ["2", "ok"] and world.log.count("put") == 1
+
+
+async def test_traces_record_the_calls_of_eagerly_resolved_responses(tmp_path) -> None:
+    from spectool import Speculator, TraceRecorder, load_traces
+
+    world = KeyValueWorld()
+    model = ScriptedModel([[call("get", key="a"), call("keys")], say("done")], token_latency=0.002)
+    path = tmp_path / "traces.jsonl"
+    async with SocketServer(model) as server:
+        client = openai_client(server.url)
+        spec = Speculator(world.toolbox, trace=TraceRecorder(path))
+        async with spectool.speculative(client, world.toolbox, speculator=spec) as c:
+            await spectool.run_agent(c, model="m", messages="go", stream=True)
+        await client.close()
+    examples = load_traces(path)
+    assert [[x.name for x in e.calls] for e in examples] == [["get", "keys"]]

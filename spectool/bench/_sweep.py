@@ -79,8 +79,14 @@ def quick_plan() -> Plan:
 
 
 def headline_drafters() -> tuple[str, ...]:
-    """history beside the tuned drafter where its adapter is shipped, else beside the untuned local."""
-    return ("history", "tuned") if tuned_adapter() is not None else ("history", "local")
+    """history beside the tuned drafter where its adapter is shipped (and ``LocalDrafter`` takes
+    it), else beside the untuned local."""
+    import inspect
+
+    from ..drafters import LocalDrafter
+
+    takes = "adapter" in inspect.signature(LocalDrafter.__init__).parameters
+    return ("history", "tuned") if takes and tuned_adapter() is not None else ("history", "local")
 
 
 def headline_plan() -> Plan:

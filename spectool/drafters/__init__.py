@@ -8,6 +8,7 @@
 Importing this package never imports torch or transformers.
 """
 
+from ._adapter import load_adapter, shipped_adapter_path
 from ._combined import CombinedDrafter
 from ._endpoint import EndpointDrafter
 from ._grammar import calls_schema
@@ -24,5 +25,7 @@ __all__ = [
     "LocalDrafter",
     "calls_schema",
     "draft_messages",
+    "load_adapter",
+    "shipped_adapter_path",
     "system_prompt",
 ]

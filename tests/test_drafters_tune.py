@@ -1,0 +1,229 @@
+"""Tuning a drafter on traces: the compact format, traces, the BFCL builder, LoRA recipe, adapters."""
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from spectool import ConfigError, Speculator, ToolCall
+from spectool._traces import TRACE_VERSION, TraceExample, TraceRecorder, load_traces
+from spectool._types import DraftRequest
+from spectool.drafters._compact import (
+    compact_messages,
+    compact_prompt_ids,
+    compact_target,
+    compact_tools,
+)
+from spectool.testing import KeyValueWorld, call
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fn(name, desc, props, required=()):
+    return {"type": "function", "function": {"name": name, "description": desc, "parameters": {
+        "type": "object", "properties": props, "required": list(required)}}}
+
+
+TOOLS = [
+    _fn("get_weather", "Current weather in a city. Long tail.",
+        {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"], "default": "c"}}, ["city"]),
+    _fn("add", "Add two numbers", {"a": {"type": "number"}, "b": {"type": "number"}}, ["a", "b"]),
+]
+REQUEST = DraftRequest(messages=[
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": "weather in Paris, then add 2 and 3"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "sunny " * 100},
+], tools=TOOLS)
+CALLS = [ToolCall("add", {"b": 3, "a": 2})]
+
+
+@pytest.fixture(scope="module")
+def smol_tokenizer():
+    from transformers import AutoTokenizer
+
+    from spectool._embedded import embedded_hf_folder
+
+    return AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
+
+
+# -- the compact format -------------------------------------------------------------------------
+
+def test_compact_prompt_lists_signatures_recent_calls_and_short_results() -> None:
+    system, user = compact_messages(REQUEST)
+    assert 'get_weather(city: string, unit?: "c"|"f"="c") - Current weather in a city' in system["content"]
+    assert "add(a: number, b: number) - Add two numbers" in system["content"]
+    assert user["content"].splitlines()[0] == "User: weather in Paris, then add 2 and 3"
+    assert 'Call: {"name": "get_weather", "arguments": {"city": "Paris"}}' in user["content"]
+    result = next(line for line in user["content"].splitlines() if line.startswith("Result: "))
+    assert len(result) < 200 and result.endswith("…")  # long tool output is cut
+
+
+def test_many_tools_are_ranked_by_overlap_with_the_last_user_message() -> None:
+    noise = [_fn(f"tool_{i}", "does something unrelated", {}) for i in range(40)]
+    req = DraftRequest(messages=[{"role": "user", "content": "what is the weather in Oslo"}],
+                       tools=noise + TOOLS)
+    shown = [b["name"] for b in compact_tools(req, max_tools=5)]
+    assert "get_weather" in shown and len(shown) == 5
+    system = compact_messages(req, max_tools=5, described=1)[0]["content"]
+    assert system.count(" - ") == 1  # only the best-ranked tool keeps its description
+
+
+def test_target_is_what_the_grammar_lets_the_drafter_write(smol_tokenizer) -> None:
+    pytest.importorskip("xgrammar")
+    import xgrammar as xgr
+
+    from spectool.drafters._grammar import GrammarConstraint
+
+    text = compact_target(CALLS, TOOLS)
+    assert text == '[{"name": "add", "arguments": {"a": 2, "b": 3}}]'  # schema order, not call order
+    grammar = GrammarConstraint(smol_tokenizer, len(smol_tokenizer), max_calls=3)
+    matcher = xgr.GrammarMatcher(grammar.compiled(TOOLS))
+    ids = smol_tokenizer(text + smol_tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+    assert all(matcher.accept_token(i) for i in ids) and matcher.is_terminated()
+
+
+def test_training_and_drafting_render_the_same_prompt_and_mask_it(smol_tokenizer) -> None:
+    from spectool.bench._adapter_eval import CompactDrafter
+    from spectool.drafters._local import LocalModel
+    from spectool.drafters._tune import IGNORE, encode_example
+
+    enc = encode_example(smol_tokenizer, TraceExample(REQUEST, CALLS))
+    drafting = CompactDrafter((None, smol_tokenizer)).prompt_ids(LocalModel(None, smol_tokenizer, "t"), REQUEST)
+    prompt = compact_prompt_ids(smol_tokenizer, REQUEST)
+    assert drafting.tolist()[0] == prompt == enc.input_ids[:len(prompt)]
+    assert enc.labels[:len(prompt)] == [IGNORE] * len(prompt)
+    target = enc.input_ids[len(prompt):]
+    assert enc.labels[len(prompt):] == target and IGNORE not in target
+    assert smol_tokenizer.decode(target) == compact_target(CALLS, TOOLS) + smol_tokenizer.eos_token
+    assert 100 < len(enc.input_ids) < 400
+
+
+# -- traces ----------------------------------------------------------------------------------------
+
+def test_trace_round_trip_and_clear_errors(tmp_path) -> None:
+    rec = TraceRecorder(tmp_path / "t.jsonl", mode="w")
+    rec.record(REQUEST, CALLS, task="x")
+    rec.record(REQUEST, [])  # nothing was called: nothing to learn
+    back = load_traces(tmp_path / "t.jsonl")
+    assert len(back) == 1 and rec.written == 1
+    assert back[0].calls == CALLS and list(back[0].request.messages) == list(REQUEST.messages)
+    assert back[0].meta == {"task": "x"} and list(back[0].request.tools) == TOOLS
+    (tmp_path / "new.jsonl").write_text(json.dumps({"v": TRACE_VERSION + 1, "messages": [], "tools": [],
+                                                    "calls": []}) + "\n")
+    with pytest.raises(ConfigError, match="newer"):
+        load_traces(tmp_path / "new.jsonl")
+    (tmp_path / "bad.jsonl").write_text('{"v": 1, "messages": []}\n')
+    with pytest.raises(ConfigError, match="bad.jsonl:1"):
+        load_traces(tmp_path / "bad.jsonl")
+
+
+@pytest.mark.anyio
+async def test_speculator_records_each_request_and_the_calls_that_followed(tmp_path) -> None:
+    world = KeyValueWorld()
+    rec = TraceRecorder(tmp_path / "t.jsonl")
+    messages = [{"role": "user", "content": "read a"}]
+    async with Speculator(world.toolbox, None, trace=rec) as spec:
+        spec.start_turn(messages)
+        outcomes = await spec.resolve_all([call("get", key="a")])
+    assert outcomes[0].value == "1"
+    (ex,) = load_traces(tmp_path / "t.jsonl")
+    assert ex.calls == [ToolCall("get", {"key": "a"})] and list(ex.request.messages) == messages
+    assert {t["function"]["name"] for t in ex.request.tools} >= {"get", "put"}
+
+
+def test_bfcl_builder_replays_ground_truth_with_true_outputs() -> None:
+    from spectool.bench._bfcl import load_tasks
+    from spectool.bench._bfcl_traces import bfcl_examples, task_examples
+    from spectool.bench._splits import split_of
+
+    task = next(t for t in load_tasks("multi_turn_base", limit=10) if t.calls >= 3)
+    examples = list(task_examples(task))
+    assert len(examples) == task.calls  # one example per ground-truth call
+    truth = [c for turn in task.ground_truth for c in turn]
+    assert [ex.calls for ex in examples] == [[c] for c in truth]
+    later = examples[-1].request.messages
+    assert sum(1 for m in later if m.get("role") == "tool") == len(truth) - 1
+    assert all(not str(m["content"]).startswith("Error") for m in later if m.get("role") == "tool")
+    single = list(bfcl_examples(["parallel"], "train", limit=3))
+    assert {split_of(ex.meta["task"]) for ex in single} == {"train"}
+    first = [ex for ex in single if ex.meta["step"] == 0]
+    assert all(len(ex.calls) >= 1 for ex in first)  # step 0 targets all of the task's calls
+
+
+# -- the recipe end to end -------------------------------------------------------------------------
+
+def test_tuning_recipe_end_to_end_and_adapter_changes_outputs(tmp_path, smol_tokenizer) -> None:
+    """A tiny random Llama with SmolLM2's tokenizer: the real recipe in seconds."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from spectool.drafters._adapter import adapter_manifest, load_adapter
+    from spectool.drafters._tune import save_adapter, tune
+
+    def tiny():
+        torch.manual_seed(0)
+        cfg = LlamaConfig(vocab_size=len(smol_tokenizer), hidden_size=32, intermediate_size=64,
+                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+        return LlamaForCausalLM(cfg).eval()
+
+    examples = [TraceExample(REQUEST, CALLS), TraceExample(REQUEST, [ToolCall("add", {"a": 1, "b": 1})]),
+                TraceExample(REQUEST, [ToolCall("get_weather", {"city": "Rome"})])]
+    peft_model, report = tune(tiny(), smol_tokenizer, examples, epochs=2, rank=4, lr=5e-2, batch_size=2,
+                              log_every=1, out=open(tmp_path / "log", "w"))
+    assert report["steps"] == 4 and report["examples"] == 3 and len(report["loss_curve"]) == 4
+    assert all(torch.isfinite(torch.tensor(p["loss"])) for p in report["loss_curve"])
+    folder = save_adapter(peft_model, tmp_path / "adapter", {"data": "3 examples"})
+    assert (folder / "adapter_model.safetensors").is_file() and adapter_manifest(folder)["data"] == "3 examples"
+
+    ids = torch.tensor([compact_prompt_ids(smol_tokenizer, REQUEST)])
+    with torch.no_grad():
+        base = tiny()(ids).logits
+        tuned_model = load_adapter(tiny(), folder)
+        tuned = tuned_model(ids).logits
+    assert type(tuned_model).__name__ == "LlamaForCausalLM"  # merged: a plain model, no peft wrapper
+    assert (tuned - base).abs().max() > 1e-3
+    with pytest.raises(ConfigError, match="not a peft adapter"):
+        load_adapter(tiny(), tmp_path)
+
+
+# -- the shipped adapter ---------------------------------------------------------------------------
+
+def test_shipped_adapter_has_its_manifest_and_documented_command() -> None:
+    from spectool.drafters._adapter import adapter_manifest, shipped_adapter_path
+
+    path = shipped_adapter_path()
+    manifest = adapter_manifest(path)
+    assert manifest["data"]["splits"] == ["train"]
+    cats = set(manifest["data"]["examples_by_category"])
+    assert "multi_turn_long_context" not in cats and {"simple_python", "multi_turn_base"} <= cats
+    assert sum(f.stat().st_size for f in path.iterdir()) < 15 * 2**20
+    script = (ROOT / "scripts" / "build-adapter.sh").read_text()
+    assert "--split train" in script and "spectool.drafters._tune" in script
+    assert "scripts/build-adapter.sh" in (ROOT / "docs" / "drafters.md").read_text()
+
+
+def test_tune_cli_parses_its_options() -> None:
+    import argparse
+
+    from spectool.drafters._tune import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--traces", "t.jsonl", "--out", "d", "--epochs", "2", "--rank", "8",
+                              "--lr", "1e-4", "--max-examples", "5", "--threads", "1"])
+    assert (args.epochs, args.rank, args.lr, args.max_examples, args.threads) == (2.0, 8, 1e-4, 5, 1)
+
+
+def test_traces_run_off_the_event_loop_thread_safely(tmp_path) -> None:
+    rec = TraceRecorder(tmp_path / "t.jsonl")
+
+    async def many() -> None:
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(anyio.to_thread.run_sync, rec.record, REQUEST, [ToolCall("add", {"a": i, "b": 0})])
+
+    anyio.run(many)
+    assert sorted(ex.calls[0].arguments["a"] for ex in load_traces(tmp_path / "t.jsonl")) == list(range(20))
