@@ -166,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     sections = [_run_one(plan, args) for plan in build_plans(args)]
+    timelines = [section.pop("timelines", None) for section in sections]  # pictures, not JSON
     results = dict(sections[0])
     if len(sections) > 1:
         results["embedded"] = sections[1]
@@ -179,6 +180,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {path} ({results['wall_s']:.0f} s in all)")
     if not args.no_plots:
         for png in write_plots(sections[0]["runs"], args.out, sections[0].get("title", "")):
+            print(f"wrote {png}")
+        if timelines[0] is not None:
+            from .bench._timeline import draw_timeline
+
+            t = timelines[0]
+            png = draw_timeline(t["plain"], t["fast"], args.out / "turn_timeline.png",
+                                title=f"{t['task']}: sequential vs {t['drafter']}")
             print(f"wrote {png}")
         for section in sections[1:]:
             for png in write_plots(section["runs"], args.out / "embedded", "(embedded engine)"):

@@ -62,6 +62,7 @@ class Setup:
     stream: bool = False  # the engine config needs streaming (the response id comes first)
     request_options: dict[str, Any] = field(default_factory=dict)  # temperature, max_tokens, tool_choice …
     on_step: Callable[[], None] | None = None  # progress callback
+    hooks: list[Any] = field(default_factory=list)  # request hooks (e.g. a TimelineRecorder)
 
 
 @dataclass
@@ -172,6 +173,8 @@ async def _run_task(client: Any, task: Task, setup: Setup, result: AgentResult, 
         options["sample_cost"] = setup.sample_cost
     if drafter is not None and setup.mode == "engine":
         options.update(mode="engine", engine_options=setup.engine_options)
+    if setup.hooks:
+        options["hooks"] = list(setup.hooks)
     messages: list[dict[str, Any]] = []
     resolved_before = result.engine_resolved
     async with speculative(client, box, drafter, **options) as spec:

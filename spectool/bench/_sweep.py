@@ -6,12 +6,12 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import anyio
 
 from .._errors import ConfigError
-from ._bfcl import load_tasks
+from ._bfcl import Task, load_tasks
 from ._harness import Setup, assign, run_agents
 from ._latency import Latency
 from ._metrics import PRICES, run_row
@@ -54,6 +54,7 @@ class Plan:
     #: run an arm with eager dispatch alone (no drafter) and give every drafter arm eager dispatch
     #: too, so its saving over that arm is the drafter's own
     eager_arm: bool = False
+    timeline: bool = True  # record one task alone, plain and sped up, for turn_timeline.png
     split: str | None = None  # keep only tasks of this split (train / dev / test)
     tasks_per_category: int | None = None  # first N tasks of each category (after the split)
     latency_matches_G: bool = False  # tool latency mean = the replay model's mean seconds per call step
@@ -381,9 +382,35 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
                                                  "samples": lam, "drafter": label},
                                                 base, spec, plan.prices, calibration, reference=ref))
     bar.close()
+    timelines = await _record_timelines(plan, tasks, common, latencies[0]) if plan.timeline else None
     out = {"plan": {k: (asdict(v) if k == "rates" else v) for k, v in vars(plan).items()},
            "main_model": main_label, "runs": rows, "title": plan.title,
            "tasks": [t.id for t in tasks[: max(plan.agents) * plan.tasks_per_agent]]}
     if calibration is not None:
         out["engine_calibration"] = asdict(calibration)
+    if timelines is not None:
+        out["timelines"] = timelines
     return out
+
+
+async def _record_timelines(plan: Plan, tasks: Sequence[Task], common: dict[str, Any],
+                            mean: float) -> dict[str, Any] | None:
+    """One task run alone twice — sequential baseline, then the first drafter arm — each under a
+    TimelineRecorder, for the picture of one turn (``turn_timeline.png``)."""
+    from ._timeline import TimelineRecorder
+
+    arms = [v for n in plan.drafters for v in _drafters(plan, n, tasks, plan.seed)]
+    if not arms:
+        return None
+    factory, label = arms[0]
+    eager = "speculable" if plan.eager_arm else False
+    recorded: dict[str, Any] = {"drafter": label, "task": tasks[0].id}
+    setups = {"plain": {}, "fast": {"drafter": factory, "samples": plan.samples[0], "eager": eager}}
+    for name, extra in setups.items():
+        rec = TimelineRecorder()
+        setup = Setup(latency=Latency(mean, plan.latency_cv, seed=plan.seed), hooks=[rec],
+                      **{**common, "on_step": None}, **extra)
+        with rec.observing():
+            await run_agents([[tasks[0]]], setup)
+        recorded[name] = rec.timeline()
+    return recorded

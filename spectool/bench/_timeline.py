@@ -90,10 +90,19 @@ class TimelineRecorder(Observer, RequestHook):
     # -- RequestHook ------------------------------------------------------------------------
     async def wrap_request(self, request: Any, call_next: Any) -> Any:
         start = self._clock()
-        try:
-            return await call_next(request)
-        finally:
+
+        def end() -> None:
             self._spans.append(Span("model", request.api, start, self._clock()))
+
+        try:
+            result = await call_next(request)
+        except BaseException:
+            end()
+            raise
+        if request.kwargs.get("stream"):
+            return _TimedStream(result, end)  # generation ends with the stream, not the call
+        end()
+        return result
 
     def timeline(self) -> Timeline:
         """The recording so far, shifted so the first event is at 0."""
@@ -101,6 +110,25 @@ class TimelineRecorder(Observer, RequestHook):
         spans = [Span(s.lane, s.label, s.start - t0, s.end - t0, s.outcome) for s in self._spans]
         return Timeline(sorted(spans, key=lambda s: s.start),
                         [(t - t0, n, k) for t, n, k in self._served])
+
+
+class _TimedStream:
+    """An SDK stream passed through; ``on_end`` runs once it is exhausted or abandoned."""
+
+    def __init__(self, stream: Any, on_end: Any) -> None:
+        self._stream, self._on_end, self._ended = stream, on_end, False
+
+    async def __aiter__(self) -> Any:
+        try:
+            async for event in self._stream:
+                yield event
+        finally:
+            if not self._ended:
+                self._ended = True
+                self._on_end()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 LANES = ["model", "draft", "tool (early)", "tool (main path)"]
