@@ -12,7 +12,7 @@ from spectool._errors import ToolCacheError
 from spectool_serving.kv import BatchKV
 from spectool_serving.sampling import SamplingParams, probs_from_logits
 from spectool_serving.scheduler import Scheduler
-from spectool_serving.toolcache import ToolCache
+from spectool_serving.store import ToolOutputStore
 from spectool_serving.toolcalls import (FORMATS, draft_cached_call, held_back, parse_call,
                                         render_segments, tool_results_text)
 from spectool_serving.verify import accept_greedy, accept_sampled
@@ -45,23 +45,24 @@ def test_top_p_keeps_the_nucleus():
     assert SamplingParams(temperature=0).greedy
 
 
-def test_toolcache_keys_ttl_capacity_owner():
+def test_store_keys_ttl_capacity_owner():
     now = [0.0]
-    tc = ToolCache(ttl=10, max_entries=2, clock=lambda: now[0])
+    tc = ToolOutputStore(ttl=10, max_entries=2, clock=lambda: now[0])
     tc.open("r", "alice", [WEATHER])
-    assert tc.post("r", "alice", [{"name": "get_weather", "params": {"city": "A"}, "output": 1, "keep_alive": 1}]) == 1
-    assert tc.get("r", "get_weather", '{"city": "A"}').output == 1  # canonical key: string or dict
+    item = {"name": "get_weather", "params": {"city": "A"}, "output": 1, "keep_alive": 1, "effect": "pure"}
+    assert tc.post("r", "alice", [item]) == 1
+    assert tc.take("r", "alice", "get_weather", '{"city": "A"}').output == 1  # canonical key: string or dict
     now[0] = 2.0
-    assert tc.get("r", "get_weather", {"city": "A"}) is None  # keep_alive elapsed
+    assert tc.take("r", "alice", "get_weather", {"city": "A"}) is None  # keep_alive elapsed
     tc.post("r", "alice", [{"name": "get_weather", "params": {"city": c}, "output": c} for c in "BCD"])
-    assert [e.output for e in tc.by_name("r", "get_weather")] == ["D", "C"]  # capacity 2, newest first
+    assert [e.output for e in tc.by_name("r", "alice", "get_weather")] == ["D", "C"]  # capacity 2, newest first
     with pytest.raises(ToolCacheError) as e:
         tc.post("r", "mallory", [])
-    assert e.value.status_code == 403
+    assert e.value.status_code == 404  # ids are per tenant: mallory has no "r"
     with pytest.raises(ToolCacheError) as e:
         tc.post("nope", "alice", [])
     assert e.value.status_code == 404
-    tc.close("r")
+    tc.close("r", "alice")
     with pytest.raises(ToolCacheError) as e:
         tc.post("r", "alice", [])
     assert e.value.status_code == 410
