@@ -45,7 +45,7 @@ def _owner(request: Request, api_keys: set[str] | None) -> str | JSONResponse:
 
 
 def create_app(engine: Engine, *, api_keys: set[str] | None = None,
-               max_body_bytes: int = 1 << 20) -> FastAPI:
+               max_body_bytes: int = 1 << 20, max_tokens: int = 32768) -> FastAPI:
     app = FastAPI(title="spectool engine")
     app.state.engine = engine
     registry = _metrics_registry(engine)
@@ -66,7 +66,8 @@ def create_app(engine: Engine, *, api_keys: set[str] | None = None,
         return {"object": "list", "data": [{"id": engine.model_name, "object": "model",
                                             "created": 0, "owned_by": "spectool"}]}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=Response,
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
     async def metrics():
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -93,7 +94,9 @@ def create_app(engine: Engine, *, api_keys: set[str] | None = None,
             return _error(exc.status_code or 400, str(exc))
 
     @app.post("/v1/chat/completions", openapi_extra=_body_doc(ChatCompletionRequest),
-              responses=_errors_doc(400, 401, 409, 413, 429))
+              responses={200: {"description": "a chat.completion, or server-sent events when streamed",
+                               "content": {"application/json": {}, "text/event-stream": {}}},
+                         **_errors_doc(400, 401, 409, 413, 429)})
     async def chat(request: Request):
         """OpenAI Chat Completions (streamed as server-sent events when ``stream`` is true)."""
         owner = _owner(request, api_keys)
@@ -101,7 +104,7 @@ def create_app(engine: Engine, *, api_keys: set[str] | None = None,
             return owner
         body = parse_chat(await _body(request))
         rid = f"chatcmpl-{uuid.uuid4().hex}"  # minted here: a client can neither choose nor reuse it
-        seqs = build_sequences(body, engine, rid, owner)
+        seqs = build_sequences(body, engine, rid, owner, max_tokens_cap=max_tokens)
         if engine.store is not None:
             try:
                 engine.store.open(rid, owner, seqs[0].tools)

@@ -56,24 +56,27 @@ def _tool_choice(req: ChatCompletionRequest, tools: list) -> str | None:
     return name
 
 
-def _params(req: ChatCompletionRequest) -> SamplingParams:
+def _params(req: ChatCompletionRequest, cap: int) -> SamplingParams:
     stop = req.stop or []
     stop = [stop] if isinstance(stop, str) else stop
     if not all(stop) or len(stop) > 4:
         raise _bad("stop must be a string or up to 4 non-empty strings", "stop")
     temperature = 1.0 if req.temperature is None else req.temperature
     top_p = 1.0 if req.top_p is None else req.top_p
-    max_tokens = req.max_completion_tokens or req.max_tokens or 256
+    max_tokens = req.max_completion_tokens or req.max_tokens or min(256, cap)
+    if max_tokens > cap:
+        raise _bad(f"max_tokens is limited to {cap} on this server", "max_tokens")
     return SamplingParams(temperature, top_p, max_tokens, req.seed, stop)
 
 
-def build_sequences(body: Any, engine: Any, response_id: str, owner: str) -> list[Sequence]:
+def build_sequences(body: Any, engine: Any, response_id: str, owner: str, *,
+                    max_tokens_cap: int = 32768) -> list[Sequence]:
     """One sequence per choice; raises EngineError(400) on a malformed body."""
     req = parse_chat(body)
     plain = req.dump()
     tools = plain.get("tools") or []
     choice = _tool_choice(req, tools)
-    params = _params(req)
+    params = _params(req, max_tokens_cap)
     fmt = engine.fmt
     forced = fmt.call_start if choice not in (None, "auto", "none") else ""
     prompt_tools = tools if choice is not None else []
