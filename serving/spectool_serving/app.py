@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-
 from pydantic import ValidationError
 
 from spectool._errors import EngineError, ToolCacheError

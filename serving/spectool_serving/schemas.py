@@ -7,7 +7,7 @@ among the tools, the prompt format) stay in :mod:`.requests`.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, RootModel
 
@@ -82,7 +82,7 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Union[str, list[dict[str, JsonValue]], None] = None
+    content: str | list[dict[str, JsonValue]] | None = None
     tool_calls: list[dict[str, JsonValue]] | None = None
     tool_call_id: str | None = None
     name: str | None = None
@@ -103,14 +103,14 @@ class ChatCompletionRequest(BaseModel):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[ToolSpec] | None = None
-    tool_choice: Union[Literal["auto", "none", "required"], ForcedTool, None] = None
+    tool_choice: Literal["auto", "none", "required"] | ForcedTool | None = None
     n: int | None = Field(default=None, ge=1, le=MAX_N)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     seed: int | None = None
-    stop: Union[str, list[str], None] = None
+    stop: str | list[str] | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Mapping
+from typing import Any, Literal
 
 from spectool._errors import ToolCacheError
 from spectool._keys import canonical_key
@@ -51,7 +52,7 @@ class _Response:
     expires: float
     open: bool = True
     fenced: bool = False  # a call left the engine unserved: read-only entries are over
-    by_key: "OrderedDict[str, StoredOutput]" = field(default_factory=OrderedDict)
+    by_key: OrderedDict[str, StoredOutput] = field(default_factory=OrderedDict)
 
 
 def _schemas(tools: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any] | None]:

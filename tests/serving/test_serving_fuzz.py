@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 import schemathesis
 from hypothesis import HealthCheck, settings
 
@@ -23,13 +21,13 @@ EXAMPLES = int(os.environ.get("SPECTOOL_FUZZ_EXAMPLES", "40"))
 
 def _tiny_app():
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from spectool._embedded import embedded_hf_folder
     from spectool_serving import create_app
     from spectool_serving.models import LoadedModel
     from spectool_serving.server import build_engine
     from spectool_serving.toolcalls import FORMATS
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from spectool._embedded import embedded_hf_folder
 
     tok = AutoTokenizer.from_pretrained(embedded_hf_folder())
     torch.manual_seed(0)

@@ -9,9 +9,9 @@ serve."""
 from __future__ import annotations
 
 import pytest
+from spectool_serving.store import ToolOutputStore
 
 from spectool._errors import ToolCacheError
-from spectool_serving.store import ToolOutputStore
 
 from .conftest import WEATHER
 
