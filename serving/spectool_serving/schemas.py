@@ -20,7 +20,7 @@ MAX_N = 8
 class ToolOutputItem(BaseModel):
     """One speculative tool output posted to ``/cache-tool-output/{response_id}``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(min_length=1, description="the tool's name, as in the request's tools")
     params: dict[str, JsonValue] | None = Field(default=None, description="the call's arguments")
@@ -55,7 +55,7 @@ class ErrorBody(BaseModel):
 
 
 class FunctionSpec(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     name: str = Field(min_length=1)
     description: str | None = None
@@ -63,23 +63,27 @@ class FunctionSpec(BaseModel):
 
 
 class ToolSpec(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     type: Literal["function"] = "function"
     function: FunctionSpec
 
 
 class _ForcedFunction(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     name: str
 
 
 class ForcedTool(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     type: Literal["function"] = "function"
     function: _ForcedFunction
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, JsonValue]] | None = None
@@ -89,7 +93,7 @@ class ChatMessage(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     include_usage: bool = False
 
@@ -98,7 +102,7 @@ class ChatCompletionRequest(BaseModel):
     """The subset of OpenAI's Chat Completions request this engine honours; other fields that
     stock clients send are accepted and ignored."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
