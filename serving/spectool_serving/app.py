@@ -93,7 +93,7 @@ def create_app(engine: Engine, *, api_keys: set[str] | None = None,
         except ToolCacheError as exc:
             return _error(exc.status_code or 400, str(exc))
 
-    @app.post("/v1/chat/completions", openapi_extra=_body_doc(ChatCompletionRequest),
+    @app.post("/v1/chat/completions", openapi_extra=_capped(_body_doc(ChatCompletionRequest), max_tokens),
               responses={200: {"description": "a chat.completion, or server-sent events when streamed",
                                "content": {"application/json": {}, "text/event-stream": {}}},
                          **_errors_doc(400, 401, 409, 413, 429)})
@@ -154,6 +154,16 @@ def _body_doc(model: type) -> dict:
     schema = model.model_json_schema(ref_template=_REF)
     _BODY_DEFS.update(schema.pop("$defs", {}))
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def _capped(doc: dict, max_tokens: int) -> dict:
+    """This server's ``max_tokens`` cap in the documented chat body."""
+    props = doc["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    for name in ("max_tokens", "max_completion_tokens"):
+        for alt in props[name].get("anyOf", [props[name]]):
+            if alt.get("type") == "integer":
+                alt["maximum"] = max_tokens
+    return doc
 
 
 def _with_body_defs(app: FastAPI) -> None:

@@ -7,7 +7,7 @@ among the tools, the prompt format) stay in :mod:`.requests`.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, RootModel
 
@@ -114,7 +114,8 @@ class ChatCompletionRequest(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     seed: int | None = None
-    stop: str | list[str] | None = None
+    stop: Annotated[str, Field(min_length=1)] | Annotated[
+        list[Annotated[str, Field(min_length=1)]], Field(max_length=4)] | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
 
