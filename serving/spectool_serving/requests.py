@@ -64,8 +64,9 @@ def _params(req: ChatCompletionRequest, cap: int) -> SamplingParams:
     temperature = 1.0 if req.temperature is None else req.temperature
     top_p = 1.0 if req.top_p is None else req.top_p
     max_tokens = req.max_completion_tokens or req.max_tokens or min(256, cap)
-    if max_tokens > cap:
-        raise _bad(f"max_tokens is limited to {cap} on this server", "max_tokens")
+    for name in ("max_tokens", "max_completion_tokens"):
+        if (getattr(req, name) or 0) > cap:
+            raise _bad(f"{name} is limited to {cap} on this server", name)
     return SamplingParams(temperature, top_p, max_tokens, req.seed, stop)
 
 
