@@ -48,7 +48,11 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 def test_fuzz_server_from_openapi(case):
     response = case.call(headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
     assert response.status_code < 500, (case.method, case.path, response.text[:500])
-    case.validate_response(response)
+    # schema-valid bodies may still be refused for rules JSON Schema cannot state (a forced
+    # tool_choice naming a tool that is not in `tools`): those are documented 400s, so only
+    # the "valid data must be accepted" check is off; every other check (undocumented status,
+    # content type, response schema, invalid data accepted) stays on
+    case.validate_response(response, excluded_checks=[schemathesis.checks.positive_data_acceptance])
 
 
 def test_teardown_engine():
