@@ -39,6 +39,13 @@ def test_speculative_sampling_matches_target_distribution():
     assert torch.allclose(counts / counts.sum(), p[0], atol=0.02)  # first token ~ p, draft or not
 
 
+def test_top_p_below_float32_keeps_the_top_token():
+    """Found by the schemathesis fuzz: top_p=5e-324 rounded to 0 in float32, dropped every
+    token, and the NaN draw failed the whole engine (500)."""
+    probs = probs_from_logits(torch.log(torch.tensor([0.6, 0.3, 0.1])), 1.0, 5e-324)
+    assert probs.tolist() == [1.0, 0.0, 0.0]
+
+
 def test_top_p_keeps_the_nucleus():
     probs = probs_from_logits(torch.log(torch.tensor([0.6, 0.3, 0.1])), 1.0, 0.7)
     assert probs[2] == 0 and torch.isclose(probs.sum(), torch.tensor(1.0))
