@@ -148,3 +148,11 @@ def test_kv_tree_row_sees_only_its_ancestors_at_depth_positions_and_keeps_its_pa
     assert kv.valid.tolist() == [[True, True, True, True, False, True],
                                  [True, False, True, False, False, False]]
     assert kv.step_inputs([1, 1], torch.float32)[0].tolist() == [[5], [2]]
+
+
+def test_assistant_content_parts_render_as_text():
+    """Found by the schemathesis fuzz: list content in an assistant message reached the
+    prompt memo unhashed (TypeError → 500)."""
+    from spectool_serving.toolcalls import assistant_body
+
+    assert assistant_body(FORMATS["chatml"], {"role": "assistant", "content": [{}, {"type": "text", "text": "hi"}]}) == "hi"
