@@ -82,12 +82,27 @@ class ForcedTool(BaseModel):
     function: _ForcedFunction
 
 
+class _CalledFunction(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    name: str = Field(min_length=1)
+    arguments: str | dict[str, JsonValue] = "{}"
+
+
+class MessageToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: _CalledFunction
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, JsonValue]] | None = None
-    tool_calls: list[dict[str, JsonValue]] | None = None
+    tool_calls: list[MessageToolCall] | None = None
     tool_call_id: str | None = None
     name: str | None = None
 
