@@ -5,7 +5,7 @@ Build a server in-process::
     from spectool_serving import build_server
     app = build_server()          # embedded SmolLM2 on CPU; serve with uvicorn
 
-Pieces are importable on their own; :mod:`.toolcache`, :mod:`.toolcalls` and :mod:`.grammar`
+Pieces are importable on their own; :mod:`.store`, :mod:`.toolcalls` and :mod:`.grammar`
 do not depend on this engine (a vLLM backend reuses them).
 """
 
@@ -17,13 +17,13 @@ from typing import Any
 # name -> module; imported on first use, so ``spectool serve --help``, the vLLM plugins and
 # the tool-output store do not pay for torch, transformers and FastAPI up front
 _EXPORTS = {
-    "CacheEntry": ".toolcache",
     "Engine": ".engine",
     "EngineStats": ".engine",
     "LoadedModel": ".models",
     "Runner": ".runner",
     "Scheduler": ".scheduler",
-    "ToolCache": ".toolcache",
+    "StoredOutput": ".store",
+    "ToolOutputStore": ".store",
     "build_engine": ".server",
     "build_server": ".server",
     "create_app": ".app",
@@ -31,13 +31,13 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "CacheEntry",
     "Engine",
     "EngineStats",
     "LoadedModel",
     "Runner",
     "Scheduler",
-    "ToolCache",
+    "StoredOutput",
+    "ToolOutputStore",
     "build_engine",
     "build_server",
     "create_app",

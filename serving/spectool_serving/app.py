@@ -1,8 +1,11 @@
-"""FastAPI routes: the OpenAI Chat Completions API, the tool cache endpoint, health, metrics.
+"""FastAPI routes: the OpenAI Chat Completions API, the tool-output endpoint, health, metrics.
 
 ``POST /cache-tool-output/{response_id}`` takes a JSON array of ``{name, params?, output,
-keep_alive?}`` and answers ``200 {"cached": n}``. The tenant is the bearer token (API key);
-only the response's owner may post to it. Each choice of a response carries the calls the
+keep_alive?, effect?}`` (:class:`~.schemas.ToolOutputItem`) and answers ``200 {"cached": n}``.
+The tenant is the bearer token (API key); response ids are per tenant, so only the tenant whose
+request opened an id can post to it. Bodies are read as a stream and refused (413) as soon as
+they pass ``max_body_bytes`` (or up front from ``Content-Length``); the schemas are in
+``/openapi.json``. Each choice of a response carries the calls the
 engine resolved internally as ``spectool_resolved_calls`` (``[{content, tool_call, output}]``
 in order), so a client can rebuild the exact transcript; a stock client ignores the field.
 """
@@ -12,15 +15,18 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
 
 from spectool.errors import EngineError, ToolCacheError
 
 from .engine import Engine
-from .requests import build_sequences
+from .requests import build_sequences, parse_chat
+from .schemas import ChatCompletionRequest, ErrorBody, ToolOutputItems, ToolOutputPosted
 
 __all__ = ["create_app"]
 
@@ -39,19 +45,13 @@ def _owner(request: Request, api_keys: set[str] | None) -> str | JSONResponse:
 
 
 def create_app(engine: Engine, *, api_keys: set[str] | None = None,
-               max_body_bytes: int = 1 << 20) -> FastAPI:
+               max_body_bytes: int = 1 << 20, max_tokens: int = 32768) -> FastAPI:
     app = FastAPI(title="spectool engine")
     app.state.engine = engine
     registry = _metrics_registry(engine)
 
-    async def _body(request: Request) -> Any:
-        raw = await request.body()
-        if len(raw) > max_body_bytes:
-            raise EngineError(f"body of {len(raw)} bytes exceeds the limit of {max_body_bytes}", status_code=413)
-        try:
-            return json.loads(raw)
-        except ValueError as exc:
-            raise EngineError(f"body is not valid JSON: {exc}", status_code=400) from exc
+    async def _body(request: Request) -> bytes:
+        return await read_limited(request, max_body_bytes)
 
     @app.exception_handler(EngineError)
     async def _engine_error(request: Request, exc: EngineError):
@@ -66,52 +66,133 @@ def create_app(engine: Engine, *, api_keys: set[str] | None = None,
         return {"object": "list", "data": [{"id": engine.model_name, "object": "model",
                                             "created": 0, "owned_by": "spectool"}]}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=Response,
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
     async def metrics():
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/cache-tool-output/{response_id}")
+    @app.post("/cache-tool-output/{response_id}", response_model=ToolOutputPosted,
+              openapi_extra=_body_doc(ToolOutputItems), responses=_errors_doc(400, 401, 404, 410, 413, 422))
     async def cache_tool_output(response_id: str, request: Request):
+        """Post speculative tool outputs to a live response of yours (Algorithm 5)."""
         owner = _owner(request, api_keys)
         if isinstance(owner, JSONResponse):
             return owner
-        if engine.toolcache is None:
-            return _error(404, "this server has no tool cache")
-        items = await _body(request)
+        if engine.store is None:
+            return _error(404, "this server has no tool-output store")
+        raw = await _body(request)
         try:
-            return {"cached": engine.toolcache.post(response_id, owner, items)}
+            items = ToolOutputItems.model_validate_json(raw).root
+        except ValidationError as exc:
+            bad_json = exc.errors()[0]["type"] == "json_invalid"
+            return _error(400 if bad_json else 422, _first_error(exc))
+        try:
+            return {"cached": engine.store.post(response_id, owner, items)}
         except ToolCacheError as exc:
             return _error(exc.status_code or 400, str(exc))
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=_capped(_body_doc(ChatCompletionRequest), max_tokens),
+              responses={200: {"description": "a chat.completion, or server-sent events when streamed",
+                               "content": {"application/json": {}, "text/event-stream": {}}},
+                         **_errors_doc(400, 401, 409, 413, 429)})
     async def chat(request: Request):
+        """OpenAI Chat Completions (streamed as server-sent events when ``stream`` is true)."""
         owner = _owner(request, api_keys)
         if isinstance(owner, JSONResponse):
             return owner
-        body = await _body(request)
-        rid = f"chatcmpl-{uuid.uuid4().hex}"
-        seqs = build_sequences(body, engine, rid, owner)
-        if engine.toolcache is not None:
-            engine.toolcache.open(rid, owner, seqs[0].tools)
+        body = parse_chat(await _body(request))
+        rid = f"chatcmpl-{uuid.uuid4().hex}"  # minted here: a client can neither choose nor reuse it
+        seqs = build_sequences(body, engine, rid, owner, max_tokens_cap=max_tokens)
+        if engine.store is not None:
+            try:
+                engine.store.open(rid, owner, seqs[0].tools)
+            except ToolCacheError as exc:
+                return _error(exc.status_code or 400, str(exc))
         engine.start()
-        meta = {"id": rid, "created": int(time.time()), "model": body.get("model") or engine.model_name}
-        if body.get("stream"):
-            usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return StreamingResponse(_sse(engine, seqs, meta, usage), media_type="text/event-stream")
+        meta = {"id": rid, "created": int(time.time()), "model": body.model or engine.model_name}
+        if body.stream:
+            usage = bool(body.stream_options and body.stream_options.include_usage)
+            return StreamingResponse(_sse(engine, seqs, meta, usage, owner), media_type="text/event-stream")
         try:
             return await _complete(engine, seqs, meta)
         finally:
-            _close(engine, rid)
+            _close(engine, rid, owner)
 
+    _with_body_defs(app)
     return app
 
 
-def _close(engine: Engine, rid: str) -> None:
+async def read_limited(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 before more than ``limit`` bytes are held in memory."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise EngineError(f"body of {declared} bytes exceeds the limit of {limit}", status_code=413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise EngineError(f"body exceeds the limit of {limit} bytes", status_code=413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _first_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(x) for x in first.get("loc") or ())
+    return f"{where or 'body'}: {first['msg']}"
+
+
+_REF = "#/components/schemas/{model}"
+_BODY_DEFS: dict[str, Any] = {}  # nested models of the documented bodies, for components
+
+
+def _body_doc(model: type) -> dict:
+    """The request body in the OpenAPI schema (the route reads the raw stream itself, so
+    FastAPI cannot infer it)."""
+    schema = model.model_json_schema(ref_template=_REF)
+    _BODY_DEFS.update(schema.pop("$defs", {}))
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def _capped(doc: dict, max_tokens: int) -> dict:
+    """This server's ``max_tokens`` cap in the documented chat body."""
+    props = doc["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    for name in ("max_tokens", "max_completion_tokens"):
+        for alt in props[name].get("anyOf", [props[name]]):
+            if alt.get("type") == "integer":
+                alt["maximum"] = max_tokens
+    return doc
+
+
+def _with_body_defs(app: FastAPI) -> None:
+    base = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = base()
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(_BODY_DEFS)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+_WHY = {400: "malformed JSON or request", 401: "missing or unknown API key",
+        404: "unknown response id (ids are per tenant)", 409: "response id already in use",
+        410: "the response has finished", 413: "body over the size limit",
+        422: "items that do not match the schema", 429: "too many open responses"}
+
+
+def _errors_doc(*codes: int) -> dict:
+    return {c: {"model": ErrorBody, "description": _WHY[c]} for c in codes}
+
+
+def _close(engine: Engine, rid: str, owner: str) -> None:
     engine.cancel(rid)  # no-op when finished; stops generation when the client went away
-    if engine.toolcache is not None:
-        engine.toolcache.close(rid)
+    if engine.store is not None:
+        engine.store.close(rid, owner)
 
 
 def _tool_calls(call: dict | None, stream: bool = False) -> list | None:
@@ -146,7 +227,7 @@ def _chunk(meta: dict, choices: list, **extra: Any) -> str:
     return "data: " + json.dumps({**meta, "object": "chat.completion.chunk", "choices": choices, **extra}) + "\n\n"
 
 
-async def _sse(engine: Engine, seqs: list, meta: dict, include_usage: bool) -> AsyncIterator[str]:
+async def _sse(engine: Engine, seqs: list, meta: dict, include_usage: bool, owner: str) -> AsyncIterator[str]:
     prompt = completion = 0
     try:
         # the first chunk carries the response id before any token: the client posts to it
@@ -174,7 +255,7 @@ async def _sse(engine: Engine, seqs: list, meta: dict, include_usage: bool) -> A
                                           "total_tokens": prompt + completion})
         yield "data: [DONE]\n\n"
     finally:
-        _close(engine, meta["id"])
+        _close(engine, meta["id"], owner)
 
 
 def _decoding_metrics(stats: Any):

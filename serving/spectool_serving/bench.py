@@ -31,7 +31,7 @@ def _run(engine, bodies, before=None):
     for body in bodies:
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         s = build_sequences(body, engine, rid, "")[0]
-        engine.toolcache.open(rid, "", s.tools)
+        engine.store.open(rid, "", s.tools)
         if before:
             before(rid)
         s.emit = lambda ev: finals.append(ev) if ev["type"] == "finish" else None
@@ -96,7 +96,7 @@ def _agent_once(engine, latency: float) -> dict:
     def post_later(rid):
         def go():
             time.sleep(latency)
-            engine.toolcache.post(rid, "", [{"name": "get_weather", "params": args, "output": _tool(args)}])
+            engine.store.post(rid, "", [{"name": "get_weather", "params": args, "output": _tool(args)}])
         threading.Thread(target=go, daemon=True).start()
     fin = _run(engine, [BODY], before=post_later)[0]
     res["engine"] = time.perf_counter() - t

@@ -26,7 +26,7 @@ from .runner import Runner
 from .sampling import probs_from_logits
 from .scheduler import Scheduler
 from .sequence import Phase, Sequence
-from .toolcache import ToolCache
+from .store import ToolOutputStore
 from .toolcalls import PromptFormat
 from .tree.accept import greedy_tree_accept
 from .verify import accept_greedy, accept_sampled
@@ -56,11 +56,11 @@ class EngineStats:
 
 class Engine:
     def __init__(self, runner: Runner, tokenizer: Any, fmt: PromptFormat, *,
-                 toolcache: ToolCache | None = None, scheduler: Scheduler | None = None,
+                 store: ToolOutputStore | None = None, scheduler: Scheduler | None = None,
                  model_name: str = "model", decoding: Any = None) -> None:
         self.runner, self.tokenizer, self.fmt, self.model_name = runner, tokenizer, fmt, model_name
         self.decoding = decoding  # tree.policy.DecodingPolicy for ordinary text, or None
-        self.toolcache = toolcache
+        self.store = store
         self.scheduler = scheduler or Scheduler()
         self.kv = BatchKV()
         self.stats = EngineStats()
@@ -69,7 +69,7 @@ class Engine:
         self.eos_id = eos if isinstance(eos, int) and eos >= 0 else tokenizer.eos_token_id
         vocab = runner.model.config.vocab_size
         self.ctx = RoundContext(tokenizer, self.eos_id, CallGrammar(tokenizer, vocab, self.eos_id),
-                                toolcache, self.memo, self.stats)
+                                store, self.memo, self.stats)
         self._recent: deque[tuple[tuple[int, ...], int]] = deque(maxlen=64)
         self._inbox: deque[Sequence] = deque()
         self._cancelled: set[str] = set()

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+
+from pydantic import ValidationError
 
 from spectool.errors import EngineError
 
 from .prompts import encode, encode_prompt
 from .sampling import SamplingParams
+from .schemas import MAX_N, ChatCompletionRequest
 from .sequence import Sequence
 
-__all__ = ["MAX_N", "build_sequences"]
-
-MAX_N = 8
+__all__ = ["MAX_N", "build_sequences", "parse_chat"]
 
 
 def _bad(message: str, param: str | None = None) -> EngineError:
@@ -21,74 +22,67 @@ def _bad(message: str, param: str | None = None) -> EngineError:
     return err
 
 
-def _tool_choice(body: Mapping[str, Any], tools: list) -> str | None:
-    choice = body.get("tool_choice")
+def parse_chat(body: Any) -> ChatCompletionRequest:
+    """Validate a decoded JSON body (or JSON bytes); EngineError(400) naming the field."""
+    if isinstance(body, ChatCompletionRequest):
+        return body
+    try:
+        if isinstance(body, (bytes, str)):
+            return ChatCompletionRequest.model_validate_json(body)
+        return ChatCompletionRequest.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        if first["type"] == "json_invalid":
+            raise _bad(f"body is not valid JSON: {first['msg']}") from exc
+        loc = first.get("loc") or ()
+        param = str(loc[0]) if loc and loc[0] in ChatCompletionRequest.model_fields else None
+        where = ".".join(str(x) for x in loc)
+        raise _bad(f"{where or 'body'}: {first['msg']}", param) from exc
+
+
+def _tool_choice(req: ChatCompletionRequest, tools: list) -> str | None:
+    choice = req.tool_choice
     if not tools:
         if choice not in (None, "none", "auto"):
             raise _bad("tool_choice needs tools", "tool_choice")
         return None
     if choice is None:
         return "auto"
-    if choice in ("auto", "none", "required"):
+    if isinstance(choice, str):
         return choice
-    if isinstance(choice, Mapping) and isinstance(choice.get("function"), Mapping):
-        name = choice["function"].get("name")
-        names = {t["function"]["name"] for t in tools}
-        if name not in names:
-            raise _bad(f"tool_choice names {name!r}, which is not among the tools", "tool_choice")
-        return name
-    raise _bad("tool_choice must be 'auto', 'none', 'required' or {type: function, function: {name}}",
-               "tool_choice")
+    name = choice.function.name
+    if name not in {t["function"]["name"] for t in tools}:
+        raise _bad(f"tool_choice names {name!r}, which is not among the tools", "tool_choice")
+    return name
 
 
-def _tools(body: Mapping[str, Any]) -> list:
-    tools = body.get("tools") or []
-    if not isinstance(tools, list):
-        raise _bad("tools must be an array", "tools")
-    for i, t in enumerate(tools):
-        fn = t.get("function") if isinstance(t, Mapping) else None
-        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-            raise _bad(f"tools[{i}] must be {{type: function, function: {{name, parameters}}}}", "tools")
-    return tools
-
-
-def _params(body: Mapping[str, Any]) -> SamplingParams:
-    stop = body.get("stop") or []
+def _params(req: ChatCompletionRequest, cap: int) -> SamplingParams:
+    stop = req.stop or []
     stop = [stop] if isinstance(stop, str) else stop
-    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop) or len(stop) > 4:
+    if not all(stop) or len(stop) > 4:
         raise _bad("stop must be a string or up to 4 non-empty strings", "stop")
-    try:
-        temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
-        top_p = float(body.get("top_p") if body.get("top_p") is not None else 1.0)
-        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 256)
-        seed = body.get("seed")
-        seed = int(seed) if seed is not None else None
-    except (TypeError, ValueError) as exc:
-        raise _bad(f"bad sampling parameter: {exc}") from exc
-    if not 0 <= temperature <= 2 or not 0 < top_p <= 1 or max_tokens < 1:
-        raise _bad("need 0 <= temperature <= 2, 0 < top_p <= 1, max_tokens >= 1")
-    return SamplingParams(temperature, top_p, max_tokens, seed, stop)
+    temperature = 1.0 if req.temperature is None else req.temperature
+    top_p = 1.0 if req.top_p is None else req.top_p
+    max_tokens = req.max_completion_tokens or req.max_tokens or min(256, cap)
+    for name in ("max_tokens", "max_completion_tokens"):
+        if (getattr(req, name) or 0) > cap:
+            raise _bad(f"{name} is limited to {cap} on this server", name)
+    return SamplingParams(temperature, top_p, max_tokens, req.seed, stop)
 
 
-def build_sequences(body: Any, engine: Any, response_id: str, owner: str) -> list[Sequence]:
+def build_sequences(body: Any, engine: Any, response_id: str, owner: str, *,
+                    max_tokens_cap: int = 32768) -> list[Sequence]:
     """One sequence per choice; raises EngineError(400) on a malformed body."""
-    if not isinstance(body, Mapping):
-        raise _bad("body must be a JSON object")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not all(
-            isinstance(m, Mapping) and m.get("role") in ("system", "developer", "user", "assistant", "tool")
-            for m in messages):
-        raise _bad("messages must be a non-empty array of {role, content}", "messages")
-    tools = _tools(body)
-    choice = _tool_choice(body, tools)
-    n = body.get("n") or 1
-    if not isinstance(n, int) or not 1 <= n <= MAX_N:
-        raise _bad(f"n must be an integer in 1..{MAX_N}", "n")
-    params = _params(body)
+    req = parse_chat(body)
+    plain = req.dump()
+    tools = plain.get("tools") or []
+    choice = _tool_choice(req, tools)
+    params = _params(req, max_tokens_cap)
     fmt = engine.fmt
     forced = fmt.call_start if choice not in (None, "auto", "none") else ""
     prompt_tools = tools if choice is not None else []
-    ids = encode_prompt(engine.tokenizer, fmt, messages, prompt_tools, forced_prefix=forced, memo=engine.memo)
+    ids = encode_prompt(engine.tokenizer, fmt, plain["messages"], prompt_tools, forced_prefix=forced,
+                        memo=engine.memo)
     forced_ids = encode(engine.tokenizer, forced)
     return [Sequence(response_id, owner, list(ids), params, fmt, prompt_tools, choice, forced_ids,
-                     emit=lambda ev: None, index=i) for i in range(n)]
+                     emit=lambda ev: None, index=i) for i in range(req.n or 1)]

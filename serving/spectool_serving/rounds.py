@@ -20,7 +20,7 @@ from spectool.errors import ModelOutputError
 from .grammar import CallGrammar
 from .prompts import TokenMemo, encode
 from .sequence import Phase, Sequence
-from .toolcache import ToolCache
+from .store import ToolOutputStore
 from .toolcalls import draft_cached_call, held_back, output_text, parse_call, tool_results_text
 
 __all__ = ["RoundContext", "advance", "begin_round", "propose_draft"]
@@ -37,7 +37,7 @@ class RoundContext:
     tokenizer: Any
     eos_id: int
     grammar: CallGrammar
-    toolcache: ToolCache | None
+    store: ToolOutputStore | None
     memo: TokenMemo
     stats: Any  # has o3_hits, o3_misses, appended_tokens
     max_rounds: int = 16
@@ -88,7 +88,7 @@ def _emit_content(seq: Sequence, safe: str) -> None:
 
 def propose_draft(seq: Sequence, ctx: RoundContext) -> list[int]:
     """O2: draft tokens completing the call being written, from the newest cached entry."""
-    if seq.phase is not Phase.CALL or ctx.toolcache is None or seq.draft_attempts >= MAX_DRAFT_ATTEMPTS:
+    if seq.phase is not Phase.CALL or ctx.store is None or seq.draft_attempts >= MAX_DRAFT_ATTEMPTS:
         return []
     body = _body(seq, ctx)
     call_text = body[seq.call_start:]
@@ -101,7 +101,7 @@ def propose_draft(seq: Sequence, ctx: RoundContext) -> list[int]:
         name = json.loads(found.group(1))
     except ValueError:
         return []
-    entries = ctx.toolcache.by_name(seq.response_id, name)
+    entries = ctx.store.by_name(seq.response_id, seq.owner, name)
     text = draft_cached_call(seq.fmt, call_text, [(e.name, e.params) for e in entries])
     if text is None:
         return []
@@ -131,7 +131,9 @@ def advance(seq: Sequence, token: int, ctx: RoundContext) -> bool:
             _emit_content(seq, body[: len(body) - held_back(body, [seq.fmt.call_start, *seq.params.stop])])
     if seq.round_generated >= seq.params.max_tokens:
         body = _body(seq, ctx)
-        return _finish(seq, "length", body if seq.phase is Phase.TEXT else body[: max(seq.call_start, 0)])
+        # a call cut off mid-way is not content: keep only the text before its start marker
+        cut = seq.call_start - len(seq.fmt.call_start) if seq.phase is Phase.CALL else len(body)
+        return _finish(seq, "length", body[: max(cut, 0)])
     return True
 
 
@@ -153,10 +155,12 @@ def _call_ended(seq: Sequence, ctx: RoundContext) -> bool:
     call = {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
             "function": {"name": name, "arguments": args}}
     entry = None
-    if ctx.toolcache is not None and len(seq.resolved) < ctx.max_rounds:
-        entry = ctx.toolcache.get(seq.response_id, name, args)
+    if ctx.store is not None and len(seq.resolved) < ctx.max_rounds:
+        entry = ctx.store.take(seq.response_id, seq.owner, name, args)
     if entry is None:
-        ctx.stats.o3_misses += ctx.toolcache is not None
+        ctx.stats.o3_misses += ctx.store is not None
+        if ctx.store is not None:  # the client may run a write now: no read-only entry after it
+            ctx.store.fence(seq.response_id, seq.owner)
         seq.final_call = call
         return _finish(seq, "tool_calls", content)
     # O3: the result goes straight into this sequence; no eviction, no re-prefill

@@ -32,6 +32,7 @@ def probs_from_logits(logits: torch.Tensor, temperature: float, top_p: float) ->
     sorted_p, order = torch.sort(probs, dim=-1, descending=True)
     # keep the smallest prefix whose mass reaches top_p (the first token always stays)
     drop = (torch.cumsum(sorted_p, dim=-1) - sorted_p) >= top_p
+    drop[..., 0] = False  # a top_p below float32's smallest value rounds to 0: keep the top token anyway
     sorted_p = sorted_p.masked_fill(drop, 0.0)
     kept = torch.zeros_like(probs).scatter(-1, order, sorted_p)
     return kept / kept.sum(dim=-1, keepdim=True)

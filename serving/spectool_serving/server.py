@@ -9,7 +9,7 @@ from .engine import Engine
 from .models import load_model
 from .runner import Runner
 from .scheduler import Scheduler
-from .toolcache import ToolCache
+from .store import ToolOutputStore
 
 __all__ = ["build_engine", "build_server", "serve"]
 
@@ -19,7 +19,7 @@ def build_engine(source: str | None = None, *, dtype: str = "float32", device: s
                  tool_cache: bool = True, loaded: Any = None, decoding: str = "off") -> Engine:
     lm = loaded or load_model(source, dtype=dtype, device=device, prompt_format=prompt_format)
     return Engine(Runner(lm.model, lm.device), lm.tokenizer, lm.fmt,
-                  toolcache=ToolCache() if tool_cache else None,
+                  store=ToolOutputStore() if tool_cache else None,
                   scheduler=Scheduler(max_batch=max_batch, max_slots=kv_slots), model_name=lm.name,
                   decoding=_decoding_policy(decoding, lm))
 

@@ -132,7 +132,7 @@ def _arguments_text(call: Mapping[str, Any]) -> tuple[str, str]:
 
 def assistant_body(fmt: PromptFormat, message: Mapping[str, Any]) -> str:
     """The text of an assistant message between its header and its end-of-message."""
-    body = message.get("content") or ""
+    body = _content(message)  # content parts too (a list here once crashed the prompt memo: 500)
     for call in message.get("tool_calls") or ():
         body += fmt.render_call(*_arguments_text(call))
     return body

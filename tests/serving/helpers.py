@@ -13,16 +13,16 @@ def run_request(engine, body: dict, *, owner: str = "", before: Callable[[str], 
     """Run one choice to completion on the calling thread; returns its finish event."""
     rid = f"chatcmpl-{uuid.uuid4().hex}"
     seqs = build_sequences(body, engine, rid, owner)
-    if engine.toolcache is not None:
-        engine.toolcache.open(rid, owner, seqs[0].tools)
+    if engine.store is not None:
+        engine.store.open(rid, owner, seqs[0].tools)
     if before is not None:
         before(rid)  # e.g. post speculative outputs, as a client would while the model runs
     events: list[dict] = []
     seqs[0].emit = events.append
     engine.add(seqs[0])
     engine.run_until_idle()
-    if engine.toolcache is not None:
-        engine.toolcache.close(rid)
+    if engine.store is not None:
+        engine.store.close(rid, owner)
     finish = [e for e in events if e["type"] == "finish"][0]
     streamed = "".join(e["text"] for e in events if e["type"] == "content")
     return {**finish, "events": events, "streamed": streamed}

@@ -99,24 +99,30 @@ def test_bad_requests_are_400(app):
 
 
 def test_tool_cache_endpoint_errors_and_tenants(app):
-    toolcache = app.state.engine.toolcache
+    store = app.state.engine.store
     rid = "chatcmpl-open-for-test"
-    toolcache.open(rid, "key-a", [WEATHER])  # what the chat route does when a request starts
+    store.open(rid, "key-a", [WEATHER])  # what the chat route does when a request starts
 
     async def go():
         async with _client(app) as a, _client(app, "key-b") as b:
             r = await a.post("/cache-tool-output/chatcmpl-unknown", json=[])
             assert r.status_code == 404 and "unknown" in r.json()["error"]["message"]
-            item = {"name": "get_weather", "params": {"city": "Paris"}, "output": "sunny"}
+            item = {"name": "get_weather", "params": {"city": "Paris"}, "output": "sunny", "effect": "pure"}
             ok = await a.post(f"/cache-tool-output/{rid}", json=[item, {**item, "keep_alive": 5}])
             assert ok.status_code == 200 and ok.json() == {"cached": 2}
-            assert (await b.post(f"/cache-tool-output/{rid}", json=[item])).status_code == 403
-            # tenant isolation: key-b's own response never sees key-a's entries
-            toolcache.open("chatcmpl-b", "key-b", [WEATHER])
-            assert toolcache.get("chatcmpl-b", "get_weather", {"city": "Paris"}) is None
-            assert toolcache.get(rid, "get_weather", {"city": "Paris"}).output == "sunny"
+            # tenant B cannot post into A's response: ids are per tenant, A's is unknown to B
+            assert (await b.post(f"/cache-tool-output/{rid}", json=[{**item, "output": "evil"}])).status_code == 404
+            # B choosing the same id (as a vLLM client can with X-Request-Id) gets its own scope:
+            # what A posted is not readable there, and what B posts there never reaches A
+            store.open(rid, "key-b", [WEATHER])
+            assert store.take(rid, "key-b", "get_weather", {"city": "Paris"}) is None
+            r = await b.post(f"/cache-tool-output/{rid}", json=[{**item, "output": "evil"}])
+            assert r.status_code == 200
+            assert store.take(rid, "key-a", "get_weather", {"city": "Paris"}).output == "sunny"
+            assert (await a.post(f"/cache-tool-output/{rid}", json=[item])).status_code == 200  # still A's
             for bad in [{"x": 1}, [{"params": {}}], [{"name": "f"}], [{"name": "f", "params": [1], "output": 1}],
-                        [{"name": "f", "output": 1, "keep_alive": -1}], [{"name": "f", "output": 1, "extra": 1}]]:
+                        [{"name": "f", "output": 1, "keep_alive": -1}], [{"name": "f", "output": 1, "extra": 1}],
+                        [{"name": "f", "output": 1, "effect": "write"}]]:
                 r = await a.post(f"/cache-tool-output/{rid}", json=bad)
                 assert r.status_code == 422, (bad, r.text)
             big = [{"name": "f", "output": "x" * 5000}]
@@ -124,10 +130,44 @@ def test_tool_cache_endpoint_errors_and_tenants(app):
             assert (await a.post(f"/cache-tool-output/{rid}", content=b"[{")).status_code == 400
             async with _client(app, key=None) as anon:
                 assert (await anon.post(f"/cache-tool-output/{rid}", json=[item])).status_code == 401
-            toolcache.close(rid)
+            store.close(rid, "key-a")
+            store.close(rid, "key-b")
             r = await a.post(f"/cache-tool-output/{rid}", json=[item])
             assert r.status_code == 410 and "finished" in r.json()["error"]["message"]
     asyncio.run(go())
+
+
+def test_body_limit_is_enforced_before_the_body_is_read(app):
+    """A chunked body with no Content-Length: the server stops at the limit (413) instead of
+    reading all of it; the generator counts what was pulled."""
+    sent = [0]
+
+    async def endless():
+        while True:
+            sent[0] += 1024
+            yield b" " * 1024
+
+    async def go():
+        async with _client(app) as a:
+            r = await a.post("/v1/chat/completions", content=endless())
+            assert r.status_code == 413
+            r = await a.post("/v1/chat/completions", content=b"{}", headers={"content-length": "99999999"})
+            assert r.status_code == 413
+    asyncio.run(go())
+    assert sent[0] <= 4096 + 2 * 1024
+
+
+def test_openapi_documents_the_tool_output_endpoint(app):
+    async def go():
+        async with _client(app) as a:
+            return (await a.get("/openapi.json")).json()
+    spec = asyncio.run(go())
+    post = spec["paths"]["/cache-tool-output/{response_id}"]["post"]
+    body = post["requestBody"]["content"]["application/json"]["schema"]
+    assert body["type"] == "array" and body["items"]["$ref"].endswith("/ToolOutputItem")
+    item = spec["components"]["schemas"]["ToolOutputItem"]
+    assert set(item["properties"]) == {"name", "params", "output", "keep_alive", "effect"}
+    assert {"200", "401", "404", "410", "413", "422"} <= set(post["responses"])
 
 
 def test_post_during_a_live_stream(live):
@@ -217,16 +257,16 @@ def test_engine_client_posts_and_degrades(live, app):
     from spectool._engine_client import EngineClient, resolved_messages
     from spectool._types import ToolCall
 
-    toolcache = app.state.engine.toolcache
+    store = app.state.engine.store
 
     async def go():
         sink = EngineClient(f"{live}/v1", "key-a")
         call = ToolCall("get_weather", {"city": "Paris"})
         await sink.on_tool_output(call, "k", Outcome(value={"temp": 3}))  # before any id: kept
-        toolcache.open("chatcmpl-sink", "key-a", [WEATHER])
+        store.open("chatcmpl-sink", "key-a", [WEATHER])
         sink.on_response_id("chatcmpl-sink")  # replays the finished output
         await sink.aclose()
-        entry = toolcache.get("chatcmpl-sink", "get_weather", {"city": "Paris"})
+        entry = store.take("chatcmpl-sink", "key-a", "get_weather", {"city": "Paris"})
         assert entry is not None and entry.output == '{"temp": 3}' and sink.counters["cached"] == 1
 
         bare = EngineClient("http://t/v1", http_client=httpx.AsyncClient(transport=httpx.ASGITransport(app=FastAPI())))

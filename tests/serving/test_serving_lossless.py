@@ -58,7 +58,7 @@ def _post_reference_outputs(engine, messages):
     def speculate(rid, _history):
         items = [{"name": c["name"], "params": json.loads(c["arguments"]),
                   "output": weather_tool(json.loads(c["arguments"]))} for c in calls]
-        assert engine.toolcache.post(rid, "", items) == len(items)
+        assert engine.store.post(rid, "", items) == len(items)
     return speculate
 
 
@@ -81,7 +81,7 @@ def test_partial_hit_rejects_mid_call_and_is_lossless(engine, reference):
     wrong = "Rome" if city != "Rome" else "Oslo"
 
     def speculate(rid, _history):
-        engine.toolcache.post(rid, "", [{"name": "get_weather", "params": {"city": wrong}, "output": "x"}])
+        engine.store.post(rid, "", [{"name": "get_weather", "params": {"city": wrong}, "output": "x"}])
 
     messages, finishes = _agent(engine, speculate)
     assert normalized(messages) == normalized(ref_messages)
@@ -94,7 +94,7 @@ def test_miss_is_lossless(engine, reference):
     ref_messages, _, _ = reference
 
     def speculate(rid, _history):  # a speculation for another tool: no draft, no hit
-        engine.toolcache.post(rid, "", [{"name": "get_time", "params": {"city": "Paris"}, "output": "noon"}])
+        engine.store.post(rid, "", [{"name": "get_time", "params": {"city": "Paris"}, "output": "noon"}])
 
     messages, _ = _agent(engine, speculate)
     assert normalized(messages) == normalized(ref_messages)

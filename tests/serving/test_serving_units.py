@@ -12,7 +12,7 @@ from spectool._errors import ToolCacheError
 from spectool_serving.kv import BatchKV
 from spectool_serving.sampling import SamplingParams, probs_from_logits
 from spectool_serving.scheduler import Scheduler
-from spectool_serving.toolcache import ToolCache
+from spectool_serving.store import ToolOutputStore
 from spectool_serving.toolcalls import (FORMATS, draft_cached_call, held_back, parse_call,
                                         render_segments, tool_results_text)
 from spectool_serving.verify import accept_greedy, accept_sampled
@@ -39,29 +39,37 @@ def test_speculative_sampling_matches_target_distribution():
     assert torch.allclose(counts / counts.sum(), p[0], atol=0.02)  # first token ~ p, draft or not
 
 
+def test_top_p_below_float32_keeps_the_top_token():
+    """Found by the schemathesis fuzz: top_p=5e-324 rounded to 0 in float32, dropped every
+    token, and the NaN draw failed the whole engine (500)."""
+    probs = probs_from_logits(torch.log(torch.tensor([0.6, 0.3, 0.1])), 1.0, 5e-324)
+    assert probs.tolist() == [1.0, 0.0, 0.0]
+
+
 def test_top_p_keeps_the_nucleus():
     probs = probs_from_logits(torch.log(torch.tensor([0.6, 0.3, 0.1])), 1.0, 0.7)
     assert probs[2] == 0 and torch.isclose(probs.sum(), torch.tensor(1.0))
     assert SamplingParams(temperature=0).greedy
 
 
-def test_toolcache_keys_ttl_capacity_owner():
+def test_store_keys_ttl_capacity_owner():
     now = [0.0]
-    tc = ToolCache(ttl=10, max_entries=2, clock=lambda: now[0])
+    tc = ToolOutputStore(ttl=10, max_entries=2, clock=lambda: now[0])
     tc.open("r", "alice", [WEATHER])
-    assert tc.post("r", "alice", [{"name": "get_weather", "params": {"city": "A"}, "output": 1, "keep_alive": 1}]) == 1
-    assert tc.get("r", "get_weather", '{"city": "A"}').output == 1  # canonical key: string or dict
+    item = {"name": "get_weather", "params": {"city": "A"}, "output": 1, "keep_alive": 1, "effect": "pure"}
+    assert tc.post("r", "alice", [item]) == 1
+    assert tc.take("r", "alice", "get_weather", '{"city": "A"}').output == 1  # canonical key: string or dict
     now[0] = 2.0
-    assert tc.get("r", "get_weather", {"city": "A"}) is None  # keep_alive elapsed
+    assert tc.take("r", "alice", "get_weather", {"city": "A"}) is None  # keep_alive elapsed
     tc.post("r", "alice", [{"name": "get_weather", "params": {"city": c}, "output": c} for c in "BCD"])
-    assert [e.output for e in tc.by_name("r", "get_weather")] == ["D", "C"]  # capacity 2, newest first
+    assert [e.output for e in tc.by_name("r", "alice", "get_weather")] == ["D", "C"]  # capacity 2, newest first
     with pytest.raises(ToolCacheError) as e:
         tc.post("r", "mallory", [])
-    assert e.value.status_code == 403
+    assert e.value.status_code == 404  # ids are per tenant: mallory has no "r"
     with pytest.raises(ToolCacheError) as e:
         tc.post("nope", "alice", [])
     assert e.value.status_code == 404
-    tc.close("r")
+    tc.close("r", "alice")
     with pytest.raises(ToolCacheError) as e:
         tc.post("r", "alice", [])
     assert e.value.status_code == 410
@@ -140,3 +148,11 @@ def test_kv_tree_row_sees_only_its_ancestors_at_depth_positions_and_keeps_its_pa
     assert kv.valid.tolist() == [[True, True, True, True, False, True],
                                  [True, False, True, False, False, False]]
     assert kv.step_inputs([1, 1], torch.float32)[0].tolist() == [[5], [2]]
+
+
+def test_assistant_content_parts_render_as_text():
+    """Found by the schemathesis fuzz: list content in an assistant message reached the
+    prompt memo unhashed (TypeError → 500)."""
+    from spectool_serving.toolcalls import assistant_body
+
+    assert assistant_body(FORMATS["chatml"], {"role": "assistant", "content": [{}, {"type": "text", "text": "hi"}]}) == "hi"

@@ -127,11 +127,12 @@ def _non_streamed_with_entry(client, body, name, args) -> dict:
 
 
 def test_eight_concurrent_streamed_agents(client):
-    cities = ["Paris", "Rome", "Berlin", "Madrid", "Vienna", "Oslo", "Lisbon", "Prague"]
+    """Eight tenants ask the same question and post the same key, each with its own output:
+    one cache shared across tenants or responses would serve some agent another's output."""
 
     def agent(i: int):
-        body = chat_body(f"What is the weather in {cities[i]}?")
-        return stream_and_post(client, body, [{"name": "get_weather", "params": {"city": cities[i]},
+        body = chat_body("What is the weather in Paris?")
+        return stream_and_post(client, body, [{"name": "get_weather", "params": {"city": "Paris"},
                                                "output": f"out-{i}"}], headers={"Authorization": f"Bearer a{i}"})
 
     with ThreadPoolExecutor(8) as pool:
@@ -147,4 +148,4 @@ def test_eight_concurrent_streamed_agents(client):
                 if "spectool_resolved_call" in c:  # never another agent's output
                     assert c["spectool_resolved_call"]["output"] == f"out-{i}"
                     hits += 1
-    assert hits >= 1
+    assert hits >= 1  # posts race the generation; whichever agents were served got their own

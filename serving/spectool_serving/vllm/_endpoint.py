@@ -3,10 +3,12 @@
 Routes (added through vLLM's ``EndpointPlugin`` contract; the chat route replaces vLLM's
 ``POST /v1/chat/completions`` the way that contract allows and calls vLLM's own handler):
 
-* ``POST /cache-tool-output/{response_id}``: body ``[{name, params?, output, keep_alive?}]``
-  → ``200 {"cached": n}``; 404 unknown id, 403 another tenant's, 410 finished, 422 malformed.
-  Same :class:`~spectool_serving.toolcache.ToolCache` and tenancy as the torch backend: the
-  tenant is the bearer token.
+* ``POST /cache-tool-output/{response_id}``: body ``[{name, params?, output, keep_alive?,
+  effect?}]`` → ``200 {"cached": n}``; 404 unknown id (ids are per tenant), 410 finished, 422
+  malformed. Same :class:`~spectool_serving.store.ToolOutputStore` and tenancy as the torch
+  backend: the tenant is the bearer token, and the id a client picks with ``X-Request-Id``
+  names a scope inside that tenant only (another tenant sending the same header gets its own
+  scope; the same tenant reusing a live id gets 409).
 * ``GET /spectool/stats``: tool-cache, O2 (tool vs text drafts) and O3 counters.
 * ``POST /v1/chat/completions``: vLLM's handler, plus: the response id is fixed before the
   engine sees the request (so posts can arrive while it streams), the id is opened in the
@@ -23,9 +25,13 @@ import time
 import uuid
 from typing import Any
 
-from spectool.errors import ToolCacheError
+from pydantic import ValidationError
 
-from ..toolcache import ToolCache
+from spectool.errors import ToolCacheError
+from spectool.settings import settings
+
+from ..schemas import ToolOutputItems
+from ..store import ToolOutputStore
 from . import _continue
 
 __all__ = ["SpectoolEndpoint"]
@@ -53,7 +59,7 @@ class SpectoolEndpoint:
     required_tasks = ("generate",)
 
     def __init__(self) -> None:
-        self.cache = ToolCache(ttl=float(os.environ.get("SPECTOOL_TOOLCACHE_TTL", "300")))
+        self.cache = ToolOutputStore(ttl=settings().toolcache_ttl)
         self.max_hops = int(os.environ.get("SPECTOOL_VLLM_MAX_HOPS", "8"))
         self.o3 = os.environ.get("SPECTOOL_VLLM_O3", "1") != "0"
         self.engine: Any = None
@@ -95,9 +101,10 @@ class SpectoolEndpoint:
     # -- routes -----------------------------------------------------------------------------
     async def post(self, response_id: str, raw_request: Any) -> Any:
         try:
-            items = json.loads(await raw_request.body())
-        except ValueError as exc:
-            return _error(400, f"body is not valid JSON: {exc}")
+            items = ToolOutputItems.model_validate_json(await raw_request.body()).root
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            return _error(400 if first["type"] == "json_invalid" else 422, f"{first['loc']}: {first['msg']}")
         try:
             n = self.cache.post(response_id, _owner(raw_request), items)
         except ToolCacheError as exc:
@@ -106,8 +113,8 @@ class SpectoolEndpoint:
         self.stats["entries"] += n
         if self.o2:
             now, ttl = time.time(), self.cache.ttl
-            mirrored = [(response_id, it["name"], json.dumps(it.get("params") or {}, ensure_ascii=False),
-                         now + min(ttl, it.get("keep_alive") or ttl)) for it in items]
+            mirrored = [(response_id, it.name, json.dumps(it.params or {}, ensure_ascii=False),
+                         now + min(ttl, it.keep_alive or ttl)) for it in items]
             try:
                 await self.engine.collective_rpc("spectool_put", args=(mirrored,))
             except Exception:
@@ -131,7 +138,11 @@ class SpectoolEndpoint:
         request.request_id = base
         rid = f"chatcmpl-{base}"
         tools = [t.model_dump() for t in (request.tools or [])]
-        self.cache.open(rid, _owner(raw_request), tools)
+        owner = _owner(raw_request)
+        try:
+            self.cache.open(rid, owner, tools)
+        except ToolCacheError as exc:  # this tenant's id is live already (409) or the store is full
+            return _error(exc.status_code or 400, str(exc))
 
         async def run(req: Any) -> Any:
             return await handler.create_chat_completion(req, raw_request)
@@ -140,32 +151,32 @@ class SpectoolEndpoint:
         o3 = self.o3 and raw_request.headers.get("x-spectool-o3", "on").lower() not in ("off", "0")
 
         def lookup(name: str, arguments: str) -> Any:
-            return self.cache.get(rid, name, arguments) if o3 else None
+            return self.cache.take(rid, owner, name, arguments) if o3 else None
 
         if request.stream:
             first = await run(request)
             if not hasattr(first, "__aiter__"):
-                await self._close(rid)
+                await self._close(rid, owner)
                 return JSONResponse(first.model_dump(), status_code=first.error.code)
-            return StreamingResponse(self._streamed(run, request, rid, base, lookup, first, then),
+            return StreamingResponse(self._streamed(run, request, rid, owner, base, lookup, first, then),
                                      media_type="text/event-stream")
         try:
             body = await _continue.complete(run, request, rid, base, lookup, self.max_hops, then)
         finally:
-            await self._close(rid)
+            await self._close(rid, owner)
         if not isinstance(body, dict):
             return JSONResponse(body.model_dump(), status_code=body.error.code)
         self._count(len(body["choices"][0]["spectool_resolved_calls"]), body["spectool"]["round_trips_saved"])
         return JSONResponse(body)
 
-    async def _streamed(self, run, request, rid, base, lookup, first, then):
+    async def _streamed(self, run, request, rid, owner, base, lookup, first, then):
         report: dict = {}
         try:
             async for chunk in _continue.stream(run, request, rid, base, lookup, self.max_hops, first,
                                                 report, then):
                 yield chunk
         finally:
-            await self._close(rid)
+            await self._close(rid, owner)
             self._count(report.get("hits", 0), report.get("round_trips_saved", 0))
 
     def _count(self, hits: int, saved: int) -> None:
@@ -173,8 +184,8 @@ class SpectoolEndpoint:
         self.stats["o3_hits"] += hits
         self.stats["o3_round_trips_saved"] += saved
 
-    async def _close(self, rid: str) -> None:
-        self.cache.close(rid)
+    async def _close(self, rid: str, owner: str) -> None:
+        self.cache.close(rid, owner)
         if self.o2:
             try:
                 await self.engine.collective_rpc("spectool_drop", args=(rid,))

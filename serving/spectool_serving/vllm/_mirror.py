@@ -1,6 +1,6 @@
 """The worker-side copy of what O2 needs from the tool cache, and its draft counters.
 
-The authoritative :class:`spectool_serving.toolcache.ToolCache` lives in the API server
+The authoritative :class:`spectool_serving.store.ToolOutputStore` lives in the API server
 process (owner, TTL, canonical keys). The proposer runs in a worker process, so the endpoint
 pushes each accepted entry here over vLLM's ``collective_rpc``: only ``(name, arguments
 text)`` per response, newest first, with a wall-clock expiry. No vLLM imports: unit-testable.
