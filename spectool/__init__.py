@@ -1,5 +1,6 @@
 """spectool: speculative tool calling for LLM agents."""
 
+from ._cache import CacheCounters, Outcome, ToolCache
 from ._errors import (
     ConfigError,
     DrafterError,
@@ -12,9 +13,9 @@ from ._errors import (
     ToolError,
     ToolNotFoundError,
 )
-from ._cache import CacheCounters, Outcome, ToolCache
 from ._keys import canonical_key
 from ._loop import AgentResult, run_agent
+from ._observe import Observer, add_observer, remove_observer
 from ._openai import (
     EngineSink,
     ModelRequest,
@@ -23,13 +24,12 @@ from ._openai import (
     SpeculativeStream,
     speculative,
 )
-from ._observe import Observer, add_observer, remove_observer
 from ._speculator import DraftCounters, Speculator, Turn
 from ._sync import SyncSpeculator
 from ._sync_openai import SyncSpeculativeOpenAI, SyncSpeculativeStream, speculative_sync
-from ._tracing import instrument, uninstrument
 from ._tools import Effect, Toolbox, ToolSpec, tool, tool_spec
 from ._traces import TraceExample, TraceRecorder, load_traces
+from ._tracing import instrument, uninstrument
 from ._types import Drafter, DraftRequest, ToolCall
 from .drafters import CombinedDrafter, EndpointDrafter, HistoryDrafter, LocalDrafter
 

@@ -36,8 +36,9 @@ _A_GRID = [i / 40 for i in range(1, 41)]
 NO_CALL = "\x00no call"
 
 
-def fit_hits(records: Iterable[tuple[int, bool]], prior: float = 0.5,
-             weight: float = 2.0) -> tuple[float, float]:
+def fit_hits(
+    records: Iterable[tuple[int, bool]], prior: float = 0.5, weight: float = 2.0
+) -> tuple[float, float]:
     """Maximum-likelihood (a, p) of α(λ) = a·(1 − (1 − p)^λ) from (λ, hit) records, plus
     ``weight`` pseudo records at λ = 1 of which a share ``prior`` are hits. Ties go to the
     larger p (fewer samples reach the ceiling)."""
@@ -75,8 +76,9 @@ class _Mean:
 class AutoSamples:
     """Running estimates for one session, and the λ they call for."""
 
-    def __init__(self, max_samples: int = 9, cost_per_sample_s: float = 0.0, explore_every: int = 8,
-                 window: int = 200) -> None:
+    def __init__(
+        self, max_samples: int = 9, cost_per_sample_s: float = 0.0, explore_every: int = 8, window: int = 200
+    ) -> None:
         self.max_samples, self.cost_per_sample_s = max_samples, cost_per_sample_s
         self.explore_every = explore_every
         self.calls: dict[str, int] = defaultdict(int)  # tool (or NO_CALL) -> model requests
@@ -120,7 +122,9 @@ class AutoSamples:
         ys = [s for _, s in self.drafts]
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         var = sum((x - mx) ** 2 for x in xs)
-        slope = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var) if var > 0 else 0.0
+        slope = (
+            max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var) if var > 0 else 0.0
+        )
         return max(0.0, my - slope * mx), slope
 
     def odds(self) -> list[ToolOdds]:
@@ -141,8 +145,14 @@ class AutoSamples:
         if not self.calls:
             return min(1, self.max_samples)
         g, extra = self.g_line()
-        self.last = choose_samples(self.G.get(), g, self.odds(), g_per_extra_sample=extra,
-                                   cost_per_sample_s=self.cost_per_sample_s, max_samples=self.max_samples)
+        self.last = choose_samples(
+            self.G.get(),
+            g,
+            self.odds(),
+            g_per_extra_sample=extra,
+            cost_per_sample_s=self.cost_per_sample_s,
+            max_samples=self.max_samples,
+        )
         if self.last.samples > 0:
             self._idle = 0
             if self.last.samples > 1:

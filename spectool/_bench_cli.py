@@ -51,8 +51,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     preset = p.add_mutually_exclusive_group()
     preset.add_argument("--quick", action="store_true", help="short experiment (default)")
     preset.add_argument("--full", action="store_true", help="the paper's full sweep")
-    preset.add_argument("--validate", action="store_true",
-                        help="model validation: oracle drafter, T ≈ G, α ∈ {0.5, 0.8, 1.0}, single-turn tasks")
+    preset.add_argument(
+        "--validate",
+        action="store_true",
+        help="model validation: oracle drafter, T ≈ G, α ∈ {0.5, 0.8, 1.0}, single-turn tasks",
+    )
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="output folder")
     p.add_argument("--categories", type=_words, help="BFCL categories, comma-separated")
     p.add_argument("--agents", type=_ints, help="concurrent agents M, e.g. 1,8,32")
@@ -62,17 +65,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", type=_lambdas, help="λ values, e.g. 1,3,auto (auto: chosen per request)")
     p.add_argument("--split", choices=("train", "dev", "test", "all"), help="BFCL task split (by task id)")
     p.add_argument("--tasks-per-category", type=int, help="first N tasks of each category (after --split)")
-    p.add_argument("--eager-arm", action=argparse.BooleanOptionalAction, default=None,
-                   help="run eager dispatch alone as an arm, and drafter arms with eager dispatch on")
+    p.add_argument(
+        "--eager-arm",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run eager dispatch alone as an arm, and drafter arms with eager dispatch on",
+    )
     p.add_argument("--configs", type=_words, help="client and/or engine")
     p.add_argument("--drafters", type=_words, help="oracle, history, local, tuned, endpoint")
     p.add_argument("--alphas", type=_floats, help="oracle hit probabilities")
     p.add_argument("--oracle-delay", type=float, help="oracle delay g (s)")
     p.add_argument("--repeats", type=int)
     p.add_argument("--seed", type=int)
-    p.add_argument("--main", choices=("embedded", "replay", "endpoint"),
-                   help="main model: embedded (the serving engine on SmolLM2; default of --quick/--full), "
-                        "replay (BFCL ground truth with a token-rate clock; default of --validate), endpoint")
+    p.add_argument(
+        "--main",
+        choices=("embedded", "replay", "endpoint"),
+        help="main model: embedded (the serving engine on SmolLM2; default of --quick/--full), "
+        "replay (BFCL ground truth with a token-rate clock; default of --validate), endpoint",
+    )
     p.add_argument("--base-url", help="OpenAI-compatible main model endpoint (--main endpoint)")
     p.add_argument("--model", help="main model name")
     p.add_argument("--drafter-base-url")
@@ -86,11 +96,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-steps", type=int, help="model messages per user turn")
     p.add_argument("--max-tokens", type=int, help="max_tokens per model message (real models)")
     p.add_argument("--tool-choice", choices=("auto", "required"), help="tool_choice sent to real models")
-    p.add_argument("--threads", type=int, help="torch CPU threads of the embedded engine (1 on a busy, shared CPU)")
-    p.add_argument("--backend", choices=("auto", "torch", "vllm"), default="auto",
-                   help="embedded main model on the torch engine or vLLM; auto: the faster here, as measured "
-                        "(recorded rates or a short probe; torch when .venv-vllm is missing)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), help="embedded main model dtype (default float32)")
+    p.add_argument(
+        "--threads", type=int, help="torch CPU threads of the embedded engine (1 on a busy, shared CPU)"
+    )
+    p.add_argument(
+        "--backend",
+        choices=("auto", "torch", "vllm"),
+        default="auto",
+        help="embedded main model on the torch engine or vLLM; auto: the faster here, as measured "
+        "(recorded rates or a short probe; torch when .venv-vllm is missing)",
+    )
+    p.add_argument(
+        "--dtype", choices=("float32", "bfloat16"), help="embedded main model dtype (default float32)"
+    )
     p.add_argument("--price-main", type=float, help="USD per 1M main-model tokens")
     p.add_argument("--price-drafter", type=float, help="USD per 1M drafter tokens")
     p.add_argument("--no-progress", action="store_true")
@@ -103,9 +121,18 @@ def validate_plan():
 
     # One call per task, stub tools (pure: every call speculable), so the measured α tracks the
     # oracle's. G ≈ 1.0 s per call step from the token-rate model; T̄ = 1.0 s ≈ G.
-    return Plan(categories=("simple_python",), tasks_per_agent=6, agents=(4,), latencies=(1.0,),
-                latency_cv=0.1, samples=(1,), drafters=("oracle",), oracle_alphas=(0.5, 0.8, 1.0),
-                oracle_delay=0.05, rates=TokenRates(prefill_tok_s=2000.0, decode_tok_s=20.0, overhead_s=0.2))
+    return Plan(
+        categories=("simple_python",),
+        tasks_per_agent=6,
+        agents=(4,),
+        latencies=(1.0,),
+        latency_cv=0.1,
+        samples=(1,),
+        drafters=("oracle",),
+        oracle_alphas=(0.5, 0.8, 1.0),
+        oracle_delay=0.05,
+        rates=TokenRates(prefill_tok_s=2000.0, decode_tok_s=20.0, overhead_s=0.2),
+    )
 
 
 def build_plans(args: argparse.Namespace) -> list:
@@ -127,20 +154,45 @@ def build_plan(args: argparse.Namespace):
         plan = validate_plan()
     else:  # --quick: the replay headline; --main embedded: the engine end to end
         plan = quick_plan() if args.main in ("embedded", "endpoint") else headline_plan()
-    simple = {"categories": "categories", "agents": "agents", "tasks_per_agent": "tasks_per_agent",
-              "latencies": "latencies", "latency_cv": "latency_cv", "samples": "samples", "configs": "configs",
-              "drafters": "drafters", "alphas": "oracle_alphas", "oracle_delay": "oracle_delay",
-              "repeats": "repeats", "seed": "seed", "main": "main", "base_url": "base_url", "model": "model",
-              "drafter_base_url": "drafter_base_url", "drafter_model": "drafter_model", "task_ids": "task_ids",
-              "max_turns": "max_turns", "max_steps": "max_steps_per_turn", "max_tokens": "max_tokens",
-              "tool_choice": "tool_choice", "threads": "threads", "dtype": "dtype", "split": "split",
-              "tasks_per_category": "tasks_per_category", "eager_arm": "eager_arm"}
+    simple = {
+        "categories": "categories",
+        "agents": "agents",
+        "tasks_per_agent": "tasks_per_agent",
+        "latencies": "latencies",
+        "latency_cv": "latency_cv",
+        "samples": "samples",
+        "configs": "configs",
+        "drafters": "drafters",
+        "alphas": "oracle_alphas",
+        "oracle_delay": "oracle_delay",
+        "repeats": "repeats",
+        "seed": "seed",
+        "main": "main",
+        "base_url": "base_url",
+        "model": "model",
+        "drafter_base_url": "drafter_base_url",
+        "drafter_model": "drafter_model",
+        "task_ids": "task_ids",
+        "max_turns": "max_turns",
+        "max_steps": "max_steps_per_turn",
+        "max_tokens": "max_tokens",
+        "tool_choice": "tool_choice",
+        "threads": "threads",
+        "dtype": "dtype",
+        "split": "split",
+        "tasks_per_category": "tasks_per_category",
+        "eager_arm": "eager_arm",
+    }
     changes = {field: getattr(args, a) for a, field in simple.items() if getattr(args, a, None) is not None}
     if args.latencies is not None:
         changes["latency_matches_G"] = False
     plan = replace(plan, **changes)
-    rate_args = {"prefill_tok_s": args.prefill_rate, "decode_tok_s": args.decode_rate,
-                 "reasoning_tokens": args.reasoning_tokens, "overhead_s": args.overhead}
+    rate_args = {
+        "prefill_tok_s": args.prefill_rate,
+        "decode_tok_s": args.decode_rate,
+        "reasoning_tokens": args.reasoning_tokens,
+        "overhead_s": args.overhead,
+    }
     plan = replace(plan, rates=replace(plan.rates, **{k: v for k, v in rate_args.items() if v is not None}))
     if args.price_main is not None:
         plan.prices["main"] = args.price_main
@@ -150,8 +202,10 @@ def build_plan(args: argparse.Namespace):
     if bad:
         raise ConfigError(f"unknown config(s) {sorted(bad)}: use client and/or engine (baseline always runs)")
     if "engine" in plan.configs and plan.main == "replay":
-        raise ConfigError("the engine-side config needs a serving engine as main model (--main embedded, or "
-                          "--main endpoint --base-url …); the replay model has no tool cache")
+        raise ConfigError(
+            "the engine-side config needs a serving engine as main model (--main embedded, or "
+            "--main endpoint --base-url …); the replay model has no tool cache"
+        )
     if plan.main == "endpoint" and not plan.base_url:
         raise ConfigError("--main endpoint needs --base-url")
     if plan.main == "replay" and plan.model == "smollm2":
@@ -185,8 +239,12 @@ def run(args: argparse.Namespace) -> int:
             from .bench._timeline import draw_timeline
 
             t = timelines[0]
-            png = draw_timeline(t["plain"], t["fast"], args.out / "turn_timeline.png",
-                                title=f"{t['task']}: sequential vs {t['drafter']}")
+            png = draw_timeline(
+                t["plain"],
+                t["fast"],
+                args.out / "turn_timeline.png",
+                title=f"{t['task']}: sequential vs {t['drafter']}",
+            )
             print(f"wrote {png}")
         for section in sections[1:]:
             for png in write_plots(section["runs"], args.out / "embedded", "(embedded engine)"):

@@ -20,8 +20,9 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Awaitable, Callable, Literal, Mapping
+from typing import Any, Literal
 
 import anyio
 from anyio.abc import TaskGroup
@@ -163,7 +164,7 @@ class ToolCache:
 
     # -- session ----------------------------------------------------------------------------
 
-    async def __aenter__(self) -> "ToolCache":
+    async def __aenter__(self) -> ToolCache:
         if self._tg is not None:
             raise ConfigError("this ToolCache is already open")
         self._tg = anyio.create_task_group()
@@ -236,8 +237,11 @@ class ToolCache:
                 self.counters.stale_discards += 1
             self._discard(key)
             return None
-        if (entry.spec.effect is Effect.READ_ONLY and epochs is not None
-                and epochs.get(entry.spec.scope, 0) != entry.epoch):
+        if (
+            entry.spec.effect is Effect.READ_ONLY
+            and epochs is not None
+            and epochs.get(entry.spec.scope, 0) != entry.epoch
+        ):
             return None
         return entry.spec
 
@@ -338,8 +342,9 @@ class ToolCache:
         finally:
             self._release(entry)
             if outcome is None:  # cancelled: anyone waiting re-runs the call
-                outcome = Outcome(cancelled=True, started=entry.started,
-                                  finished=self._clock(), speculative=True)
+                outcome = Outcome(
+                    cancelled=True, started=entry.started, finished=self._clock(), speculative=True
+                )
             entry.outcome = outcome
             entry.done.set()
         if outcome.error is not None:
@@ -370,21 +375,22 @@ class ToolCache:
         try:
             value = await spec.invoke(call.arguments)
         except Exception as exc:  # the tool's own failure is its outcome
-            outcome = Outcome(error=exc, started=started, finished=self._clock(),
-                              speculative=speculative)
+            outcome = Outcome(error=exc, started=started, finished=self._clock(), speculative=speculative)
         except BaseException as exc:
             if not foreign_cancellation(exc):
                 # a real cancellation (ours or the caller's) goes on; observers still see the end
-                _observe.tool_finished(watch, Outcome(cancelled=True, started=started,
-                                                      finished=self._clock(), speculative=speculative))
+                _observe.tool_finished(
+                    watch,
+                    Outcome(cancelled=True, started=started, finished=self._clock(), speculative=speculative),
+                )
                 raise
-            error = ToolError(f"tool {spec.name!r} raised {type(exc).__name__} without being cancelled",
-                              tool=spec.name)
+            error = ToolError(
+                f"tool {spec.name!r} raised {type(exc).__name__} without being cancelled", tool=spec.name
+            )
             error.__cause__ = exc
             outcome = Outcome(error=error, started=started, finished=self._clock(), speculative=speculative)
         else:
-            outcome = Outcome(value=value, started=started, finished=self._clock(),
-                              speculative=speculative)
+            outcome = Outcome(value=value, started=started, finished=self._clock(), speculative=speculative)
         _observe.tool_finished(watch, outcome)
         return outcome
 
@@ -444,8 +450,7 @@ class ToolCache:
         _observe.resolved("miss", call, spec, started=asked)
         outcome = await self._execute(call, spec, speculative=False)
         if spec.effect is Effect.PURE and outcome.ok and self._make_room(self._clock()):
-            fresh = _Entry(key, call, spec, 0, outcome.started, speculative=False, used=True,
-                           outcome=outcome)
+            fresh = _Entry(key, call, spec, 0, outcome.started, speculative=False, used=True, outcome=outcome)
             fresh.done.set()
             self._entries[key] = fresh
         return outcome
@@ -522,4 +527,3 @@ class ToolCache:
             return await self._execute(call, spec, speculative=False)
         finally:
             self.invalidate(spec.scope)
-

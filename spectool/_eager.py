@@ -91,8 +91,9 @@ class EagerBatch:
                 return
             self.started[i] = self.known[i]
             self._done[i] = anyio.Event()
-            self.speculator.cache.task_group.start_soon(self._run, i, self.started[i], self._done[i], specs,
-                                                        name="spectool:eager")
+            self.speculator.cache.task_group.start_soon(
+                self._run, i, self.started[i], self._done[i], specs, name="spectool:eager"
+            )
 
     def _specs(self) -> list[Any]:
         """Specs of the calls 0..n-1 known so far (the contiguous prefix)."""
@@ -137,8 +138,9 @@ class EagerBatch:
                 log.warning("eagerly started call %d differs from the final one; resolving again", i)
                 del self.started[i]
                 self._done[i] = anyio.Event()
-        specs = [self.speculator.toolbox._specs.get(c.name) if isinstance(c, ToolCall) else None
-                 for c in calls]
+        specs = [
+            self.speculator.toolbox._specs.get(c.name) if isinstance(c, ToolCall) else None for c in calls
+        ]
         for i, c in enumerate(calls):
             self._done.setdefault(i, anyio.Event())
             if not isinstance(c, ToolCall):
@@ -175,8 +177,11 @@ class StreamWatcher:
         """After the accumulator took ``chunk``: which slots closed, which the model left."""
         choices = [ch for ch in (_get(chunk, "choices") or ()) if _get(ch, "index", 0) == 0]
         finishing = any(_get(ch, "finish_reason") for ch in choices)
-        touched = {_get(tc, "index", 0) for ch in choices
-                   for tc in (_get(_get(ch, "delta") or {}, "tool_calls") or ())}
+        touched = {
+            _get(tc, "index", 0)
+            for ch in choices
+            for tc in (_get(_get(ch, "delta") or {}, "tool_calls") or ())
+        }
         for slot in sorted(slots):
             if slot not in self._closed and (slot in touched or finishing):
                 call = _closed_call(slots[slot], finishing)

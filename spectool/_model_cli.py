@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--json", action="store_true", help="print JSON")
     e = sub.add_parser("engine", help="engine-side times (Eq. 4–6), same value every turn")
     for flag, typ, default, text in [
-        ("--turns", int, 4, "turns K"), ("--prompt", int, 800, "prompt tokens X_1"),
+        ("--turns", int, 4, "turns K"),
+        ("--prompt", int, 800, "prompt tokens X_1"),
         ("--reasoning", int, 0, "reasoning tokens per turn R_i"),
         ("--call", int, 25, "tool-call tokens per turn t_i"),
         ("--output", int, 100, "tool-output tokens per turn t_o,i"),
@@ -63,16 +64,27 @@ def engine_report(args: argparse.Namespace) -> dict[str, Any]:
     if k < 1:
         raise ConfigError("--turns must be ≥ 1")
     w = model.EngineWorkload(
-        prompt_tokens=args.prompt, reasoning_tokens=[args.reasoning] * k,
-        call_tokens=[args.call] * k, output_tokens=[args.output] * k,
-        tool_times=[args.tool_time] * k, overhead=args.overhead,
-        prefill_s_per_token=args.prefill, decode_s_per_token=args.decode,
+        prompt_tokens=args.prompt,
+        reasoning_tokens=[args.reasoning] * k,
+        call_tokens=[args.call] * k,
+        output_tokens=[args.output] * k,
+        tool_times=[args.tool_time] * k,
+        overhead=args.overhead,
+        prefill_s_per_token=args.prefill,
+        decode_s_per_token=args.decode,
     )
     e = model.engine_times(w, args.alpha)
     return {
-        "inputs": {k_: v for k_, v in vars(args).items() if not k_.startswith("_") and k_ not in ("json", "model_command", "command")},
-        "vanilla_s": e.vanilla, "cached_s": e.cached, "speculative_s": e.speculative,
-        "speedup_over_vanilla": e.speedup_over_vanilla, "speedup_over_cached": e.speedup_over_cached,
+        "inputs": {
+            k_: v
+            for k_, v in vars(args).items()
+            if not k_.startswith("_") and k_ not in ("json", "model_command", "command")
+        },
+        "vanilla_s": e.vanilla,
+        "cached_s": e.cached,
+        "speculative_s": e.speculative,
+        "speedup_over_vanilla": e.speedup_over_vanilla,
+        "speedup_over_cached": e.speedup_over_cached,
         "parts": e.parts,
     }
 

@@ -34,8 +34,15 @@ class Observer:
     def tool_finished(self, token: Any, outcome: Outcome) -> None:
         """The run begun with ``token`` ended (value, error, or cancelled)."""
 
-    def resolved(self, kind: Resolution, call: ToolCall, spec: ToolSpec, *,
-                 started: float, outcome: Outcome | None = None) -> None:
+    def resolved(
+        self,
+        kind: Resolution,
+        call: ToolCall,
+        spec: ToolSpec,
+        *,
+        started: float,
+        outcome: Outcome | None = None,
+    ) -> None:
         """A main-path call was a hit / join / miss, or a speculative entry went stale.
         ``started``: the cache clock when the main path asked (or the entry was dropped)."""
 
@@ -91,8 +98,15 @@ class _Fanout:
             except Exception:
                 log.warning("observer %r failed in tool_finished", obs, exc_info=True)
 
-    def resolved(self, kind: Resolution, call: ToolCall, spec: ToolSpec, *, started: float,
-                 outcome: Outcome | None = None) -> None:
+    def resolved(
+        self,
+        kind: Resolution,
+        call: ToolCall,
+        spec: ToolSpec,
+        *,
+        started: float,
+        outcome: Outcome | None = None,
+    ) -> None:
         if _observers:
             self._each("resolved", kind, call, spec, started=started, outcome=outcome)
 

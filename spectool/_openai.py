@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import inspect
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Literal, Protocol, Sequence, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 import anyio.lowlevel
 
@@ -26,15 +27,27 @@ from ._errors import ConfigError
 from ._speculator import Speculator
 from ._tools import Toolbox
 from ._types import Drafter, ToolCall
-from ._wire import (ChatAccumulator, as_dict, engine_resolved, extract_calls, format_output,
-                    responses_input_to_messages)
+from ._wire import (
+    ChatAccumulator,
+    as_dict,
+    engine_resolved,
+    extract_calls,
+    format_output,
+    responses_input_to_messages,
+)
 
 if TYPE_CHECKING:  # the SDK's own types, for type checkers only: openai is never imported here
     from openai.resources.chat import AsyncChat
     from openai.resources.responses import AsyncResponses
 
-__all__ = ["EngineSink", "ModelRequest", "RequestHook", "SpeculativeOpenAI", "SpeculativeStream",
-           "speculative"]
+__all__ = [
+    "EngineSink",
+    "ModelRequest",
+    "RequestHook",
+    "SpeculativeOpenAI",
+    "SpeculativeStream",
+    "speculative",
+]
 
 
 @dataclass
@@ -93,8 +106,12 @@ class SpeculativeStream:
     final message (``final_message()`` once iterated; ``run_tool_calls`` drains it)."""
 
     def __init__(
-        self, stream: Any, api: str, on_id: Callable[[str], None] | None,
-        request: ModelRequest | None = None, eager: EagerBatch | None = None,
+        self,
+        stream: Any,
+        api: str,
+        on_id: Callable[[str], None] | None,
+        request: ModelRequest | None = None,
+        eager: EagerBatch | None = None,
     ) -> None:
         self._stream, self.api, self._on_id, self.request = stream, api, on_id, request
         self.response_id: str | None = None
@@ -131,7 +148,7 @@ class SpeculativeStream:
             yield event
         self._done = True
 
-    async def __aenter__(self) -> "SpeculativeStream":
+    async def __aenter__(self) -> SpeculativeStream:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -159,7 +176,7 @@ class SpeculativeStream:
 
 
 class _Completions:
-    def __init__(self, owner: "SpeculativeOpenAI") -> None:
+    def __init__(self, owner: SpeculativeOpenAI) -> None:
         self._owner = owner
 
     def __getattr__(self, name: str) -> Any:
@@ -170,7 +187,7 @@ class _Completions:
 
 
 class _Chat:
-    def __init__(self, owner: "SpeculativeOpenAI") -> None:
+    def __init__(self, owner: SpeculativeOpenAI) -> None:
         self._owner = owner
         self.completions = _Completions(owner)
 
@@ -179,7 +196,7 @@ class _Chat:
 
 
 class _Responses:
-    def __init__(self, owner: "SpeculativeOpenAI") -> None:
+    def __init__(self, owner: SpeculativeOpenAI) -> None:
         self._owner = owner
 
     def __getattr__(self, name: str) -> Any:
@@ -198,8 +215,8 @@ class SpeculativeOpenAI:
     which at run time is a :class:`SpeculativeStream` iterating the same chunks).
     """
 
-    chat: "AsyncChat"
-    responses: "AsyncResponses"
+    chat: AsyncChat
+    responses: AsyncResponses
 
     def __init__(
         self,
@@ -227,8 +244,12 @@ class SpeculativeOpenAI:
         engine_options = options.pop("engine_options", {})
         self.sink = sink if sink is not None or mode == "client" else _engine_sink(client, engine_options)
         self.speculator = speculator or Speculator(
-            tools, drafter, samples=samples, draft_timeout=draft_timeout,
-            on_complete=self.sink.on_tool_output if self.sink is not None else None, **options,
+            tools,
+            drafter,
+            samples=samples,
+            draft_timeout=draft_timeout,
+            on_complete=self.sink.on_tool_output if self.sink is not None else None,
+            **options,
         )
         bind = getattr(self.sink, "bind", None)
         if bind is not None:  # the sink posts only what this session's cache still holds valid
@@ -242,7 +263,7 @@ class SpeculativeOpenAI:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
 
-    async def __aenter__(self) -> "SpeculativeOpenAI":
+    async def __aenter__(self) -> SpeculativeOpenAI:
         await self.speculator.__aenter__()
         return self
 
@@ -253,7 +274,7 @@ class SpeculativeOpenAI:
             if self.sink is not None:
                 await self.sink.aclose()
 
-    def with_options(self, **options: Any) -> "SpeculativeOpenAI":
+    def with_options(self, **options: Any) -> SpeculativeOpenAI:
         """A view with the SDK's per-request options, sharing this session's cache."""
         twin = object.__new__(SpeculativeOpenAI)
         twin.__dict__.update(self.__dict__)
@@ -348,8 +369,10 @@ class SpeculativeOpenAI:
         else:
             outcomes = iter(await self.speculator.resolve_all([p for p in parsed if isinstance(p, ToolCall)]))
             aligned = [next(outcomes) if isinstance(p, ToolCall) else Outcome(error=p[2]) for p in parsed]
-        return [self._tool_result(api, p.id if isinstance(p, ToolCall) else p[0], o)
-                for p, o in zip(parsed, aligned)]
+        return [
+            self._tool_result(api, p.id if isinstance(p, ToolCall) else p[0], o)
+            for p, o in zip(parsed, aligned)
+        ]
 
     def _eager_batch(self, response: Any, calls: list[Any]) -> EagerBatch | None:
         """The eager batch of the streamed response these calls came from, if any started."""
@@ -373,12 +396,22 @@ class SpeculativeOpenAI:
             _, parsed = extract_calls([tc])
             if parsed and isinstance(parsed[0], ToolCall):
                 self.speculator.cache.consume(parsed[0])
-            messages.append({"role": "assistant", "content": rec.get("content"),
-                             "tool_calls": [{"id": tc.get("id"), "type": "function",
-                                             "function": {"name": fn.get("name"),
-                                                          "arguments": fn.get("arguments") or ""}}]})
-            messages.append({"role": "tool", "tool_call_id": tc.get("id"),
-                             "content": format_output(rec.get("output"))})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": rec.get("content"),
+                    "tool_calls": [
+                        {
+                            "id": tc.get("id"),
+                            "type": "function",
+                            "function": {"name": fn.get("name"), "arguments": fn.get("arguments") or ""},
+                        }
+                    ],
+                }
+            )
+            messages.append(
+                {"role": "tool", "tool_call_id": tc.get("id"), "content": format_output(rec.get("output"))}
+            )
         return messages
 
     def _remember_stream(self, stream: SpeculativeStream) -> None:

@@ -77,11 +77,20 @@ async def measure_overhead(turns: int, samples: int) -> dict[str, Any]:
     bare = openai_client(model)
     tools = [weather.openai_chat()]
     timer = _SdkTimer()
-    names = ("bare", "wrapped", "cpu_bare", "cpu_wrapped", "self_bare", "self_wrapped",
-             "cpu_self_bare", "cpu_self_wrapped")
+    names = (
+        "bare",
+        "wrapped",
+        "cpu_bare",
+        "cpu_wrapped",
+        "self_bare",
+        "self_wrapped",
+        "cpu_self_bare",
+        "cpu_self_wrapped",
+    )
     got: dict[str, list[float]] = {n: [] for n in names}
-    async with speculative(openai_client(model), [weather], ScriptedDrafter(model),
-                           samples=samples, hooks=[timer]) as spec:
+    async with speculative(
+        openai_client(model), [weather], ScriptedDrafter(model), samples=samples, hooks=[timer]
+    ) as spec:
         for i in range(turns + 50):  # the first 50 of each side warm up
             t0 = _now()
             r = await bare.chat.completions.create(model="m", messages=USER, tools=tools)
@@ -101,13 +110,18 @@ async def measure_overhead(turns: int, samples: int) -> dict[str, Any]:
                 got[prefix + "self_bare"].append(t1[c] - t_sdk[c])
                 got[prefix + "self_wrapped"].append(t2[c] - t1[c] - timer.last[c])
         stats = spec.stats()
-    return {"turns": turns, "samples": samples, **_summary(got),
-            "overhead_mean_ms": (statistics.fmean(got["wrapped"]) - statistics.fmean(got["bare"])) * 1000,
-            "hits_or_joins": stats["hits"] + stats["joins"]}
+    return {
+        "turns": turns,
+        "samples": samples,
+        **_summary(got),
+        "overhead_mean_ms": (statistics.fmean(got["wrapped"]) - statistics.fmean(got["bare"])) * 1000,
+        "hits_or_joins": stats["hits"] + stats["joins"],
+    }
 
 
-async def measure_time_saved(latency: float, agent_turns: int, repeats: int, samples: int,
-                             hit_rate: float) -> dict[str, Any]:
+async def measure_time_saved(
+    latency: float, agent_turns: int, repeats: int, samples: int, hit_rate: float
+) -> dict[str, Any]:
     """Agent runs with G = T = ``latency`` per turn: baseline vs speculation, same script."""
     script: list[Any] = [[call("lookup", item=f"item{i}")] for i in range(agent_turns)]
     script.append(say("done"))
@@ -125,7 +139,8 @@ async def measure_time_saved(latency: float, agent_turns: int, repeats: int, sam
         model = ScriptedModel(script)
         tb, transcript_b, _ = await one(None)
         ts, transcript_s, stats = await one(
-            ScriptedDrafter(model, hit_rate=hit_rate, delay=draft_delay, seed=seed))
+            ScriptedDrafter(model, hit_rate=hit_rate, delay=draft_delay, seed=seed)
+        )
         if transcript_b != transcript_s:  # the guarantee, checked on every run of the benchmark
             raise AssertionError("speculation changed the transcript")
         base_t.append(tb)
@@ -136,18 +151,27 @@ async def measure_time_saved(latency: float, agent_turns: int, repeats: int, sam
     std = perf.client_time_standard(latency, latency, agent_turns) + latency
     spec = perf.client_time_speculative(latency, draft_delay, latency, alpha, agent_turns) + latency
     b, s = statistics.fmean(base_t), statistics.fmean(spec_t)
-    return {"latency_s": latency, "hit_rate_setting": hit_rate, "samples": samples,
-            "alpha_measured": alpha,
-            "baseline_s": b, "speculative_s": s, "time_saved_pct": 100 * (b - s) / b,
-            "model_predicted_pct": 100 * (std - spec) / std, "transcripts_identical": True}
+    return {
+        "latency_s": latency,
+        "hit_rate_setting": hit_rate,
+        "samples": samples,
+        "alpha_measured": alpha,
+        "baseline_s": b,
+        "speculative_s": s,
+        "time_saved_pct": 100 * (b - s) / b,
+        "model_predicted_pct": 100 * (std - spec) / std,
+        "transcripts_identical": True,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
     async def main() -> dict[str, Any]:
         over = await measure_overhead(args.turns, args.samples)
         settings = [(1.0, args.samples), (0.8, 1), (0.8, args.samples)]
-        saved = [await measure_time_saved(args.latency, args.agent_turns, args.repeats, lam, p)
-                 for p, lam in settings]
+        saved = [
+            await measure_time_saved(args.latency, args.agent_turns, args.repeats, lam, p)
+            for p, lam in settings
+        ]
         return {"overhead": over, "time_saved": saved}
 
     result = anyio.run(main)
@@ -155,20 +179,32 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
         return 0
     o = result["overhead"]
-    print(f"Middleware overhead per turn (0-latency scripted model, in-process, λ={o['samples']}, "
-          f"{o['turns']} turns each side, interleaved), ms:")
+    print(
+        f"Middleware overhead per turn (0-latency scripted model, in-process, λ={o['samples']}, "
+        f"{o['turns']} turns each side, interleaved), ms:"
+    )
     print("                         wall p50  wall p99   CPU p50   CPU p99")
-    for label, key in (("bare AsyncOpenAI", "bare"), ("SpeculativeOpenAI", "wrapped"),
-                       ("overhead", "overhead"), ("outside SDK, bare", "self_bare"),
-                       ("outside SDK, wrapped", "self_wrapped")):
-        print(f"  {label:<21} {o[key + '_p50_ms']:9.3f} {o[key + '_p99_ms']:9.3f} "
-              f"{o['cpu_' + key + '_p50_ms']:9.3f} {o['cpu_' + key + '_p99_ms']:9.3f}")
+    for label, key in (
+        ("bare AsyncOpenAI", "bare"),
+        ("SpeculativeOpenAI", "wrapped"),
+        ("overhead", "overhead"),
+        ("outside SDK, bare", "self_bare"),
+        ("outside SDK, wrapped", "self_wrapped"),
+    ):
+        print(
+            f"  {label:<21} {o[key + '_p50_ms']:9.3f} {o[key + '_p99_ms']:9.3f} "
+            f"{o['cpu_' + key + '_p50_ms']:9.3f} {o['cpu_' + key + '_p99_ms']:9.3f}"
+        )
     share = 100 * o["overhead_p50_ms"] / o["bare_p50_ms"]
-    print(f"  p50 overhead = {share:.1f}% of a 0-latency turn, "
-          f"{o['overhead_p50_ms'] / 10:.2f}% of a 100 ms turn (CPU includes drafting during the call)")
+    print(
+        f"  p50 overhead = {share:.1f}% of a 0-latency turn, "
+        f"{o['overhead_p50_ms'] / 10:.2f}% of a 100 ms turn (CPU includes drafting during the call)"
+    )
     for s in result["time_saved"]:
-        print(f"Time saved, G = T = {s['latency_s']:.2f} s, g = G/10, per-sample hit rate "
-              f"{s['hit_rate_setting']:.1f}, λ={s['samples']} → α={s['alpha_measured']:.2f}: "
-              f"{s['baseline_s']:.3f} s → {s['speculative_s']:.3f} s = {s['time_saved_pct']:.1f}% saved"
-              f" (model: {s['model_predicted_pct']:.1f}%; transcripts identical)")
+        print(
+            f"Time saved, G = T = {s['latency_s']:.2f} s, g = G/10, per-sample hit rate "
+            f"{s['hit_rate_setting']:.1f}, λ={s['samples']} → α={s['alpha_measured']:.2f}: "
+            f"{s['baseline_s']:.3f} s → {s['speculative_s']:.3f} s = {s['time_saved_pct']:.1f}% saved"
+            f" (model: {s['model_predicted_pct']:.1f}%; transcripts identical)"
+        )
     return 0

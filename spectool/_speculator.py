@@ -13,9 +13,9 @@ import copy
 import json
 import logging
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from collections.abc import Mapping
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import anyio
 
@@ -131,8 +131,9 @@ class Speculator:
         if not auto and (not isinstance(samples, int) or samples < 1):
             raise ConfigError(f"samples must be an int >= 1 or 'auto', got {samples!r}")
         if max_proposals < 0 or draft_timeout <= 0 or max_samples < 0 or sample_cost < 0:
-            raise ConfigError("max_proposals >= 0, draft_timeout > 0, max_samples >= 0 and sample_cost >= 0 "
-                              "required")
+            raise ConfigError(
+                "max_proposals >= 0, draft_timeout > 0, max_samples >= 0 and sample_cost >= 0 required"
+            )
         self.auto = AutoSamples(max_samples, sample_cost) if auto else None
         self.toolbox = tools if isinstance(tools, Toolbox) else Toolbox(tools)
         self.drafter = drafter
@@ -143,7 +144,7 @@ class Speculator:
         #: opt-in TraceRecorder (spectool._traces): each request + the calls that followed it
         self.trace, self._traced_request = trace, None
 
-    async def __aenter__(self) -> "Speculator":
+    async def __aenter__(self) -> Speculator:
         await self.cache.__aenter__()
         return self
 
@@ -188,8 +189,9 @@ class Speculator:
         # The drafter gets its own deep copy: one that edits its request in place must not
         # rewrite the caller's transcript, the main model's request or the tools' schemas.
         try:
-            request = DraftRequest(messages=copy.deepcopy(list(messages)), tools=copy.deepcopy(offered),
-                                   samples=turn.samples)
+            request = DraftRequest(
+                messages=copy.deepcopy(list(messages)), tools=copy.deepcopy(offered), samples=turn.samples
+            )
         except Exception as exc:  # something in the transcript cannot be copied: no drafts
             log.debug("cannot copy the request for the drafter: %r", exc)
             turn.finished.set()
@@ -236,8 +238,10 @@ class Speculator:
                 self.draft_counters.rejected += 1
                 continue
             turn.proposals.append(call)
-            verdict = next((v for prev, v in decided
-                            if prev.name == call.name and prev.arguments == call.arguments), None)
+            verdict = next(
+                (v for prev, v in decided if prev.name == call.name and prev.arguments == call.arguments),
+                None,
+            )
             if verdict is None:
                 verdict = self._decide(call)
                 decided.append((call, verdict))

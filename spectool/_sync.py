@@ -8,7 +8,8 @@ pool, say) may call it at once. There is one implementation of speculation: this
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ._cache import CacheCounters, Outcome
 from ._errors import ConfigError
@@ -40,7 +41,7 @@ class SyncSpeculator:
 
     # -- lifetime ---------------------------------------------------------------------------
 
-    def open(self) -> "SyncSpeculator":
+    def open(self) -> SyncSpeculator:
         from anyio.from_thread import start_blocking_portal
 
         with self._lock:
@@ -63,7 +64,7 @@ class SyncSpeculator:
                 self._portal_cm.__exit__(None, None, None)
                 self._portal = self._portal_cm = self._session_cm = None
 
-    def __enter__(self) -> "SyncSpeculator":
+    def __enter__(self) -> SyncSpeculator:
         return self.open()
 
     def __exit__(self, *exc: Any) -> None:

@@ -167,14 +167,19 @@ class SyncSpeculativeOpenAI:
         **options: Any,
     ) -> None:
         if options.get("mode", "client") != "client":
-            raise ConfigError("the sync wrapper speculates on the client only; use the async client for mode='engine'")
+            raise ConfigError(
+                "the sync wrapper speculates on the client only; use the async client for mode='engine'"
+            )
         options.pop("mode", None)
         self.client = client
         self._session = SyncSpeculator(tools, drafter, **options)
         self.async_client = SpeculativeOpenAI(
-            _AsyncFacade(client), self._session.speculator.toolbox, hooks=list(hooks),
+            _AsyncFacade(client),
+            self._session.speculator.toolbox,
+            hooks=list(hooks),
             on_tool_error=on_tool_error,  # type: ignore[arg-type]
-            speculator=self._session.speculator)
+            speculator=self._session.speculator,
+        )
         self.chat = cast("Chat", _SyncChat(self))
         self.responses = cast("Responses", _SyncResource(self, ("responses",)))
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ._errors import ModelOutputError
 from ._types import ToolCall
@@ -77,7 +78,7 @@ def salvage_tool_calls(text: str) -> list[ToolCall]:
         match = re.compile(r"[\[{]").search(body, start)
         if match is None:
             return []
-        calls = _salvage_from(body[match.start():])
+        calls = _salvage_from(body[match.start() :])
         if calls:
             return calls
         start = match.start() + 1
@@ -128,7 +129,7 @@ def _loads(text: str) -> Any:
             f"tool call text is not valid JSON: {exc.msg} at position {exc.pos}: {text[:80]!r}"
         ) from exc
     if text[end:].strip():
-        raise ModelOutputError(f"unexpected text after the tool call JSON: {text[end:end + 40]!r}")
+        raise ModelOutputError(f"unexpected text after the tool call JSON: {text[end : end + 40]!r}")
     return value
 
 

@@ -20,8 +20,9 @@ import enum
 import functools
 import inspect
 import json
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import anyio.to_thread
 import pydantic
@@ -153,7 +154,7 @@ class ToolSpec:
     @classmethod
     def from_schema(
         cls, schema: Mapping[str, Any], fn: Callable[..., Any] | None = None, **options: Any
-    ) -> "ToolSpec":
+    ) -> ToolSpec:
         """A spec from an OpenAI tool schema (chat or responses shape) and an optional function."""
         body = schema.get("function", schema)
         if "name" not in body:
@@ -354,4 +355,3 @@ class Toolbox:
         if api == "responses":
             return [s.openai_responses() for s in self._specs.values()]
         raise ValueError(f"api must be 'chat' or 'responses', got {api!r}")
-

@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from ._errors import ConfigError
 from ._types import DraftRequest, ToolCall
@@ -42,9 +43,13 @@ class TraceExample:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
-        return {"v": TRACE_VERSION, "messages": list(self.request.messages), "tools": list(self.request.tools),
-                "calls": [{"name": c.name, "arguments": dict(c.arguments)} for c in self.calls],
-                "meta": dict(self.meta)}
+        return {
+            "v": TRACE_VERSION,
+            "messages": list(self.request.messages),
+            "tools": list(self.request.tools),
+            "calls": [{"name": c.name, "arguments": dict(c.arguments)} for c in self.calls],
+            "meta": dict(self.meta),
+        }
 
 
 class TraceRecorder:
@@ -78,7 +83,9 @@ def _example(obj: Any, where: str) -> TraceExample:
         raise ConfigError(f"{where}: a trace line must be a JSON object")
     version = obj.get("v", 1)
     if not isinstance(version, int) or version > TRACE_VERSION:
-        raise ConfigError(f"{where}: trace version {version!r} is newer than this spectool reads ({TRACE_VERSION})")
+        raise ConfigError(
+            f"{where}: trace version {version!r} is newer than this spectool reads ({TRACE_VERSION})"
+        )
     try:
         calls = [ToolCall(c["name"], dict(c.get("arguments") or {})) for c in obj["calls"]]
         request = DraftRequest(messages=list(obj["messages"]), tools=list(obj["tools"]))

@@ -63,17 +63,24 @@ class _SpanObserver(Observer):
 
     def resolved(self, kind: str, call: Any, spec: Any, *, started: float, outcome: Any = None) -> None:
         name = f"spectool.stale {spec.name}" if kind == "stale" else f"spectool.resolve {spec.name}"
-        attrs = {**_attrs(call, spec), "spectool.outcome": kind,
-                 "spectool.speculative": kind in ("hit", "join", "stale")}
+        attrs = {
+            **_attrs(call, spec),
+            "spectool.outcome": kind,
+            "spectool.speculative": kind in ("hit", "join", "stale"),
+        }
         if kind in ("hit", "join") and outcome is not None:
             attrs["spectool.time_saved_s"] = max(0.0, min(started, outcome.finished) - outcome.started)
         span = self.tracer.start_span(name, attributes=attrs, start_time=self._ns(started))
         span.end()
 
     def draft_started(self, request: Any) -> Any:
-        return self.tracer.start_span("spectool.draft", attributes={
-            "spectool.draft.samples": request.samples,
-            "spectool.draft.messages": len(request.messages)})
+        return self.tracer.start_span(
+            "spectool.draft",
+            attributes={
+                "spectool.draft.samples": request.samples,
+                "spectool.draft.messages": len(request.messages),
+            },
+        )
 
     def draft_finished(self, span: Any, status: str, proposals: int, admitted: int) -> None:
         span.set_attribute("spectool.draft.status", status)

@@ -7,8 +7,8 @@ wrapper, the agent loop and the sync façade share one reading of Chat Completio
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ._errors import ToolArgumentsError
 from ._keys import parse_arguments
@@ -129,15 +129,23 @@ def responses_input_to_messages(input: Any, instructions: str | None = None) -> 
     for item in input or ():
         kind = _get(item, "type")
         if kind == "function_call":
-            call = {"id": _get(item, "call_id"), "type": "function",
-                    "function": {"name": _get(item, "name"), "arguments": _get(item, "arguments")}}
+            call = {
+                "id": _get(item, "call_id"),
+                "type": "function",
+                "function": {"name": _get(item, "name"), "arguments": _get(item, "arguments")},
+            }
             if messages and messages[-1]["role"] == "assistant" and "tool_calls" in messages[-1]:
                 messages[-1]["tool_calls"].append(call)
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
-            messages.append({"role": "tool", "tool_call_id": _get(item, "call_id"),
-                             "content": _text(_get(item, "output"))})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": _get(item, "call_id"),
+                    "content": _text(_get(item, "output")),
+                }
+            )
         elif kind in (None, "message") and _get(item, "role"):
             messages.append({"role": _get(item, "role"), "content": _text(_get(item, "content"))})
     return messages

@@ -37,8 +37,8 @@ picks the λ in 0…λ_max with the largest expected saving minus cost (0: do no
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from ._errors import ConfigError
 
@@ -142,10 +142,14 @@ class EngineWorkload:
         k = len(self.tool_times)
         lists = (self.reasoning_tokens, self.call_tokens, self.output_tokens)
         if any(len(x) != k for x in lists):
-            raise ConfigError("reasoning_tokens, call_tokens, output_tokens, tool_times need one entry per turn")
+            raise ConfigError(
+                "reasoning_tokens, call_tokens, output_tokens, tool_times need one entry per turn"
+            )
         _check_times(
-            overhead=self.overhead, prefill_s_per_token=self.prefill_s_per_token,
-            decode_s_per_token=self.decode_s_per_token, prompt_tokens=self.prompt_tokens,
+            overhead=self.overhead,
+            prefill_s_per_token=self.prefill_s_per_token,
+            decode_s_per_token=self.decode_s_per_token,
+            prompt_tokens=self.prompt_tokens,
             **{f"tool_times[{i}]": t for i, t in enumerate(self.tool_times)},
         )
 
@@ -232,8 +236,13 @@ def hit_rate_at(per_sample: float, samples: int) -> float:
 
 
 def choose_samples(
-    G: float, g: float, tools: Sequence[ToolOdds], *, g_per_extra_sample: float = 0.0,
-    cost_per_sample_s: float = 0.0, max_samples: int = 9,
+    G: float,
+    g: float,
+    tools: Sequence[ToolOdds],
+    *,
+    g_per_extra_sample: float = 0.0,
+    cost_per_sample_s: float = 0.0,
+    max_samples: int = 9,
 ) -> SampleChoice:
     """The λ ∈ {0 … max_samples} that maximises expected seconds saved per turn minus cost.
 
@@ -243,8 +252,13 @@ def choose_samples(
     sample costs, in seconds of the agent's time. Ties go to the smaller λ (cheaper, fewer
     wasted runs); λ = 0 (do not draft) saves and costs nothing.
     """
-    _check_times(G=G, g=g, g_per_extra_sample=g_per_extra_sample, cost_per_sample_s=cost_per_sample_s,
-                 **{f"T[{i}]": t.T for i, t in enumerate(tools)})
+    _check_times(
+        G=G,
+        g=g,
+        g_per_extra_sample=g_per_extra_sample,
+        cost_per_sample_s=cost_per_sample_s,
+        **{f"T[{i}]": t.T for i, t in enumerate(tools)},
+    )
     if max_samples < 0:
         raise ConfigError(f"max_samples must be ≥ 0, got {max_samples!r}")
     total = sum(max(0.0, t.weight) for t in tools)

@@ -12,8 +12,8 @@ write in its scope.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from spectool.testing import ScriptedModel
@@ -50,8 +50,13 @@ class RecordingEngine:
         for item in items:
             self.posts.append(Post(rid, item, self.created.get(rid)))
         payload = json.dumps({"cached": len(items)}).encode()
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": payload})
 
     def _peek(self, receive: Callable) -> Callable:

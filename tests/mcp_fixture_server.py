@@ -37,13 +37,18 @@ def _echo_tool(name: str):
     def echo(x: str) -> str:
         _log(name, x)
         return f"{name}:{x}"
+
     return echo
 
 
 for code in map("".join, itertools.product("nft", repeat=4)):
     hints = {h: VALUES[c] for h, c in zip(HINTS, code) if VALUES[c] is not None}
-    server.add_tool(_echo_tool(combo_name(code)), name=combo_name(code),
-                    description=f"echo with hints {code}", annotations=ToolAnnotations(**hints))
+    server.add_tool(
+        _echo_tool(combo_name(code)),
+        name=combo_name(code),
+        description=f"echo with hints {code}",
+        annotations=ToolAnnotations(**hints),
+    )
 server.add_tool(_echo_tool("plain"), name="plain", description="no annotations at all")
 
 

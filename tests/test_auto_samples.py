@@ -104,7 +104,8 @@ calls = st.one_of(
     st.builds(lambda a, b: call("add", a=a, b=b), st.integers(0, 2), st.integers(0, 2)),
 )
 scripts = st.lists(st.lists(calls, min_size=1, max_size=3), min_size=1, max_size=6).map(
-    lambda turns: [*turns, say("done")])
+    lambda turns: [*turns, say("done")]
+)
 
 
 async def _run(script, drafter, **options):
@@ -126,6 +127,7 @@ def test_transcripts_are_identical_with_auto_samples(script, hit_rate, cost):
         assert sw.log.count("put") == bw.log.count("put")
         if cost > 0:  # a sample costing 10 s can never pay: only the first request drafts
             assert spec.stats["drafts"] <= 1
+
     anyio.run(check)
 
 

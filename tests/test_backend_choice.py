@@ -47,7 +47,9 @@ def test_auto_without_vllm_falls_back_to_torch_and_says_why(monkeypatch):
 def test_auto_uses_recorded_rates_without_probing(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECTOOL_CACHE", str(tmp_path))
     monkeypatch.setenv("SPECTOOL_VLLM_PYTHON", sys.executable)  # an interpreter exists; never started here
-    monkeypatch.setattr(_backend, "probe", lambda *a, **k: pytest.fail("recorded rates must not be re-probed"))
+    monkeypatch.setattr(
+        _backend, "probe", lambda *a, **k: pytest.fail("recorded rates must not be re-probed")
+    )
     record_rates({"torch": 11.0, "vllm": 25.0}, "float32", source="compare")
     out = resolve_backend("auto", "float32", 1, say=lambda m: None)
     assert out["backend"] == "vllm" and out["rates"] == {"torch": 11.0, "vllm": 25.0}
@@ -60,12 +62,15 @@ def test_auto_probes_once_then_reads_the_record(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECTOOL_CACHE", str(tmp_path))
     monkeypatch.setenv("SPECTOOL_VLLM_PYTHON", sys.executable)
     calls = []
-    monkeypatch.setattr(_backend, "probe", lambda dtype, threads, say: calls.append(dtype) or
-                        {"torch": 9.0, "vllm": 8.0})
+    monkeypatch.setattr(
+        _backend, "probe", lambda dtype, threads, say: calls.append(dtype) or {"torch": 9.0, "vllm": 8.0}
+    )
     assert resolve_backend("auto", "bfloat16", 1, say=lambda m: None)["backend"] == "torch"
     assert resolve_backend("auto", "bfloat16", 1, say=lambda m: None)["source"] == "spectool bench probe"
     assert calls == ["bfloat16"]
-    assert json.loads((tmp_path / "backends.json").read_text())[machine_key("bfloat16")]["rates"]["vllm"] == 8.0
+    assert (
+        json.loads((tmp_path / "backends.json").read_text())[machine_key("bfloat16")]["rates"]["vllm"] == 8.0
+    )
 
 
 def test_bench_cli_backend_and_dtype_reach_the_plan():
@@ -88,14 +93,19 @@ def _row(s, prefill, trips, hit=None):
 def test_comparison_summary_counts_savings_per_hit_only():
     from spectool.bench._backends_main import summarize, table
 
-    rows = {"baseline": [_row(4.0, 300, 2), _row(5.0, 300, 2)],
-            "client": [_row(3.0, 300, 2), _row(3.5, 300, 2)],
-            "engine": [_row(2.0, 150, 1, True), _row(4.5, 310, 2, False)]}
+    rows = {
+        "baseline": [_row(4.0, 300, 2), _row(5.0, 300, 2)],
+        "client": [_row(3.0, 300, 2), _row(3.5, 300, 2)],
+        "engine": [_row(2.0, 150, 1, True), _row(4.5, 310, 2, False)],
+    }
     s = summarize(rows)
     assert s["turn_s"] == {"baseline": 4.5, "client": 3.25, "engine": 3.25}
     assert s["o3_hits"] == 1 and s["turns"] == 2
-    assert s["per_hit"] == {"prefill_saved_vs_baseline": 150, "prefill_saved_vs_client": 150,
-                            "round_trips_saved": 1}
+    assert s["per_hit"] == {
+        "prefill_saved_vs_baseline": 150,
+        "prefill_saved_vs_client": 150,
+        "round_trips_saved": 1,
+    }
     assert round(s["saved_pct"]["client"], 1) == 27.8
     b = {**s, "decode_tok_s_1": 10.0, "decode_tok_s_8": 40.0, "o2": {"tool_accepted": 3, "tool_proposed": 4}}
     text = table({"backends": {"torch": b, "vllm": {**b, "per_hit": None}}})

@@ -22,10 +22,21 @@ def test_categories_load_with_ground_truth():
 
 
 def test_gorilla_schema_becomes_openai():
-    doc = {"name": "geo.distance", "description": "d", "parameters": {"type": "dict", "properties": {
-        "a": {"type": "float"}, "p": {"type": "tuple", "items": {"type": "float"}}, "o": {"type": "dict",
-        "properties": {"x": {"type": "any"}}}, "l": {"type": "list"}}, "required": ["a"]},
-        "response": {"type": "dict"}}
+    doc = {
+        "name": "geo.distance",
+        "description": "d",
+        "parameters": {
+            "type": "dict",
+            "properties": {
+                "a": {"type": "float"},
+                "p": {"type": "tuple", "items": {"type": "float"}},
+                "o": {"type": "dict", "properties": {"x": {"type": "any"}}},
+                "l": {"type": "list"},
+            },
+            "required": ["a"],
+        },
+        "response": {"type": "dict"},
+    }
     fn = openai_tool(doc)["function"]
     assert fn["name"] == "geo_distance" == tool_name("geo.distance")
     props = fn["parameters"]["properties"]

@@ -12,20 +12,71 @@ import pytest
 
 from spectool.cli import main
 
-REQUIRED = {"config", "agents", "samples", "drafter", "tool_latency_mean", "time_saved_pct", "throughput_tok_s",
-            "hit_rate", "wasted_tool_runs", "predicted_speedup", "measured_speedup"}
-ENGINE_FIELDS = {"engine_hit_rate", "predicted_engine_speedup", "eq4_base_s", "eq6_engine_s", "phi_s_per_token",
-                 "delta_s_per_token", "request_overhead_s", "engine_resolved_calls", "same_transcripts"}
+REQUIRED = {
+    "config",
+    "agents",
+    "samples",
+    "drafter",
+    "tool_latency_mean",
+    "time_saved_pct",
+    "throughput_tok_s",
+    "hit_rate",
+    "wasted_tool_runs",
+    "predicted_speedup",
+    "measured_speedup",
+}
+ENGINE_FIELDS = {
+    "engine_hit_rate",
+    "predicted_engine_speedup",
+    "eq4_base_s",
+    "eq6_engine_s",
+    "phi_s_per_token",
+    "delta_s_per_token",
+    "request_overhead_s",
+    "engine_resolved_calls",
+    "same_transcripts",
+}
 
 
 @pytest.mark.model
 @pytest.mark.timeout(300)
 def test_embedded_main_baseline_client_engine(tmp_path, capsys):
     out = tmp_path / "bench"
-    rc = main(["bench", "--main", "embedded", "--categories", "simple_python", "--task-ids", "simple_python_1",
-               "--agents", "1", "--latencies", "0.2", "--drafters", "history", "--samples", "1",
-               "--configs", "client,engine", "--max-steps", "2", "--max-tokens", "40", "--tool-choice", "required",
-               "--threads", "1", "--backend", "torch", "--no-progress", "--no-plots", "--out", str(out)])
+    rc = main(
+        [
+            "bench",
+            "--main",
+            "embedded",
+            "--categories",
+            "simple_python",
+            "--task-ids",
+            "simple_python_1",
+            "--agents",
+            "1",
+            "--latencies",
+            "0.2",
+            "--drafters",
+            "history",
+            "--samples",
+            "1",
+            "--configs",
+            "client,engine",
+            "--max-steps",
+            "2",
+            "--max-tokens",
+            "40",
+            "--tool-choice",
+            "required",
+            "--threads",
+            "1",
+            "--backend",
+            "torch",
+            "--no-progress",
+            "--no-plots",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "embedded" in printed and "α_eng" in printed

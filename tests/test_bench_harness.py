@@ -19,8 +19,19 @@ from spectool.bench._oracle import OracleDrafter
 from spectool.bench._replay import ReplayModel, TokenRates, next_step_call
 from spectool.cli import main
 
-REQUIRED = {"config", "agents", "samples", "drafter", "tool_latency_mean", "time_saved_pct", "throughput_tok_s",
-            "hit_rate", "wasted_tool_runs", "predicted_speedup", "measured_speedup"}
+REQUIRED = {
+    "config",
+    "agents",
+    "samples",
+    "drafter",
+    "tool_latency_mean",
+    "time_saved_pct",
+    "throughput_tok_s",
+    "hit_rate",
+    "wasted_tool_runs",
+    "predicted_speedup",
+    "measured_speedup",
+}
 
 
 def test_latency_is_normal_and_paired():
@@ -83,14 +94,19 @@ def test_tiny_paired_run_matches_the_model():
 
     async def both():
         base = await run_agents(assignment, Setup(make_client=client, latency=lat))
-        spec = await run_agents(assignment, Setup(make_client=client, latency=lat,
-                                                  drafter=lambda: OracleDrafter(tasks, 1.0, 0.01)))
+        spec = await run_agents(
+            assignment,
+            Setup(make_client=client, latency=lat, drafter=lambda: OracleDrafter(tasks, 1.0, 0.01)),
+        )
         return base, spec
 
     base, spec = anyio.run(both)
     assert [b.calls for b in base] == [3, 3] and all(s.hit_rate == 1.0 for s in spec)
-    row = run_row({"config": "client", "agents": 2, "samples": 1, "drafter": "oracle", "tool_latency_mean": 0.12},
-                  base, spec)
+    row = run_row(
+        {"config": "client", "agents": 2, "samples": 1, "drafter": "oracle", "tool_latency_mean": 0.12},
+        base,
+        spec,
+    )
     assert REQUIRED <= set(row)
     assert row["same_transcripts"] is True  # speculation changed nothing the agent saw
     assert row["wasted_tool_runs"] == 0
@@ -101,9 +117,31 @@ def test_tiny_paired_run_matches_the_model():
 
 def test_cli_tiny_run_writes_results_and_plots(tmp_path, capsys):
     out = tmp_path / "bench"
-    rc = main(["bench", "--validate", "--out", str(out), "--agents", "2", "--tasks-per-agent", "2",
-               "--latencies", "0.1", "--alphas", "0.5,1.0", "--oracle-delay", "0.01", "--decode-rate", "200",
-               "--prefill-rate", "20000", "--overhead", "0.05", "--no-progress"])
+    rc = main(
+        [
+            "bench",
+            "--validate",
+            "--out",
+            str(out),
+            "--agents",
+            "2",
+            "--tasks-per-agent",
+            "2",
+            "--latencies",
+            "0.1",
+            "--alphas",
+            "0.5,1.0",
+            "--oracle-delay",
+            "0.01",
+            "--decode-rate",
+            "200",
+            "--prefill-rate",
+            "20000",
+            "--overhead",
+            "0.05",
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "oracle(α=1" in printed and "replay" in printed and "meas/pred" in printed

@@ -25,9 +25,11 @@ from spectool.bench._workload import precomputed_output
 from spectool.cli import main
 
 
-
 def test_equal_canonical_calls_get_equal_stub_outputs():
-    schema = {"type": "object", "properties": {"x": {"type": "number"}, "unit": {"type": "string", "default": "m"}}}
+    schema = {
+        "type": "object",
+        "properties": {"x": {"type": "number"}, "unit": {"type": "string", "default": "m"}},
+    }
     a = precomputed_output("t1", ToolCall("f", {"x": 2}), schema)
     assert a == precomputed_output("t1", ToolCall("f", {"x": 2.0, "unit": "m"}), schema)  # default, int/float
     assert a != precomputed_output("t1", ToolCall("f", {"x": 3}), schema)
@@ -44,7 +46,9 @@ def test_single_turn_steps_are_parallel_calls_streamed_at_the_decode_rate():
     async def stream():
         client = AsyncOpenAI(api_key="x", base_url="http://replay.local/v1", http_client=model.http_client())
         t0, arrivals = time.perf_counter(), []
-        reply = await client.chat.completions.create(model="replay", messages=list(task.turns[0]), stream=True)
+        reply = await client.chat.completions.create(
+            model="replay", messages=list(task.turns[0]), stream=True
+        )
         async for chunk in reply:
             for c in chunk.choices:
                 for tc in c.delta.tool_calls or ():
@@ -63,22 +67,34 @@ def test_single_turn_steps_are_parallel_calls_streamed_at_the_decode_rate():
 def test_eager_arm_is_lossless_and_the_drafter_is_credited_over_it():
     tasks = [t for t in load_tasks("parallel", limit=12) if len(t.ground_truth[0]) >= 2][:3]
     replay = ReplayModel(tasks, TokenRates(prefill_tok_s=20000.0, decode_tok_s=40.0, overhead_s=0.05))
-    common = {"make_client": lambda: AsyncOpenAI(api_key="x", base_url="http://replay.local/v1",
-                                                 http_client=replay.http_client()),
-              "latency": Latency(0.3, cv=0.05), "stream": True,
-              "request_options": {"stream": True, "stream_options": {"include_usage": True}}}
+    common = {
+        "make_client": lambda: AsyncOpenAI(
+            api_key="x", base_url="http://replay.local/v1", http_client=replay.http_client()
+        ),
+        "latency": Latency(0.3, cv=0.05),
+        "stream": True,
+        "request_options": {"stream": True, "stream_options": {"include_usage": True}},
+    }
     assignment = assign(tasks, agents=1, per_agent=3)
 
     async def arms():
         base = await run_agents(assignment, Setup(**common))
         eager = await run_agents(assignment, Setup(eager="speculable", **common))
-        spec = await run_agents(assignment, Setup(eager="speculable", drafter=lambda: OracleDrafter(tasks, 1.0, 0.01),
-                                                  **common))
+        spec = await run_agents(
+            assignment, Setup(eager="speculable", drafter=lambda: OracleDrafter(tasks, 1.0, 0.01), **common)
+        )
         return base, eager, spec
 
     base, eager, spec = anyio.run(arms)
-    e = run_row({"config": "eager", "agents": 1, "samples": 0, "drafter": "none"}, base, eager, reference=eager)
-    d = run_row({"config": "client+eager", "agents": 1, "samples": 1, "drafter": "oracle"}, base, spec, reference=eager)
+    e = run_row(
+        {"config": "eager", "agents": 1, "samples": 0, "drafter": "none"}, base, eager, reference=eager
+    )
+    d = run_row(
+        {"config": "client+eager", "agents": 1, "samples": 1, "drafter": "oracle"},
+        base,
+        spec,
+        reference=eager,
+    )
     assert e["same_transcripts"] and d["same_transcripts"]
     assert e["hit_rate"] == 0.0 and e["predicted_speedup"] is None  # the paper's model has no eager term
     # Eager dispatch starts the first calls while the last is decoded; the response still waits for
@@ -88,7 +104,11 @@ def test_eager_arm_is_lossless_and_the_drafter_is_credited_over_it():
     assert d["time_saved_vs_eager_pct"] < d["time_saved_pct"]  # eager's share is not the drafter's
     assert d["measured_over_predicted"] == pytest.approx(1.0, abs=0.1)
     curve = d["model_curve"]
-    assert curve[0][0] == 0.0 and curve[-1][0] == 1.0 and curve[0][1] == pytest.approx(e["time_saved_pct"], abs=1e-6)
+    assert (
+        curve[0][0] == 0.0
+        and curve[-1][0] == 1.0
+        and curve[0][1] == pytest.approx(e["time_saved_pct"], abs=1e-6)
+    )
 
 
 def test_headline_plan_reports_test_split_tasks():
@@ -99,17 +119,47 @@ def test_headline_plan_reports_test_split_tasks():
 
 def test_cli_replay_with_eager_arm_and_auto_writes_the_headline_plot(tmp_path, capsys):
     out = tmp_path / "bench"
-    rc = main(["bench", "--main", "replay", "--categories", "simple_python,parallel", "--split", "test",
-               "--tasks-per-category", "2", "--tasks-per-agent", "4", "--agents", "1", "--drafters", "history",
-               "--samples", "1,auto", "--decode-rate", "200", "--prefill-rate", "20000", "--overhead", "0.05",
-               "--no-progress", "--out", str(out)])
+    rc = main(
+        [
+            "bench",
+            "--main",
+            "replay",
+            "--categories",
+            "simple_python,parallel",
+            "--split",
+            "test",
+            "--tasks-per-category",
+            "2",
+            "--tasks-per-agent",
+            "4",
+            "--agents",
+            "1",
+            "--drafters",
+            "history",
+            "--samples",
+            "1,auto",
+            "--decode-rate",
+            "200",
+            "--prefill-rate",
+            "20000",
+            "--overhead",
+            "0.05",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "vs eager %" in printed and "replay of BFCL ground truth" in printed
     results = json.loads((out / "results.json").read_text())
     runs = results["runs"]
     assert [(r["config"], r["samples"]) for r in runs] == [
-        ("baseline", 0), ("eager", 0), ("client+eager", 1), ("client+eager", "auto")]
+        ("baseline", 0),
+        ("eager", 0),
+        ("client+eager", 1),
+        ("client+eager", "auto"),
+    ]
     assert all(r["same_transcripts"] for r in runs)
     assert all(split_of(t) == "test" for t in results["tasks"])
     assert runs[0]["tool_latency_mean"] == pytest.approx(runs[0]["G_mean_s"], rel=0.35)  # T ≈ G

@@ -11,8 +11,13 @@ pytestmark = pytest.mark.anyio
 
 def _box(log, latency=0.0, **extra):
     return [
-        fake_tool("pure_add", effect="pure", latency=latency, log=log,
-                  result=lambda a: a.get("a", 0) + a.get("b", 0)),
+        fake_tool(
+            "pure_add",
+            effect="pure",
+            latency=latency,
+            log=log,
+            result=lambda a: a.get("a", 0) + a.get("b", 0),
+        ),
         fake_tool("read", effect="read_only", latency=latency, log=log, result="r", scope="s"),
         fake_tool("write", effect="mutating", latency=latency, log=log, result="w", scope="s"),
         fake_tool("other_read", effect="read_only", latency=latency, log=log, result="o", scope="t"),
@@ -181,7 +186,7 @@ async def test_closing_cancels_or_finishes_unused_runs_never_leaks(policy) -> No
     assert len(finished) == (1 if policy == "finish" else 0)
     assert cache.counters.wasted_runs == 1 and not cache.is_open
     with pytest.raises(ConfigError):
-        cache.task_group
+        _ = cache.task_group
 
 
 async def test_on_complete_sees_finished_runs_and_its_failures_are_swallowed() -> None:

@@ -5,14 +5,25 @@ import time
 import anyio
 import pytest
 
-from spectool import ConfigError, DraftRequest, DrafterError, Toolbox, ToolCall, tool
+from spectool import ConfigError, DrafterError, DraftRequest, Toolbox, ToolCall, tool
 from spectool.drafters import CombinedDrafter, HistoryDrafter
 
 pytestmark = pytest.mark.anyio
 
-TOOLS = [{"type": "function", "function": {"name": "add", "description": "", "parameters": {
-    "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number", "default": 0}},
-    "required": ["a"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "number"}, "b": {"type": "number", "default": 0}},
+                "required": ["a"],
+            },
+        },
+    }
+]
 REQ = DraftRequest([{"role": "user", "content": "add 2 and 3"}], TOOLS, samples=3)
 
 
@@ -73,9 +84,20 @@ async def test_toolbox_key_function_and_cap():
         return a + b
 
     box = Toolbox([add])
-    drafter = CombinedDrafter([Fixed([ToolCall("add", {"a": 1}), ToolCall("add", {"a": 11}),
-                                      ToolCall("add", {"a": 2}), ToolCall("add", {"a": 3})])],
-                              toolbox=box, max_calls=2)
+    drafter = CombinedDrafter(
+        [
+            Fixed(
+                [
+                    ToolCall("add", {"a": 1}),
+                    ToolCall("add", {"a": 11}),
+                    ToolCall("add", {"a": 2}),
+                    ToolCall("add", {"a": 3}),
+                ]
+            )
+        ],
+        toolbox=box,
+        max_calls=2,
+    )
     assert await drafter.propose(REQ) == [ToolCall("add", {"a": 1}), ToolCall("add", {"a": 2})]
 
 

@@ -27,15 +27,32 @@ from spectool.drafters._eval import valid
 from spectool.drafters._grammar import GrammarConstraint
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
-     "parameters": {"type": "object", "properties": {"city": {"type": "string"},
-                                                     "unit": {"type": "string", "enum": ["c", "f"]}},
-                    "required": ["city", "unit"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+                "required": ["city", "unit"],
+            },
+        },
+    },
     # strings, not integers: the grammar bounds a string's length but not an integer's digits,
     # and a random model happily writes digits until max_new_tokens
-    {"type": "function", "function": {"name": "add", "description": "Add two numbers", "parameters": {
-        "type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
-        "required": ["a", "b"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two numbers",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+                "required": ["a", "b"],
+            },
+        },
+    },
 ]
 
 
@@ -43,15 +60,37 @@ def _turns() -> list[list[dict]]:
     """A conversation that grows the way an agent's does: each draft sees the previous one's prompt."""
     convo: list[dict] = [{"role": "user", "content": "What is the weather in Paris, and what is 2 plus 3?"}]
     out = [list(convo)]
-    convo += [{"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function",
-               "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "c"}'}}]},
-              {"role": "tool", "tool_call_id": "1", "content": "18 C, cloudy"}]
+    convo += [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "c"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "1", "content": "18 C, cloudy"},
+    ]
     out.append(list(convo))
-    convo += [{"role": "assistant", "content": None, "tool_calls": [{"id": "2", "type": "function",
-               "function": {"name": "add", "arguments": '{"a": "2", "b": "3"}'}}]},
-              {"role": "tool", "tool_call_id": "2", "content": "5"},
-              {"role": "assistant", "content": "18 C in Paris; 2 + 3 = 5."},
-              {"role": "user", "content": "And in Rome?"}]
+    convo += [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "2",
+                    "type": "function",
+                    "function": {"name": "add", "arguments": '{"a": "2", "b": "3"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "2", "content": "5"},
+        {"role": "assistant", "content": "18 C in Paris; 2 + 3 = 5."},
+        {"role": "user", "content": "And in Rome?"},
+    ]
     out.append(list(convo))
     return out
 
@@ -64,9 +103,16 @@ def tiny():
 
     tok = AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
     torch.manual_seed(7)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      eos_token_id=tok.eos_token_id)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        eos_token_id=tok.eos_token_id,
+    )
     cfg._attn_implementation = "sdpa"
     model = LlamaForCausalLM(cfg).eval().double()
     return model, tok
@@ -75,16 +121,32 @@ def tiny():
 @pytest.fixture(scope="module")
 def grammar(tiny):
     model, tok = tiny
-    return GrammarConstraint(tok, model.get_output_embeddings().weight.shape[0], max_string_length=12,
-                             max_calls=1)
+    return GrammarConstraint(
+        tok, model.get_output_embeddings().weight.shape[0], max_string_length=12, max_calls=1
+    )
 
 
 def _decode(tiny, grammar, ids, prefix, *, rows=1, reuse=True, jump=True, stop=None, stats=None, seed=0):
     model, tok = tiny
-    return decode_rows(model, tok, grammar.compiled(TOOLS), grammar.xgr, ids, prefix, stop or threading.Event(),
-                       rows=rows, max_new_tokens=48, stop_ids=grammar.stop_token_ids,
-                       vocab=grammar.vocab_size, temperature=1.0, top_p=0.95, jump_forward=jump, reuse=reuse,
-                       seed=seed, stats=stats)
+    return decode_rows(
+        model,
+        tok,
+        grammar.compiled(TOOLS),
+        grammar.xgr,
+        ids,
+        prefix,
+        stop or threading.Event(),
+        rows=rows,
+        max_new_tokens=48,
+        stop_ids=grammar.stop_token_ids,
+        vocab=grammar.vocab_size,
+        temperature=1.0,
+        top_p=0.95,
+        jump_forward=jump,
+        reuse=reuse,
+        seed=seed,
+        stats=stats,
+    )
 
 
 def _prompts(tiny):
@@ -143,11 +205,25 @@ def test_a_set_stop_flag_ends_the_draft_at_the_next_forward_and_the_cache_stays_
     prefix, stop = PrefixCache(), threading.Event()
     wrapped = _StopAfter(model, stop, after)
     with torch.inference_mode():
-        got = decode_rows(wrapped, tok, grammar.compiled(TOOLS), grammar.xgr, ids, prefix, stop, rows=3,
-                          max_new_tokens=48, stop_ids=grammar.stop_token_ids, vocab=grammar.vocab_size)
+        got = decode_rows(
+            wrapped,
+            tok,
+            grammar.compiled(TOOLS),
+            grammar.xgr,
+            ids,
+            prefix,
+            stop,
+            rows=3,
+            max_new_tokens=48,
+            stop_ids=grammar.stop_token_ids,
+            vocab=grammar.vocab_size,
+        )
         assert got == [] and wrapped.calls == after  # no forward after the flag was set
-        assert prefix.ids == list(ids[:len(prefix.ids)]) and prefix.cache is None or (
-            prefix.cache.get_seq_length() == len(prefix.ids))
+        assert (
+            prefix.ids == list(ids[: len(prefix.ids)])
+            and prefix.cache is None
+            or (prefix.cache.get_seq_length() == len(prefix.ids))
+        )
         again = _decode(tiny, grammar, ids, prefix)
         fresh = _decode(tiny, grammar, ids, PrefixCache(), reuse=False)
     assert again == fresh

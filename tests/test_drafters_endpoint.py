@@ -7,17 +7,36 @@ import json
 import anyio
 import pytest
 
-from spectool import DraftRequest, DrafterError, ToolCall
+from spectool import DrafterError, DraftRequest, ToolCall
 from spectool.drafters import EndpointDrafter
 from spectool.testing import ScriptedModel, SocketServer, call, openai_client
 
 pytestmark = pytest.mark.anyio
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
-    {"type": "function", "function": {"name": "add", "description": "a + b",
-     "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "a + b",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+            },
+        },
+    },
 ]
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 
@@ -42,8 +61,9 @@ async def test_parallel_sampling_sends_lambda_requests_over_a_socket():
     async with SocketServer(model) as server:
         # Our own drafter makes (and must close) its client: a socket left open would be closed
         # by the garbage collector inside a later test's event loop.
-        async with EndpointDrafter(model="m", base_url=server.url, api_key="k",
-                                   sampling="parallel") as drafter:
+        async with EndpointDrafter(
+            model="m", base_url=server.url, api_key="k", sampling="parallel"
+        ) as drafter:
             calls = await drafter.propose(DraftRequest(ASK, TOOLS, samples=3))
         assert drafter._client is None
     assert [c.name for c in calls] == ["add"] * 3
@@ -87,27 +107,57 @@ class ChoicesApp:
         if self.status != 200:
             payload = {"error": {"message": "boom", "type": "server_error"}}
         else:
-            payload = {"id": "x", "object": "chat.completion", "created": 0, "model": req["model"],
-                       "choices": [{"index": i, "finish_reason": "stop", "message": {
-                           "role": "assistant", "content": self.contents[i % len(self.contents)]}}
-                           for i in range(req.get("n", 1))]}
+            payload = {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": req["model"],
+                "choices": [
+                    {
+                        "index": i,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": self.contents[i % len(self.contents)]},
+                    }
+                    for i in range(req.get("n", 1))
+                ],
+            }
         data = json.dumps(payload).encode()
-        await send({"type": "http.response.start", "status": self.status,
-                    "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": self.status,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": data})
 
 
 async def test_n_sampling_reads_every_choice():
-    app = ChoicesApp(['[{"name": "add", "arguments": {"a": 1, "b": 2}}]',
-                      '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>',
-                      "I think it is sunny."])
-    drafter = EndpointDrafter(openai_client(app), model="m", temperature=0.5, max_tokens=64,
-                              tool_choice="required", extra_body={"top_k": 5})
+    app = ChoicesApp(
+        [
+            '[{"name": "add", "arguments": {"a": 1, "b": 2}}]',
+            '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>',
+            "I think it is sunny.",
+        ]
+    )
+    drafter = EndpointDrafter(
+        openai_client(app),
+        model="m",
+        temperature=0.5,
+        max_tokens=64,
+        tool_choice="required",
+        extra_body={"top_k": 5},
+    )
     calls = await drafter.propose(DraftRequest(ASK, TOOLS, samples=3))
     assert calls == [ToolCall("add", {"a": 1, "b": 2}), ToolCall("get_weather", {"city": "Oslo"})]
     sent = app.bodies[0]
     assert (sent["n"], sent["temperature"], sent["max_tokens"], sent["tool_choice"], sent["top_k"]) == (
-        3, 0.5, 64, "required", 5)
+        3,
+        0.5,
+        64,
+        "required",
+        5,
+    )
 
 
 async def test_http_error_maps_to_drafter_error():

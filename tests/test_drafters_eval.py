@@ -13,25 +13,44 @@ from spectool.drafters._common import tool_schemas
 
 
 def fn(name, props, required=None):
-    return {"type": "function", "function": {"name": name, "description": "", "parameters": {
-        "type": "object", "properties": props, "required": list(props) if required is None else required}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": "",
+            "parameters": {
+                "type": "object",
+                "properties": props,
+                "required": list(props) if required is None else required,
+            },
+        },
+    }
 
 
-SCHEMAS = tool_schemas([
-    fn("ls", {"path": {"type": "string"}}),
-    fn("add", {"a": {"type": "number"}, "b": {"type": "number"}}),
-    fn("rm", {"path": {"type": "string"}}),
-    fn("weather", {"city": {"type": "string"}, "unit": {"type": "string", "default": "c"}}, ["city"]),
-])
+SCHEMAS = tool_schemas(
+    [
+        fn("ls", {"path": {"type": "string"}}),
+        fn("add", {"a": {"type": "number"}, "b": {"type": "number"}}),
+        fn("rm", {"path": {"type": "string"}}),
+        fn("weather", {"city": {"type": "string"}, "unit": {"type": "string", "default": "c"}}, ["city"]),
+    ]
+)
 SPEC = {"ls", "add", "weather"}  # rm is mutating
 
 
 def test_a_hit_needs_the_canonical_call_of_a_speculable_tool():
-    s = score_step([ToolCall("add", {"a": 1, "b": 2.0})], [ToolCall("add", {"a": 1.0, "b": 2})], SPEC, SCHEMAS, 0.1)
+    s = score_step(
+        [ToolCall("add", {"a": 1, "b": 2.0})], [ToolCall("add", {"a": 1.0, "b": 2})], SPEC, SCHEMAS, 0.1
+    )
     assert (s.calls, s.speculable, s.predicted, s.hits, s.wasted) == (1, 1, 1, 1, 0)
     # a filled default is the same call (the cache's key)
-    s = score_step([ToolCall("weather", {"city": "Oslo"})], [ToolCall("weather", {"city": "Oslo", "unit": "c"})],
-                   SPEC, SCHEMAS, 0.1)
+    s = score_step(
+        [ToolCall("weather", {"city": "Oslo"})],
+        [ToolCall("weather", {"city": "Oslo", "unit": "c"})],
+        SPEC,
+        SCHEMAS,
+        0.1,
+    )
     assert s.hits == 1
     # a right guess of a mutating call is predicted but not a hit, and never a run
     s = score_step([ToolCall("rm", {"path": "x"})], [ToolCall("rm", {"path": "x"})], SPEC, SCHEMAS, 0.1)
@@ -39,9 +58,13 @@ def test_a_hit_needs_the_canonical_call_of_a_speculable_tool():
 
 
 def test_wasted_runs_count_distinct_speculable_misses_only():
-    proposals = [ToolCall("ls", {"path": "a"}), ToolCall("ls", {"path": "a"}),  # λ rows agree: one run
-                 ToolCall("ls", {"path": "b"}), ToolCall("rm", {"path": "a"}),  # rm never runs early
-                 ToolCall("nope", {})]  # not offered: dropped
+    proposals = [
+        ToolCall("ls", {"path": "a"}),
+        ToolCall("ls", {"path": "a"}),  # λ rows agree: one run
+        ToolCall("ls", {"path": "b"}),
+        ToolCall("rm", {"path": "a"}),  # rm never runs early
+        ToolCall("nope", {}),
+    ]  # not offered: dropped
     s = score_step(proposals, [ToolCall("ls", {"path": "a"})], SPEC, SCHEMAS, 0.2)
     assert (s.hits, s.wasted) == (1, 1)
     # one proposal serves one call: two equal calls need... one hit, the second is a miss
@@ -51,10 +74,20 @@ def test_wasted_runs_count_distinct_speculable_misses_only():
 
 def test_summary_ratios_ceiling_and_no_call_categories():
     steps = [
-        score_step([ToolCall("ls", {"path": "a"})], [ToolCall("ls", {"path": "a"}), ToolCall("rm", {"path": "a"})],
-                   SPEC, SCHEMAS, 1.0),
-        score_step([ToolCall("ls", {"path": "z"}), ToolCall("add", {"a": 1, "b": 1})],
-                   [ToolCall("add", {"a": 2, "b": 2})], SPEC, SCHEMAS, 3.0),
+        score_step(
+            [ToolCall("ls", {"path": "a"})],
+            [ToolCall("ls", {"path": "a"}), ToolCall("rm", {"path": "a"})],
+            SPEC,
+            SCHEMAS,
+            1.0,
+        ),
+        score_step(
+            [ToolCall("ls", {"path": "z"}), ToolCall("add", {"a": 1, "b": 1})],
+            [ToolCall("add", {"a": 2, "b": 2})],
+            SPEC,
+            SCHEMAS,
+            3.0,
+        ),
     ]
     row = summarize(steps)
     assert row["n_calls"] == 3 and row["n_speculable"] == 2 and row["hits"] == 1
@@ -77,8 +110,12 @@ def test_multi_turn_replay_gives_the_true_history_before_each_call():
     for step in steps[1:]:
         last = step.messages[-1]
         assert last["role"] in ("tool", "user")  # the previous call's real output, or a new turn
-    made = [c["function"]["name"] for m in steps[-1].messages if m.get("role") == "assistant"
-            for c in m.get("tool_calls") or ()]
+    made = [
+        c["function"]["name"]
+        for m in steps[-1].messages
+        if m.get("role") == "assistant"
+        for c in m.get("tool_calls") or ()
+    ]
     assert made == [c.name for c in truth[:-1]]  # never the drafter's guesses, never the future
     assert "ls" in speculable and "mv" not in speculable  # the bench's effect table
 
@@ -99,15 +136,42 @@ def test_miss_func_holds_tools_back_until_their_turn():
 
 
 def test_cli_eval_writes_rows_for_every_drafter_category_and_lambda(tmp_path, capsys):
-    rc = main(["drafters", "eval", "--categories", "simple_python,multi_turn_base,irrelevance", "--split", "test",
-               "--drafters", "history,mined", "--samples", "1,3", "--limit", "2", "--out", str(tmp_path),
-               "--no-progress"])
+    rc = main(
+        [
+            "drafters",
+            "eval",
+            "--categories",
+            "simple_python,multi_turn_base,irrelevance",
+            "--split",
+            "test",
+            "--drafters",
+            "history,mined",
+            "--samples",
+            "1,3",
+            "--limit",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     data = json.loads((tmp_path / "results.json").read_text())
     rows = data["rows"]
     assert len(rows) == 3 * 2 * 2
-    for field in ("drafter", "category", "split", "samples", "alpha_speculable", "alpha_all", "ceiling",
-                  "g_median_s", "g_p90_s", "wasted_per_hit", "n_calls"):
+    for field in (
+        "drafter",
+        "category",
+        "split",
+        "samples",
+        "alpha_speculable",
+        "alpha_all",
+        "ceiling",
+        "g_median_s",
+        "g_p90_s",
+        "wasted_per_hit",
+        "n_calls",
+    ):
         assert all(field in r for r in rows)
     by = {(r["drafter"], r["category"], r["samples"]): r for r in rows}
     assert by[("history", "simple_python", 1)]["ceiling"] == 1.0

@@ -10,18 +10,35 @@ from spectool.drafters._flows import mine_flows
 
 
 def fn(name, props, required=None):
-    return {"type": "function", "function": {"name": name, "description": "", "parameters": {
-        "type": "object", "properties": props, "required": list(props) if required is None else required}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": "",
+            "parameters": {
+                "type": "object",
+                "properties": props,
+                "required": list(props) if required is None else required,
+            },
+        },
+    }
 
 
-TOOLS = [fn("get_user_id", {"user": {"type": "string"}}),
-         fn("send_message", {"receiver_id": {"type": "string"}, "message": {"type": "string"}}, ["receiver_id"]),
-         fn("view_messages_sent", {})]
+TOOLS = [
+    fn("get_user_id", {"user": {"type": "string"}}),
+    fn("send_message", {"receiver_id": {"type": "string"}, "message": {"type": "string"}}, ["receiver_id"]),
+    fn("view_messages_sent", {}),
+]
 
 
 def call(name, args, cid):
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+        ],
+    }
 
 
 def out(cid, value):
@@ -29,10 +46,15 @@ def out(cid, value):
 
 
 def session(user, uid, text):
-    return [{"role": "user", "content": f"Message {user}: '{text}'"},
-            call("get_user_id", {"user": user}, "a"), out("a", {"user_id": uid}),
-            call("send_message", {"receiver_id": uid, "message": text}, "b"), out("b", {"sent": True}),
-            call("view_messages_sent", {}, "c"), out("c", {"messages": []})]
+    return [
+        {"role": "user", "content": f"Message {user}: '{text}'"},
+        call("get_user_id", {"user": user}, "a"),
+        out("a", {"user_id": uid}),
+        call("send_message", {"receiver_id": uid, "message": text}, "b"),
+        out("b", {"sent": True}),
+        call("view_messages_sent", {}, "c"),
+        out("c", {"messages": []}),
+    ]
 
 
 def test_data_flow_links_an_argument_to_a_differently_named_output_field():
@@ -45,8 +67,11 @@ def test_data_flow_links_an_argument_to_a_differently_named_output_field():
 
 
 def test_mined_drafter_fills_the_argument_from_the_mined_source():
-    live = [{"role": "user", "content": "Tell Carol the news"},
-            call("get_user_id", {"user": "Carol"}, "x"), out("x", {"user_id": "USR9", "team_id": "T1"})]
+    live = [
+        {"role": "user", "content": "Tell Carol the news"},
+        call("get_user_id", {"user": "Carol"}, "x"),
+        out("x", {"user_id": "USR9", "team_id": "T1"}),
+    ]
     request = DraftRequest(live, TOOLS, samples=1)
     plain = HistoryDrafter().predict(request)
     mined = HistoryDrafter.from_traces([session("Alice", "USR1", "hi"), session("Bob", "USR2", "yo")])
@@ -99,8 +124,10 @@ def test_fan_out_spreads_the_users_literals_over_parallel_calls():
     text = "BMI for 6 feet and 80 kg, also for 5.6 feet and 60 kg."
     request = DraftRequest([{"role": "user", "content": text}], tools, samples=1)
     calls = HistoryDrafter().predict(request)
-    assert calls[:2] == [ToolCall("calculate_bmi", {"height": 6, "weight": 80}),
-                         ToolCall("calculate_bmi", {"height": 5.6, "weight": 60})]
+    assert calls[:2] == [
+        ToolCall("calculate_bmi", {"height": 6, "weight": 80}),
+        ToolCall("calculate_bmi", {"height": 5.6, "weight": 60}),
+    ]
     assert HistoryDrafter(fan_out=0).predict(request) == calls[:1]
     # nothing left to spread: one call
     single = DraftRequest([{"role": "user", "content": "BMI for 6 feet and 80 kg"}], tools, samples=1)
@@ -108,18 +135,32 @@ def test_fan_out_spreads_the_users_literals_over_parallel_calls():
 
 
 def test_two_parameters_take_two_values_and_a_just_made_call_is_not_repeated():
-    tools = [fn("get_zipcode", {"city": {"type": "string"}}),
-             fn("estimate_distance", {"cityA": {"type": "string"}, "cityB": {"type": "string"}})]
-    messages = [{"role": "user", "content": "How far is it from Rivermist to Stonebrook?"},
-                call("get_zipcode", {"city": "Rivermist"}, "a"), out("a", {"zipcode": "83214"})]
+    tools = [
+        fn("get_zipcode", {"city": {"type": "string"}}),
+        fn("estimate_distance", {"cityA": {"type": "string"}, "cityB": {"type": "string"}}),
+    ]
+    messages = [
+        {"role": "user", "content": "How far is it from Rivermist to Stonebrook?"},
+        call("get_zipcode", {"city": "Rivermist"}, "a"),
+        out("a", {"zipcode": "83214"}),
+    ]
     nxt = HistoryDrafter(corpus=[["get_zipcode", "get_zipcode", "estimate_distance"]]).predict(
-        DraftRequest(messages, tools, samples=1))
+        DraftRequest(messages, tools, samples=1)
+    )
     assert nxt == [ToolCall("get_zipcode", {"city": "Stonebrook"})]  # not Rivermist again
     messages += [call("get_zipcode", {"city": "Stonebrook"}, "b"), out("b", {"zipcode": "74532"})]
-    mined = HistoryDrafter.from_traces([[
-        {"role": "user", "content": "x"}, call("get_zipcode", {"city": "P"}, "p"), out("p", {"zipcode": "1"}),
-        call("get_zipcode", {"city": "Q"}, "q"), out("q", {"zipcode": "2"}),
-        call("estimate_distance", {"cityA": "2", "cityB": "1"}, "r")]])
+    mined = HistoryDrafter.from_traces(
+        [
+            [
+                {"role": "user", "content": "x"},
+                call("get_zipcode", {"city": "P"}, "p"),
+                out("p", {"zipcode": "1"}),
+                call("get_zipcode", {"city": "Q"}, "q"),
+                out("q", {"zipcode": "2"}),
+                call("estimate_distance", {"cityA": "2", "cityB": "1"}, "r"),
+            ]
+        ]
+    )
     guess = mined.predict(DraftRequest(messages, tools, samples=1))[0]
     assert guess.name == "estimate_distance"
     assert {guess.arguments["cityA"], guess.arguments["cityB"]} == {"83214", "74532"}

@@ -5,32 +5,56 @@ import json
 import anyio
 import pytest
 
-from spectool import ConfigError, DraftRequest, Drafter, ToolCall
+from spectool import ConfigError, Drafter, DraftRequest, ToolCall
 from spectool.drafters import HistoryDrafter
 
 
 def fn(name, props, required=None, desc=""):
-    return {"type": "function", "function": {"name": name, "description": desc, "parameters": {
-        "type": "object", "properties": props,
-        "required": list(props) if required is None else required}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": desc,
+            "parameters": {
+                "type": "object",
+                "properties": props,
+                "required": list(props) if required is None else required,
+            },
+        },
+    }
 
 
 TOOLS = [
     fn("get_stock_info", {"symbol": {"type": "string"}}, desc="Price of a stock"),
-    fn("place_order", {"order_type": {"type": "string", "enum": ["Buy", "Sell"]},
-                       "symbol": {"type": "string"}, "price": {"type": "number"},
-                       "amount": {"type": "integer"}}, desc="Place an order"),
-    fn("get_weather", {"city": {"type": "string"},
-                       "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-       required=["city"], desc="Weather in a city"),
+    fn(
+        "place_order",
+        {
+            "order_type": {"type": "string", "enum": ["Buy", "Sell"]},
+            "symbol": {"type": "string"},
+            "price": {"type": "number"},
+            "amount": {"type": "integer"},
+        },
+        desc="Place an order",
+    ),
+    fn(
+        "get_weather",
+        {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        required=["city"],
+        desc="Weather in a city",
+    ),
     fn("cd", {"folder": {"type": "string"}}, desc="Change directory"),
     fn("ls", {}, desc="List files"),
 ]
 
 
 def assistant(name, args, cid):
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+        ],
+    }
 
 
 def tool_msg(cid, output):
@@ -42,20 +66,25 @@ def predict(drafter, messages, samples=3):
 
 
 def test_first_call_from_the_request_words_and_literals():
-    calls = predict(HistoryDrafter(), [{"role": "user", "content": "What's the weather in Paris, in celsius?"}])
+    calls = predict(
+        HistoryDrafter(), [{"role": "user", "content": "What's the weather in Paris, in celsius?"}]
+    )
     assert calls[0] == ToolCall("get_weather", {"city": "Paris", "unit": "celsius"})
 
 
 def test_learned_sequence_predicts_next_tool_with_arguments_from_output_and_user():
     drafter = HistoryDrafter(corpus=[["get_stock_info", "place_order"]])
-    messages = [{"role": "user", "content": "Check NVDA and buy 100 shares of it."},
-                assistant("get_stock_info", {"symbol": "NVDA"}, "c1"),
-                tool_msg("c1", {"symbol": "NVDA", "price": 227.16, "volume": 3})]
+    messages = [
+        {"role": "user", "content": "Check NVDA and buy 100 shares of it."},
+        assistant("get_stock_info", {"symbol": "NVDA"}, "c1"),
+        tool_msg("c1", {"symbol": "NVDA", "price": 227.16, "volume": 3}),
+    ]
     calls = predict(drafter, messages)
     # symbol from the earlier call/output, price from the output, amount from the user's text,
     # order_type from an enum value the user wrote.
-    assert calls[0] == ToolCall("place_order", {"order_type": "Buy", "symbol": "NVDA",
-                                                "price": 227.16, "amount": 100})
+    assert calls[0] == ToolCall(
+        "place_order", {"order_type": "Buy", "symbol": "NVDA", "price": 227.16, "amount": 100}
+    )
 
 
 def test_in_session_ngrams_repeat_a_pattern():
@@ -85,28 +114,49 @@ def test_required_parameter_without_evidence_means_no_proposal():
 
 
 def test_remembers_sessions_and_is_deterministic():
-    session_a = [{"role": "user", "content": "Session A"}, assistant("cd", {"folder": "x"}, "1"),
-                 tool_msg("1", {}), assistant("ls", {}, "2"), tool_msg("2", {})]
+    session_a = [
+        {"role": "user", "content": "Session A"},
+        assistant("cd", {"folder": "x"}, "1"),
+        tool_msg("1", {}),
+        assistant("ls", {}, "2"),
+        tool_msg("2", {}),
+    ]
     drafter = HistoryDrafter()
     predict(drafter, session_a)  # seen once: remembered under its first user message
-    session_b = [{"role": "user", "content": "Session B"}, assistant("cd", {"folder": "y"}, "1"),
-                 tool_msg("1", {})]
+    session_b = [
+        {"role": "user", "content": "Session B"},
+        assistant("cd", {"folder": "y"}, "1"),
+        tool_msg("1", {}),
+    ]
     first = predict(drafter, session_b, samples=1)
     assert first == [ToolCall("ls", {})]
     assert predict(drafter, session_b, samples=1) == first
     assert predict(HistoryDrafter(remember=False), session_a + [], samples=1) == predict(
-        HistoryDrafter(remember=False), session_a + [], samples=1)
+        HistoryDrafter(remember=False), session_a + [], samples=1
+    )
 
 
 def test_respects_lambda_and_offered_tools_and_garbage_history():
-    messages = [{"role": "user", "content": "weather in Rome and price of ACME"},
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "x", "type": "function", "function": {"name": "gone", "arguments": "{bad"}},
-                    {"id": "y", "type": "function", "function": {"name": "get_stock_info",
-                                                                 "arguments": "{\"symbol\": \"ACME\"}"}}]},
-                {"role": "tool", "tool_call_id": "y", "content": "not json"}]
+    messages = [
+        {"role": "user", "content": "weather in Rome and price of ACME"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "x", "type": "function", "function": {"name": "gone", "arguments": "{bad"}},
+                {
+                    "id": "y",
+                    "type": "function",
+                    "function": {"name": "get_stock_info", "arguments": '{"symbol": "ACME"}'},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "y", "content": "not json"},
+    ]
     calls = predict(HistoryDrafter(), messages, samples=2)
-    assert 1 <= len(calls) <= 2 and all(c.name in {"get_weather", "get_stock_info", "place_order"} for c in calls)
+    assert 1 <= len(calls) <= 2 and all(
+        c.name in {"get_weather", "get_stock_info", "place_order"} for c in calls
+    )
     assert predict(HistoryDrafter(), messages, samples=1)[0].name in {"get_weather", "get_stock_info"}
     assert HistoryDrafter().predict(DraftRequest(messages, [], samples=3)) == []
 

@@ -11,35 +11,71 @@ import time
 import anyio
 import pytest
 
-from spectool import ConfigError, DraftRequest, DrafterError, ToolCall
+from spectool import ConfigError, DrafterError, DraftRequest, ToolCall
 from spectool._toolcall_text import parse_tool_calls
 from spectool.drafters import DEFAULT_LOCAL_MODEL, LocalDrafter, calls_schema, draft_messages
-from spectool.drafters._eval import valid
 from spectool.drafters._common import tool_schemas
+from spectool.drafters._eval import valid
 from spectool.drafters._local import _resolve_source, load_shared
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
-     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
-    {"type": "function", "function": {"name": "add", "description": "Add two numbers", "parameters": {
-        "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
-        "required": ["a", "b"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two numbers",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                "required": ["a", "b"],
+            },
+        },
+    },
 ]
 ASK = [{"role": "user", "content": "What is 17 plus 25?"}]
 
 
 # -- without the model ---------------------------------------------------------------------
 
+
 def test_calls_schema_bounds_strings_and_arrays_and_pins_names():
-    tools = TOOLS + [{"type": "function", "function": {"name": "tag", "parameters": {
-        "type": "object", "$defs": {"Color": {"type": "string", "enum": ["red", "blue"]}},
-        "properties": {"labels": {"type": "array", "items": {"type": "string"}},
-                       "color": {"$ref": "#/$defs/Color"}, "code": {"type": "string", "pattern": "^[A-Z]+$"}}}}}]
+    tools = TOOLS + [
+        {
+            "type": "function",
+            "function": {
+                "name": "tag",
+                "parameters": {
+                    "type": "object",
+                    "$defs": {"Color": {"type": "string", "enum": ["red", "blue"]}},
+                    "properties": {
+                        "labels": {"type": "array", "items": {"type": "string"}},
+                        "color": {"$ref": "#/$defs/Color"},
+                        "code": {"type": "string", "pattern": "^[A-Z]+$"},
+                    },
+                },
+            },
+        }
+    ]
     schema = calls_schema(tools, max_string_length=10, max_calls=2)
     assert (schema["type"], schema["minItems"], schema["maxItems"]) == ("array", 1, 2)
     branches = schema["items"]["anyOf"]
     assert [b["properties"]["name"] for b in branches] == [
-        {"const": "get_weather"}, {"const": "add"}, {"const": "tag"}]
+        {"const": "get_weather"},
+        {"const": "add"},
+        {"const": "tag"},
+    ]
     assert branches[0]["properties"]["arguments"]["properties"]["city"]["maxLength"] == 10
     tag_args = branches[2]["properties"]["arguments"]["properties"]
     assert tag_args["labels"]["maxItems"] == 8 and tag_args["labels"]["items"]["maxLength"] == 10
@@ -51,10 +87,22 @@ def test_calls_schema_bounds_strings_and_arrays_and_pins_names():
 
 
 def test_draft_messages_xlam_shape():
-    convo = [{"role": "system", "content": "Be brief."}, *ASK,
-             {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function",
-              "function": {"name": "add", "arguments": "{\"a\": 17, \"b\": 25}"}}]},
-             {"role": "tool", "tool_call_id": "1", "content": "42"}]
+    convo = [
+        {"role": "system", "content": "Be brief."},
+        *ASK,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "1",
+                    "type": "function",
+                    "function": {"name": "add", "arguments": '{"a": 17, "b": 25}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "1", "content": "42"},
+    ]
     msgs = draft_messages(convo, TOOLS, examples=())
     assert msgs[0]["role"] == "system" and msgs[0]["content"].startswith("Be brief.")
     assert json.dumps(TOOLS[1]["function"], indent=4) in msgs[0]["content"]  # tools as indented JSON
@@ -87,6 +135,7 @@ def test_bad_model_source_is_a_config_error(tmp_path):
 
 # -- the real model ------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def smol():
     import torch
@@ -102,12 +151,12 @@ def smol():
 @pytest.mark.model
 @pytest.mark.anyio
 async def test_one_batched_generate_gives_lambda_valid_calls(smol, monkeypatch):
-    drafter = LocalDrafter(None, max_new_tokens=40, max_string_length=16, max_calls=1, prompt="examples",
-                           decoder="generate")
+    drafter = LocalDrafter(
+        None, max_new_tokens=40, max_string_length=16, max_calls=1, prompt="examples", decoder="generate"
+    )
     calls_to_generate = []
     real = smol.model.generate
-    monkeypatch.setattr(smol.model, "generate",
-                        lambda *a, **k: calls_to_generate.append(k) or real(*a, **k))
+    monkeypatch.setattr(smol.model, "generate", lambda *a, **k: calls_to_generate.append(k) or real(*a, **k))
     ticks = 0
 
     async def ticker():

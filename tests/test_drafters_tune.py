@@ -21,22 +21,44 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _fn(name, desc, props, required=()):
-    return {"type": "function", "function": {"name": name, "description": desc, "parameters": {
-        "type": "object", "properties": props, "required": list(required)}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": desc,
+            "parameters": {"type": "object", "properties": props, "required": list(required)},
+        },
+    }
 
 
 TOOLS = [
-    _fn("get_weather", "Current weather in a city. Long tail.",
-        {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"], "default": "c"}}, ["city"]),
+    _fn(
+        "get_weather",
+        "Current weather in a city. Long tail.",
+        {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"], "default": "c"}},
+        ["city"],
+    ),
     _fn("add", "Add two numbers", {"a": {"type": "number"}, "b": {"type": "number"}}, ["a", "b"]),
 ]
-REQUEST = DraftRequest(messages=[
-    {"role": "system", "content": "be brief"},
-    {"role": "user", "content": "weather in Paris, then add 2 and 3"},
-    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
-        "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-    {"role": "tool", "tool_call_id": "c1", "content": "sunny " * 100},
-], tools=TOOLS)
+REQUEST = DraftRequest(
+    messages=[
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "weather in Paris, then add 2 and 3"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny " * 100},
+    ],
+    tools=TOOLS,
+)
 CALLS = [ToolCall("add", {"b": 3, "a": 2})]
 
 
@@ -51,6 +73,7 @@ def smol_tokenizer():
 
 # -- the compact format -------------------------------------------------------------------------
 
+
 def test_compact_prompt_lists_signatures_recent_calls_and_short_results() -> None:
     system, user = compact_messages(REQUEST)
     assert 'get_weather(city: string, unit?: "c"|"f"="c") - Current weather in a city' in system["content"]
@@ -63,8 +86,9 @@ def test_compact_prompt_lists_signatures_recent_calls_and_short_results() -> Non
 
 def test_many_tools_are_ranked_by_overlap_with_the_last_user_message() -> None:
     noise = [_fn(f"tool_{i}", "does something unrelated", {}) for i in range(40)]
-    req = DraftRequest(messages=[{"role": "user", "content": "what is the weather in Oslo"}],
-                       tools=noise + TOOLS)
+    req = DraftRequest(
+        messages=[{"role": "user", "content": "what is the weather in Oslo"}], tools=noise + TOOLS
+    )
     shown = [b["name"] for b in compact_tools(req, max_tools=5)]
     assert "get_weather" in shown and len(shown) == 5
     system = compact_messages(req, max_tools=5, described=1)[0]["content"]
@@ -91,17 +115,20 @@ def test_training_and_drafting_render_the_same_prompt_and_mask_it(smol_tokenizer
     from spectool.drafters._tune import IGNORE, encode_example
 
     enc = encode_example(smol_tokenizer, TraceExample(REQUEST, CALLS))
-    drafting = CompactDrafter((None, smol_tokenizer)).prompt_ids(LocalModel(None, smol_tokenizer, "t"), REQUEST)
+    drafting = CompactDrafter((None, smol_tokenizer)).prompt_ids(
+        LocalModel(None, smol_tokenizer, "t"), REQUEST
+    )
     prompt = compact_prompt_ids(smol_tokenizer, REQUEST)
-    assert drafting.tolist()[0] == prompt == enc.input_ids[:len(prompt)]
-    assert enc.labels[:len(prompt)] == [IGNORE] * len(prompt)
-    target = enc.input_ids[len(prompt):]
-    assert enc.labels[len(prompt):] == target and IGNORE not in target
+    assert drafting.tolist()[0] == prompt == enc.input_ids[: len(prompt)]
+    assert enc.labels[: len(prompt)] == [IGNORE] * len(prompt)
+    target = enc.input_ids[len(prompt) :]
+    assert enc.labels[len(prompt) :] == target and IGNORE not in target
     assert smol_tokenizer.decode(target) == compact_target(CALLS, TOOLS) + smol_tokenizer.eos_token
     assert 100 < len(enc.input_ids) < 400
 
 
 # -- traces ----------------------------------------------------------------------------------------
+
 
 def test_trace_round_trip_and_clear_errors(tmp_path) -> None:
     rec = TraceRecorder(tmp_path / "t.jsonl", mode="w")
@@ -111,8 +138,9 @@ def test_trace_round_trip_and_clear_errors(tmp_path) -> None:
     assert len(back) == 1 and rec.written == 1
     assert back[0].calls == CALLS and list(back[0].request.messages) == list(REQUEST.messages)
     assert back[0].meta == {"task": "x"} and list(back[0].request.tools) == TOOLS
-    (tmp_path / "new.jsonl").write_text(json.dumps({"v": TRACE_VERSION + 1, "messages": [], "tools": [],
-                                                    "calls": []}) + "\n")
+    (tmp_path / "new.jsonl").write_text(
+        json.dumps({"v": TRACE_VERSION + 1, "messages": [], "tools": [], "calls": []}) + "\n"
+    )
     with pytest.raises(ConfigError, match="newer"):
         load_traces(tmp_path / "new.jsonl")
     (tmp_path / "bad.jsonl").write_text('{"v": 1, "messages": []}\n')
@@ -155,6 +183,7 @@ def test_bfcl_builder_replays_ground_truth_with_true_outputs() -> None:
 
 # -- the recipe end to end -------------------------------------------------------------------------
 
+
 def test_tuning_recipe_end_to_end_and_adapter_changes_outputs(tmp_path, smol_tokenizer) -> None:
     """A tiny random Llama with SmolLM2's tokenizer: the real recipe in seconds."""
     import torch
@@ -165,18 +194,38 @@ def test_tuning_recipe_end_to_end_and_adapter_changes_outputs(tmp_path, smol_tok
 
     def tiny():
         torch.manual_seed(0)
-        cfg = LlamaConfig(vocab_size=len(smol_tokenizer), hidden_size=32, intermediate_size=64,
-                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+        cfg = LlamaConfig(
+            vocab_size=len(smol_tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
         return LlamaForCausalLM(cfg).eval()
 
-    examples = [TraceExample(REQUEST, CALLS), TraceExample(REQUEST, [ToolCall("add", {"a": 1, "b": 1})]),
-                TraceExample(REQUEST, [ToolCall("get_weather", {"city": "Rome"})])]
-    peft_model, report = tune(tiny(), smol_tokenizer, examples, epochs=2, rank=4, lr=5e-2, batch_size=2,
-                              log_every=1, out=open(tmp_path / "log", "w"))
+    examples = [
+        TraceExample(REQUEST, CALLS),
+        TraceExample(REQUEST, [ToolCall("add", {"a": 1, "b": 1})]),
+        TraceExample(REQUEST, [ToolCall("get_weather", {"city": "Rome"})]),
+    ]
+    peft_model, report = tune(
+        tiny(),
+        smol_tokenizer,
+        examples,
+        epochs=2,
+        rank=4,
+        lr=5e-2,
+        batch_size=2,
+        log_every=1,
+        out=open(tmp_path / "log", "w"),
+    )
     assert report["steps"] == 4 and report["examples"] == 3 and len(report["loss_curve"]) == 4
     assert all(torch.isfinite(torch.tensor(p["loss"])) for p in report["loss_curve"])
     folder = save_adapter(peft_model, tmp_path / "adapter", {"data": "3 examples"})
-    assert (folder / "adapter_model.safetensors").is_file() and adapter_manifest(folder)["data"] == "3 examples"
+    assert (folder / "adapter_model.safetensors").is_file() and adapter_manifest(folder)[
+        "data"
+    ] == "3 examples"
 
     ids = torch.tensor([compact_prompt_ids(smol_tokenizer, REQUEST)])
     with torch.no_grad():
@@ -190,6 +239,7 @@ def test_tuning_recipe_end_to_end_and_adapter_changes_outputs(tmp_path, smol_tok
 
 
 # -- the shipped adapter ---------------------------------------------------------------------------
+
 
 def test_shipped_adapter_has_its_manifest_and_documented_command() -> None:
     from spectool.drafters._adapter import adapter_manifest, shipped_adapter_path
@@ -212,8 +262,24 @@ def test_tune_cli_parses_its_options() -> None:
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    args = parser.parse_args(["--traces", "t.jsonl", "--out", "d", "--epochs", "2", "--rank", "8",
-                              "--lr", "1e-4", "--max-examples", "5", "--threads", "1"])
+    args = parser.parse_args(
+        [
+            "--traces",
+            "t.jsonl",
+            "--out",
+            "d",
+            "--epochs",
+            "2",
+            "--rank",
+            "8",
+            "--lr",
+            "1e-4",
+            "--max-examples",
+            "5",
+            "--threads",
+            "1",
+        ]
+    )
     assert (args.epochs, args.rank, args.lr, args.max_examples, args.threads) == (2.0, 8, 1e-4, 5, 1)
 
 
@@ -223,7 +289,9 @@ def test_traces_run_off_the_event_loop_thread_safely(tmp_path) -> None:
     async def many() -> None:
         async with anyio.create_task_group() as tg:
             for i in range(20):
-                tg.start_soon(anyio.to_thread.run_sync, rec.record, REQUEST, [ToolCall("add", {"a": i, "b": 0})])
+                tg.start_soon(
+                    anyio.to_thread.run_sync, rec.record, REQUEST, [ToolCall("add", {"a": i, "b": 0})]
+                )
 
     anyio.run(many)
     assert sorted(ex.calls[0].arguments["a"] for ex in load_traces(tmp_path / "t.jsonl")) == list(range(20))

@@ -33,7 +33,8 @@ calls = st.one_of(
     st.builds(lambda a, b: call("add", a=a, b=b), st.integers(0, 2), st.integers(0, 2)),
 )
 scripts = st.lists(st.lists(calls, min_size=1, max_size=4), min_size=1, max_size=3).map(
-    lambda turns: [*turns, say("done")])
+    lambda turns: [*turns, say("done")]
+)
 
 
 async def _agent(script, url_or_model, *, eager, drafter=None, api="chat", latency=0.002):
@@ -62,8 +63,12 @@ async def _lossless(script, *, eager, api, drafter=None, socket=False):
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(script=scripts, eager=st.sampled_from(["speculable", "all"]), api=st.sampled_from(["chat", "responses"]),
-       drafted=st.booleans())
+@given(
+    script=scripts,
+    eager=st.sampled_from(["speculable", "all"]),
+    api=st.sampled_from(["chat", "responses"]),
+    drafted=st.booleans(),
+)
 def test_transcripts_are_identical_with_and_without_eager_dispatch(script, eager, api, drafted):
     drafter = ScriptedDrafter(ScriptedModel(script), hit_rate=0.5) if drafted else None
     anyio.run(lambda: _lossless(script, eager=eager, api=api, drafter=drafter, socket=True))
@@ -72,8 +77,11 @@ def test_transcripts_are_identical_with_and_without_eager_dispatch(script, eager
 @pytest.mark.parametrize("api", ["chat", "responses"])
 @pytest.mark.parametrize("eager", ["speculable", "all"])
 async def test_lossless_in_process_where_the_whole_body_arrives_at_once(api, eager) -> None:
-    script = [[call("get", key="a"), call("put", key="a", value="z"), call("get", key="a")],
-              [call("delete", key="b"), call("keys"), call("add", a=1, b=2)], say("done")]
+    script = [
+        [call("get", key="a"), call("put", key="a", value="z"), call("get", key="a")],
+        [call("delete", key="b"), call("keys"), call("add", a=1, b=2)],
+        say("done"),
+    ]
     await _lossless(script, eager=eager, api=api)
 
 
@@ -84,8 +92,9 @@ async def _stream_then_resolve(model, world, eager, api="chat", pass_stream=Fals
         async with spectool.speculative(client, world.toolbox, eager=eager) as c:
             t0 = time.monotonic()
             if api == "chat":
-                stream = await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}],
-                                                         stream=True)
+                stream = await c.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "q"}], stream=True
+                )
             else:
                 stream = await c.responses.create(model="m", input="q", stream=True)
             async for _ in stream:
@@ -106,28 +115,37 @@ async def test_a_speculable_call_starts_when_its_json_closes_not_when_the_respon
     # get's arguments close after a few tokens; a long add follows (≈ 40 tokens × 10 ms).
     script = [[call("get", key="a"), call("add", a=1, b=123456789012345678901234567890123456789012345678)]]
     ended, starts, out, stats = await _stream_then_resolve(
-        ScriptedModel(script, token_latency=0.01), KeyValueWorld(latency=0.05), "speculable", api)
+        ScriptedModel(script, token_latency=0.01), KeyValueWorld(latency=0.05), "speculable", api
+    )
     assert starts[("get", (("key", "a"),))] < ended - 0.1
     assert out[0].get("content", out[0].get("output")) == "1"
     assert stats["misses"] == 2 and stats["hits"] == 0  # eager runs are the main path's own, not hits
     ended_off, starts_off, out_off, _ = await _stream_then_resolve(
-        ScriptedModel(script, token_latency=0.01), KeyValueWorld(latency=0.05), False, api)
+        ScriptedModel(script, token_latency=0.01), KeyValueWorld(latency=0.05), False, api
+    )
     assert starts_off[("get", (("key", "a"),))] >= ended_off
     assert out_off == out
 
 
 async def test_mutating_calls_wait_for_resolve_unless_the_user_opts_in() -> None:
-    script = [[call("put", key="a", value="z"), call("get", key="a"),
-               call("add", a=1, b=123456789012345678901234567890123456789012345678)]]
+    script = [
+        [
+            call("put", key="a", value="z"),
+            call("get", key="a"),
+            call("add", a=1, b=123456789012345678901234567890123456789012345678),
+        ]
+    ]
     world = KeyValueWorld(latency=0.05)
-    ended, starts, out, _ = await _stream_then_resolve(ScriptedModel(script, token_latency=0.01), world,
-                                                       "speculable")
+    ended, starts, out, _ = await _stream_then_resolve(
+        ScriptedModel(script, token_latency=0.01), world, "speculable"
+    )
     assert starts[("put", (("key", "a"), ("value", "z")))] >= ended  # never early by default
     assert [o["content"] for o in out][:2] == ["ok", "z"]
 
     world = KeyValueWorld(latency=0.05)
-    ended, starts, out, stats = await _stream_then_resolve(ScriptedModel(script, token_latency=0.01), world, "all",
-                                                           pass_stream=True)
+    ended, starts, out, stats = await _stream_then_resolve(
+        ScriptedModel(script, token_latency=0.01), world, "all", pass_stream=True
+    )
     put, get = starts[("put", (("key", "a"), ("value", "z")))], starts[("get", (("key", "a"),))]
     assert put < ended - 0.1  # started once the model moved on to the next call
     assert get >= put + 0.05  # the read of the same scope waited for the write: it sees "z"
@@ -138,7 +156,9 @@ async def test_mutating_calls_wait_for_resolve_unless_the_user_opts_in() -> None
 async def test_resolving_the_final_message_reuses_the_eager_runs_once() -> None:
     script = [[call("get", key="a"), call("keys")]]
     world = KeyValueWorld(latency=0.02)
-    _, _, out, stats = await _stream_then_resolve(ScriptedModel(script, token_latency=0.005), world, "speculable")
+    _, _, out, stats = await _stream_then_resolve(
+        ScriptedModel(script, token_latency=0.005), world, "speculable"
+    )
     assert [o["content"] for o in out] == ["1", '["a", "b"]']
     assert world.log.count("get") == 1 and world.log.count("keys") == 1 and stats["misses"] == 2
 
@@ -160,8 +180,9 @@ async def test_a_call_that_changed_after_it_started_is_resolved_again_as_finally
         batch.offer(1, ToolCall("put", {"key": "a", "value": "q"}, id="c1"), final=True)
         assert 0 in batch.started and (1 in batch.started) == (policy == "all")
         # A malformed stream: the final message says get(b); the eager get(a) is not used.
-        outcomes = await batch.resolve_all([ToolCall("get", {"key": "b"}, id="c0"),
-                                            ToolCall("put", {"key": "a", "value": "q"}, id="c1")])
+        outcomes = await batch.resolve_all(
+            [ToolCall("get", {"key": "b"}, id="c0"), ToolCall("put", {"key": "a", "value": "q"}, id="c1")]
+        )
     assert [o.value for o in outcomes] == ["2", "ok"] and world.log.count("put") == 1
 
 

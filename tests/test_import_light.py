@@ -4,15 +4,14 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("torch", "transformers", "langchain", "langchain_core", "langgraph", "fastapi",
-         "uvicorn", "numpy")
+HEAVY = ("torch", "transformers", "langchain", "langchain_core", "langgraph", "fastapi", "uvicorn", "numpy")
 
 
 def _imported(statement: str) -> list[str]:
-    code = (f"import sys, json\n{statement}\n"
-            f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         check=True)
+    code = (
+        f"import sys, json\n{statement}\nprint(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

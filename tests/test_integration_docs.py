@@ -12,22 +12,42 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PATHS = [ROOT / "integrations" / "mcp", ROOT / "integrations" / "openai_agents",
-         ROOT / "integrations" / "langchain", ROOT]
+PATHS = [
+    ROOT / "integrations" / "mcp",
+    ROOT / "integrations" / "openai_agents",
+    ROOT / "integrations" / "langchain",
+    ROOT,
+]
 
 
-@pytest.mark.parametrize("page, expect", [
-    ("mcp.md", ["You need milk. 2", "read-only, open world", r"Effect\.MUTATING"]),
-    ("openai-agents.md", [r"Sunny in Paris\. 1"]),
-    # tool 50 ms, model 100 ms: the early run is served (finished: hit; on a slow machine: join)
-    ("tracing.md", [r"spectool.resolve get \{'spectool.outcome': '(hit|join)'\}", r"\['(hit|join)'\]",
-                    r"picture: turn.png 1 served early"]),
-])
+@pytest.mark.parametrize(
+    "page, expect",
+    [
+        ("mcp.md", ["You need milk. 2", "read-only, open world", r"Effect\.MUTATING"]),
+        ("openai-agents.md", [r"Sunny in Paris\. 1"]),
+        # tool 50 ms, model 100 ms: the early run is served (finished: hit; on a slow machine: join)
+        (
+            "tracing.md",
+            [
+                r"spectool.resolve get \{'spectool.outcome': '(hit|join)'\}",
+                r"\['(hit|join)'\]",
+                r"picture: turn.png 1 served early",
+            ],
+        ),
+    ],
+)
 def test_page_runs(page: str, expect: list[str]) -> None:
     code = "\n".join(re.findall(r"```python\n(.*?)```", (ROOT / "docs" / page).read_text(), re.DOTALL))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, PATHS), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120,
-                         cwd=ROOT, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     for text in expect:
         assert re.search(text, out.stdout), out.stdout

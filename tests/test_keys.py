@@ -11,11 +11,20 @@ from spectool._keys import canonical_arguments, parse_arguments
 
 # Example counts come from the profile in conftest.py ("ci" by default, "long" on request).
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
-                    st.floats(allow_nan=False, allow_infinity=False, width=32), st.text(max_size=8))
-json_values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
-    max_leaves=10)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.text(max_size=8),
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
 objects = st.dictionaries(st.text(max_size=6), json_values, max_size=5)
 
 
@@ -52,13 +61,13 @@ def test_tool_name_is_part_of_the_key(args) -> None:
     assert canonical_key("a", args) != canonical_key("b", args)
 
 
-@given(st.integers(-10**9, 10**9))
+@given(st.integers(-(10**9), 10**9))
 def test_number_schema_unifies_int_and_float(n) -> None:
     schema = {"type": "object", "properties": {"x": {"type": "number"}}}
     assert canonical_key("t", {"x": n}, schema) == canonical_key("t", {"x": float(n)}, schema)
 
 
-@given(st.integers(-10**9, 10**9))
+@given(st.integers(-(10**9), 10**9))
 def test_integer_schema_takes_integral_floats(n) -> None:
     schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
     assert canonical_key("t", {"x": float(n)}, schema) == canonical_key("t", {"x": n}, schema)
@@ -70,16 +79,23 @@ def test_without_schema_int_and_float_stay_distinct() -> None:
 
 @given(st.text(max_size=8))
 def test_defaults_are_filled_from_the_schema(unit) -> None:
-    schema = {"type": "object", "properties": {"city": {"type": "string"},
-                                               "unit": {"type": "string", "default": unit}}}
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "unit": {"type": "string", "default": unit}},
+    }
     assert canonical_key("w", {"city": "Oslo"}, schema) == canonical_key(
-        "w", {"city": "Oslo", "unit": unit}, schema)
+        "w", {"city": "Oslo", "unit": unit}, schema
+    )
 
 
 @given(st.lists(st.integers(-1000, 1000), max_size=5))
 def test_nested_structures_follow_sub_schemas(values) -> None:
-    schema = {"type": "object", "properties": {"p": {"type": "object", "properties": {
-        "xs": {"type": "array", "items": {"type": "number"}}}}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "p": {"type": "object", "properties": {"xs": {"type": "array", "items": {"type": "number"}}}}
+        },
+    }
     as_ints = {"p": {"xs": values}}
     as_floats = {"p": {"xs": [float(v) for v in values]}}
     assert canonical_key("t", as_ints, schema) == canonical_key("t", as_floats, schema)
@@ -131,11 +147,21 @@ def test_non_json_values_are_refused_not_keyed_by_repr() -> None:
     assert canonical_key("t", {"x": float("nan")}) != canonical_key("t", {"x": "nan"})
 
 
-@pytest.mark.parametrize("annotation,a,b", [
-    ("int | float", 5, 5.0), ("int | float", 5, 5), ("float", 5, 5.0), ("int", 5, 5.0),
-    ("list[int]", [10**20], [1e20]), ("int | str", 5, "5"), ("bool", True, 1),
-    ("dict[str, float]", {"k": 1}, {"k": 1.0}), ("int | None", None, None), ("int | None", 0, None),
-])
+@pytest.mark.parametrize(
+    "annotation,a,b",
+    [
+        ("int | float", 5, 5.0),
+        ("int | float", 5, 5),
+        ("float", 5, 5.0),
+        ("int", 5, 5.0),
+        ("list[int]", [10**20], [1e20]),
+        ("int | str", 5, "5"),
+        ("bool", True, 1),
+        ("dict[str, float]", {"k": 1}, {"k": 1.0}),
+        ("int | None", None, None),
+        ("int | None", 0, None),
+    ],
+)
 def test_tool_keys_agree_with_what_pydantic_passes_to_the_tool(annotation, a, b) -> None:
     """Equal keys exactly when the function would receive equal (same-typed) arguments."""
     import spectool

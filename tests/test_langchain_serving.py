@@ -28,6 +28,7 @@ QUESTION = {"messages": [("user", "What is the weather in Paris?")]}
 def base_url():
     """The embedded engine on a free port, served by uvicorn in a thread (as `spectool serve`)."""
     import uvicorn
+
     from spectool_serving.server import build_server
 
     app = build_server(None)  # the embedded SmolLM2-135M-Instruct, fp32 on CPU
@@ -76,8 +77,15 @@ def build(base_url, middleware):
         return f"{city}: 21C, clear"
 
     speculable(get_weather, effect="read_only")
-    llm = ChatOpenAI(model="m", base_url=base_url, api_key="unused", temperature=0,
-                     max_tokens=32, max_retries=0, timeout=300)
+    llm = ChatOpenAI(
+        model="m",
+        base_url=base_url,
+        api_key="unused",
+        temperature=0,
+        max_tokens=32,
+        max_retries=0,
+        timeout=300,
+    )
     agent = create_agent(llm, [get_weather], middleware=[FirstTurnCallsATool(), *middleware])
     return agent, runs
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from langchain_core.messages import AIMessage
+from langchain_tests.unit_tests import ChatModelUnitTests
+
 from langchain_spectool import SpeculativeChatModel
 from langchain_spectool.testing import ScriptedChatModel
-from langchain_tests.unit_tests import ChatModelUnitTests
 
 
 class TestSpeculativeChatModelStandard(ChatModelUnitTests):

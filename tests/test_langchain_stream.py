@@ -8,10 +8,10 @@ import asyncio
 import threading
 
 import pytest
-from langchain_spectool import SpeculativeChatModel
-from langchain_spectool.testing import ScriptedChatModel, transcript
 from test_langchain_wrap import CITIES, LATENCY, SCRIPT, make_tools, tool_node_graph
 
+from langchain_spectool import SpeculativeChatModel
+from langchain_spectool.testing import ScriptedChatModel, transcript
 from spectool.testing import ScriptedDrafter
 
 
@@ -31,9 +31,11 @@ def streamed(graph, mode):
         for kind, data in graph.stream(inputs, stream_mode=["messages", "values"]):
             take(kind, data)
     else:
+
         async def go():
             async for kind, data in graph.astream(inputs, stream_mode=["messages", "values"]):
                 take(kind, data)
+
         asyncio.run(go())
     return chunks, final
 
@@ -41,8 +43,9 @@ def streamed(graph, mode):
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_streamed_graph_same_transcript_with_hits(mode: str) -> None:
     lock = threading.Lock()
-    plain_chunks, plain = streamed(tool_node_graph(ScriptedChatModel(script=SCRIPT, latency=LATENCY),
-                                                   make_tools([], lock)), mode)
+    plain_chunks, plain = streamed(
+        tool_node_graph(ScriptedChatModel(script=SCRIPT, latency=LATENCY), make_tools([], lock)), mode
+    )
     inner = ScriptedChatModel(script=SCRIPT, latency=LATENCY)
     model = SpeculativeChatModel(model=inner, drafter=ScriptedDrafter(inner.next_calls))
     log: list[str] = []

@@ -10,12 +10,12 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import HumanMessage, RemoveMessage
 from langchain_core.tools import tool
-from langchain_spectool import SpeculativeToolMiddleware, speculable
-from langchain_spectool._convert import conversation_key, session_key
-from langchain_spectool.testing import ScriptedChatModel, call, reply, transcript
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 
+from langchain_spectool import SpeculativeToolMiddleware, speculable
+from langchain_spectool._convert import conversation_key, session_key
+from langchain_spectool.testing import ScriptedChatModel, call, reply, transcript
 from spectool import ToolCall
 from spectool.testing import ScriptedDrafter
 
@@ -27,6 +27,7 @@ def test_key_follows_the_thread_and_the_graph() -> None:
         def run(state):
             seen.append((name, session_key(state["messages"])))
             return {}
+
         return run
 
     inner = StateGraph(MessagesState)
@@ -42,7 +43,9 @@ def test_key_follows_the_thread_and_the_graph() -> None:
     outer.add_edge("b", "sub")
     outer.add_edge("sub", END)
     msg = HumanMessage("hi", id="m1")
-    outer.compile(checkpointer=InMemorySaver()).invoke({"messages": [msg]}, {"configurable": {"thread_id": "t9"}})
+    outer.compile(checkpointer=InMemorySaver()).invoke(
+        {"messages": [msg]}, {"configurable": {"thread_id": "t9"}}
+    )
     keys = dict(seen)
     assert keys["a"] == keys["b"] == "thread:t9:"
     assert keys["inner"].startswith("thread:t9:sub:") and keys["inner"] != keys["a"]
@@ -77,15 +80,23 @@ def test_trimmed_thread_keeps_its_session_and_hits() -> None:
         return f"{item}: 3"
 
     speculable(get_stock, effect="read_only")
-    script = [reply("", call("get_stock", {"item": "apple"}, "c1")),
-              reply("", call("get_stock", {"item": "pear"}, "c2")),
-              reply("done")]
+    script = [
+        reply("", call("get_stock", {"item": "apple"}, "c1")),
+        reply("", call("get_stock", {"item": "pear"}, "c2")),
+        reply("done"),
+    ]
 
     def run(drafter):
         mw = SpeculativeToolMiddleware(drafter, draft_timeout=1.0) if drafter else None
-        agent = create_agent(ScriptedChatModel(script=script, latency=0.15), [get_stock],
-                             middleware=[TrimFirst(), *([mw] if mw else [])], checkpointer=InMemorySaver())
-        out = asyncio.run(agent.ainvoke({"messages": [("user", "stock?")]}, {"configurable": {"thread_id": "t1"}}))
+        agent = create_agent(
+            ScriptedChatModel(script=script, latency=0.15),
+            [get_stock],
+            middleware=[TrimFirst(), *([mw] if mw else [])],
+            checkpointer=InMemorySaver(),
+        )
+        out = asyncio.run(
+            agent.ainvoke({"messages": [("user", "stock?")]}, {"configurable": {"thread_id": "t1"}})
+        )
         return transcript(out["messages"]), mw
 
     def first_turn_only(messages):  # drafts both calls at the first turn, nothing after

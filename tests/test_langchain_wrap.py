@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 from langchain_core.tools import StructuredTool, tool
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from langchain_spectool import SpeculativeChatModel, SpeculativeTool, speculable
@@ -117,8 +117,9 @@ def test_unwrapped_calls_pass_through():
     try:
         # A direct call without a tool-call id is not the model's: it runs as usual.
         assert wrapped[0].invoke({"city": "Bern"}) == "Bern: 4 million"
-        msg = wrapped[0].invoke({"type": "tool_call", "name": "lookup", "id": "unknown",
-                                 "args": {"city": "Bern"}})
+        msg = wrapped[0].invoke(
+            {"type": "tool_call", "name": "lookup", "id": "unknown", "args": {"city": "Bern"}}
+        )
         assert msg.content == "Bern: 4 million" and msg.tool_call_id == "unknown"
     finally:
         model.close()

@@ -22,7 +22,8 @@ calls = st.one_of(
     st.builds(lambda a, b: call("add", a=a, b=b), st.integers(0, 3), st.integers(0, 3)),
 )
 scripts = st.lists(st.lists(calls, min_size=1, max_size=3), min_size=1, max_size=4).map(
-    lambda turns: [*turns, say("done")])
+    lambda turns: [*turns, say("done")]
+)
 
 
 class LookaheadDrafter(ScriptedDrafter):
@@ -57,18 +58,24 @@ async def _check_lossless(script, drafter, **kw):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(script=scripts, hit_rate=st.sampled_from([0.0, 0.5, 1.0]), lookahead=st.booleans())
 def test_transcripts_are_identical_with_and_without_speculation(script, hit_rate, lookahead):
-    drafter = (LookaheadDrafter(script, hit_rate=hit_rate) if lookahead
-               else ScriptedDrafter(ScriptedModel(script), hit_rate=hit_rate))
+    drafter = (
+        LookaheadDrafter(script, hit_rate=hit_rate)
+        if lookahead
+        else ScriptedDrafter(ScriptedModel(script), hit_rate=hit_rate)
+    )
     anyio.run(lambda: _check_lossless(script, drafter, latency=0.001))
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
 @pytest.mark.parametrize("stream", [False, True])
 async def test_lossless_on_every_api_and_mode(api, stream) -> None:
-    script = [[call("get", key="a"), call("keys")], [call("put", key="a", value="z"), call("get", key="a")],
-              [call("delete", key="b"), call("keys"), call("add", a=1, b=2)], say("done")]
-    base, spec = await _check_lossless(script, LookaheadDrafter(script), api=api, stream=stream,
-                                       latency=0.01)
+    script = [
+        [call("get", key="a"), call("keys")],
+        [call("put", key="a", value="z"), call("get", key="a")],
+        [call("delete", key="b"), call("keys"), call("add", a=1, b=2)],
+        say("done"),
+    ]
+    base, spec = await _check_lossless(script, LookaheadDrafter(script), api=api, stream=stream, latency=0.01)
     assert spec.final_text == "done" and spec.turns == 4
     assert spec.stats["hits"] + spec.stats["joins"] >= 2  # speculation did happen
     assert spec.stats["stale_discards"] >= 1  # and stale reads were caught
@@ -78,8 +85,9 @@ async def test_lossless_on_every_api_and_mode(api, stream) -> None:
 async def test_a_bad_drafter_changes_nothing_and_delays_nothing(failure) -> None:
     script = [call("get", key="a"), [call("put", key="c", value="x"), call("get", key="c")], say("ok")]
     t0 = time.perf_counter()
-    base, spec = await _check_lossless(script, ScriptedDrafter(ScriptedModel(script), failure=failure),
-                                       draft_timeout=5.0)
+    base, spec = await _check_lossless(
+        script, ScriptedDrafter(ScriptedModel(script), failure=failure), draft_timeout=5.0
+    )
     # A hanging drafter is bounded by its timeout (5 s) but the main path never waits for it.
     assert time.perf_counter() - t0 < 2.5
     assert spec.stats["speculative_started"] == 0
@@ -146,9 +154,26 @@ def test_overhead_command_runs_and_reports_both_figures() -> None:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "spectool.cli", "overhead", "--turns", "20",
-                          "--latency", "0.05", "--agent-turns", "2", "--repeats", "1", "--json"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spectool.cli",
+            "overhead",
+            "--turns",
+            "20",
+            "--latency",
+            "0.05",
+            "--agent-turns",
+            "2",
+            "--repeats",
+            "1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)
     over = result["overhead"]

@@ -60,13 +60,21 @@ class Always:
 async def test_engine_mode_never_posts_a_read_to_a_response_created_after_a_write() -> None:
     fs = {"x": "old"}
     log: list = []
-    model = ScriptedModel([call("write_file", path="x", text="new"), call("read_file", path="x"), say("done")])
+    model = ScriptedModel(
+        [call("write_file", path="x", text="new"), call("read_file", path="x"), say("done")]
+    )
     engine = RecordingEngine(model, state=lambda: dict(fs))
     drafter = Always(ToolCall("read_file", {"path": "x"}), ToolCall("upper", {"text": "a"}))
     # http_client: only for the pre-fix client, which posted with its own HTTP client and could
     # not reach an in-process app otherwise (the fixed one posts through the SDK client).
-    async with spectool.speculative(openai_client(engine), file_tools(fs, log), drafter, mode="engine",
-                                    samples=1, engine_options={"http_client": asgi_http_client(engine)}) as agent:
+    async with spectool.speculative(
+        openai_client(engine),
+        file_tools(fs, log),
+        drafter,
+        mode="engine",
+        samples=1,
+        engine_options={"http_client": asgi_http_client(engine)},
+    ) as agent:
         result = await spectool.run_agent(agent, model="m", messages="go", stream=True, max_turns=5)
     assert result.stop_reason == "answer"
     reads = [p for p in engine.posts if p.item["name"] == "read_file"]
@@ -87,8 +95,9 @@ async def test_engine_client_posts_through_the_wrapped_sdk_client() -> None:
     model = ScriptedModel([call("upper", text="a"), say("A")])
     engine = RecordingEngine(model, state=lambda: dict(fs))
     drafter = Always(ToolCall("upper", {"text": "a"}))
-    async with spectool.speculative(openai_client(engine), file_tools(fs, []), drafter,
-                                    mode="engine", samples=1) as agent:
+    async with spectool.speculative(
+        openai_client(engine), file_tools(fs, []), drafter, mode="engine", samples=1
+    ) as agent:
         await spectool.run_agent(agent, model="m", messages="go", stream=True)
         counters = dict(agent.sink.counters)
     assert counters["cached"] >= 1 and counters["failed"] == 0
@@ -125,11 +134,14 @@ async def served(tool: Any, drafted: dict, called: str) -> tuple[Any, bool]:
         return outcome, cache.counters.hits == 1
 
 
-@pytest.mark.parametrize("tool,drafted,called", [
-    (show, {"x": 5}, '{"x": 5.0}'),
-    (count, {"ids": [10**20]}, '{"ids": [1e20]}'),
-    (echo, {"obj": {"v": float("nan")}}, '{"obj": {"v": "nan"}}'),
-])
+@pytest.mark.parametrize(
+    "tool,drafted,called",
+    [
+        (show, {"x": 5}, '{"x": 5.0}'),
+        (count, {"ids": [10**20]}, '{"ids": [1e20]}'),
+        (echo, {"obj": {"v": float("nan")}}, '{"obj": {"v": "nan"}}'),
+    ],
+)
 async def test_a_hit_means_the_tool_would_have_received_equal_arguments(tool, drafted, called) -> None:
     outcome, hit = await served(tool, drafted, called)
     assert not hit
@@ -209,8 +221,10 @@ async def test_a_drafter_editing_its_request_changes_nothing_outside() -> None:
     assert messages == [{"role": "user", "content": "go"}]
     assert result.transcript[0] == {"role": "user", "content": "go"}
     assert all(r["messages"][0]["content"] == "go" for r in model.requests)
-    assert all([t["function"]["name"] for t in r["tools"]] == ["read_file", "write_file", "upper"]
-               for r in model.requests)
+    assert all(
+        [t["function"]["name"] for t in r["tools"]] == ["read_file", "write_file", "upper"]
+        for r in model.requests
+    )
     assert [spectool.tool_spec(t).openai_chat() for t in tools] == schemas_before
     assert spectool.tool_spec(tools[0]).parameters["properties"]  # the spec itself intact
 
@@ -226,8 +240,9 @@ class CancellingDrafter:
 async def test_a_drafter_raising_cancelled_error_does_not_abandon_the_run() -> None:
     fs = {"x": "old"}
     model = ScriptedModel([call("read_file", path="x"), say("done")])
-    async with spectool.speculative(openai_client(model), file_tools(fs, []), CancellingDrafter(),
-                                    samples=1) as agent:
+    async with spectool.speculative(
+        openai_client(model), file_tools(fs, []), CancellingDrafter(), samples=1
+    ) as agent:
         with anyio.fail_after(10):
             result = await spectool.run_agent(agent, model="m", messages="go")
     assert result.stop_reason == "answer" and result.final_text == "done"
@@ -246,8 +261,9 @@ async def test_a_speculative_tool_raising_cancelled_error_is_its_error() -> None
         return "v"
 
     model = ScriptedModel([call("flaky", key="k"), say("done")])
-    async with spectool.speculative(openai_client(model), [flaky], Always(ToolCall("flaky", {"key": "k"})),
-                                    samples=1) as agent:
+    async with spectool.speculative(
+        openai_client(model), [flaky], Always(ToolCall("flaky", {"key": "k"})), samples=1
+    ) as agent:
         with anyio.fail_after(10):
             result = await spectool.run_agent(agent, model="m", messages="go")
     assert result.stop_reason == "answer"
@@ -310,8 +326,14 @@ async def test_engine_mode_runs_on_trio(anyio_backend) -> None:
     model = ScriptedModel([call("upper", text="a"), call("upper", text="b"), say("done")])
     engine = RecordingEngine(model, state=lambda: dict(fs))
     drafter = Always(ToolCall("upper", {"text": "a"}))
-    async with spectool.speculative(openai_client(engine), file_tools(fs, []), drafter, mode="engine",
-                                    samples=1, engine_options={"http_client": asgi_http_client(engine)}) as agent:
+    async with spectool.speculative(
+        openai_client(engine),
+        file_tools(fs, []),
+        drafter,
+        mode="engine",
+        samples=1,
+        engine_options={"http_client": asgi_http_client(engine)},
+    ) as agent:
         result = await spectool.run_agent(agent, model="m", messages="go", stream=True)
     assert result.stop_reason == "answer"
     # upper("a") finished in turn 1 and, being pure, was replayed to turn 2's response too.
@@ -330,8 +352,13 @@ async def test_a_session_opts_in_to_external_speculation() -> None:
     model = ScriptedModel([call("lookup", q="a"), say("done")])
     for opt_in in (False, True):
         seen.clear()
-        async with spectool.speculative(openai_client(model), [lookup], Always(ToolCall("lookup", {"q": "zz"})),
-                                        samples=1, speculate_external=opt_in) as agent:
+        async with spectool.speculative(
+            openai_client(model),
+            [lookup],
+            Always(ToolCall("lookup", {"q": "zz"})),
+            samples=1,
+            speculate_external=opt_in,
+        ) as agent:
             await spectool.run_agent(agent, model="m", messages="go")
         assert ("zz" in seen) is opt_in  # the wrong guess reached the third party only when allowed
 
@@ -349,8 +376,18 @@ async def test_a_server_without_the_effect_field_still_gets_posts() -> None:
         body = _json.loads((await receive())["body"])
         bodies.append(body)
         unknown = sorted(set().union(*body) - {"name", "params", "output", "keep_alive"})
-        status, payload = (422, {"detail": f"item 0: unknown fields {unknown}"}) if unknown else (200, {"cached": len(body)})
-        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+        status, payload = (
+            (422, {"detail": f"item 0: unknown fields {unknown}"})
+            if unknown
+            else (200, {"cached": len(body)})
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": _json.dumps(payload).encode()})
 
     @spectool.tool(effect="pure")

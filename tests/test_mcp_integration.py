@@ -58,8 +58,9 @@ async def fixture_session(log_path: Path | None = None):
     env = dict(os.environ)
     if log_path is not None:
         env["SPECTOOL_MCP_CALL_LOG"] = str(log_path)
-    params = StdioServerParameters(command=sys.executable, args=[str(HERE / "mcp_fixture_server.py")],
-                                   env=env)
+    params = StdioServerParameters(
+        command=sys.executable, args=[str(HERE / "mcp_fixture_server.py")], env=env
+    )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         yield session
@@ -89,9 +90,17 @@ async def test_real_server_tools_get_the_mapped_effects(tmp_path: Path) -> None:
 @pytest.mark.anyio
 async def test_overrides_calls_and_errors() -> None:
     async with fixture_session() as session:
-        specs = {s.name: s for s in await mcp_tools(
-            session, overrides={"plain": "pure", "get": {"effect": "mutating"},
-                                "h_tnnn": {"effect": "read_only", "ttl": 5.0}})}
+        specs = {
+            s.name: s
+            for s in await mcp_tools(
+                session,
+                overrides={
+                    "plain": "pure",
+                    "get": {"effect": "mutating"},
+                    "h_tnnn": {"effect": "read_only", "ttl": 5.0},
+                },
+            )
+        }
         assert specs["plain"].effect is Effect.PURE
         assert specs["get"].effect is Effect.MUTATING
         # an explicit effect override is the user's word: the open-world default no longer holds
@@ -145,12 +154,15 @@ async def test_langchain_mcp_adapters_tools_are_declared() -> None:
     if importlib.util.find_spec("langchain_mcp_adapters") is None:  # pragma: no cover
         pytest.fail("langchain-mcp-adapters is part of the dev environment")
     from langchain_mcp_adapters.tools import load_mcp_tools
-    from langchain_spectool import effect_of
     from spectool_mcp.langchain import declare_mcp_tools
 
+    from langchain_spectool import effect_of
+
     async with fixture_session() as session:
-        tools = {t.name: t for t in declare_mcp_tools(await load_mcp_tools(session),
-                                                      overrides={"plain": "read_only"})}
+        tools = {
+            t.name: t
+            for t in declare_mcp_tools(await load_mcp_tools(session), overrides={"plain": "read_only"})
+        }
         for code in CODES:
             effect, external = expected(code)
             want = effect if not external else Effect.MUTATING
@@ -177,8 +189,11 @@ def test_toolcall_keys_use_the_servers_schema() -> None:
     from mcp.types import Tool
     from spectool_mcp import mcp_tool_spec
 
-    tool = Tool(name="get", inputSchema={"type": "object", "properties": {"key": {"type": "string"}}},
-                annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+    tool = Tool(
+        name="get",
+        inputSchema={"type": "object", "properties": {"key": {"type": "string"}}},
+        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+    )
     spec = mcp_tool_spec(None, tool)  # type: ignore[arg-type]  # never called: no session needed
     assert spec.key({"key": "a"}) == spec.key('{"key": "a"}')
     assert spec.key(ToolCall("get", {"key": "a"}).arguments) != spec.key({"key": "b"})
@@ -190,15 +205,18 @@ async def test_create_agent_with_adapters_tools_speculates(tmp_path: Path) -> No
     the middleware: read-only calls run early, the transcript is unchanged."""
     from langchain.agents import create_agent
     from langchain_mcp_adapters.tools import load_mcp_tools
+    from spectool_mcp.langchain import declare_mcp_tools
+
     from langchain_spectool import SpeculativeToolMiddleware
     from langchain_spectool.testing import ScriptedChatModel, reply, transcript
     from langchain_spectool.testing import call as lc_call
-    from spectool_mcp.langchain import declare_mcp_tools
 
-    script = [reply("", lc_call("get", {"key": "a"}, "c1")),
-              reply("", lc_call("put", {"key": "a", "value": "7"}, "c2")),
-              reply("", lc_call("get", {"key": "b"}, "c3")),
-              reply("done")]
+    script = [
+        reply("", lc_call("get", {"key": "a"}, "c1")),
+        reply("", lc_call("put", {"key": "a", "value": "7"}, "c2")),
+        reply("", lc_call("get", {"key": "b"}, "c3")),
+        reply("done"),
+    ]
 
     async def run(drafter):
         async with fixture_session(tmp_path / "lc.log") as session:
@@ -208,7 +226,9 @@ async def test_create_agent_with_adapters_tools_speculates(tmp_path: Path) -> No
             agent = create_agent(model, tools, middleware=[mw] if mw else [])
             out = await agent.ainvoke({"messages": [("user", "go")]})
             # the adapters give each content block a fresh random id on every run, speculation or not
-            return [re.sub(r"'id': 'lc_[0-9a-f-]+'", "'id': _", repr(m)) for m in transcript(out["messages"])], mw
+            return [
+                re.sub(r"'id': 'lc_[0-9a-f-]+'", "'id': _", repr(m)) for m in transcript(out["messages"])
+            ], mw
 
     base, _ = await run(None)
     fast, mw = await run(ScriptedDrafter(ScriptedChatModel(script=script).next_calls))

@@ -41,8 +41,14 @@ def test_required_hit_rate_inverts_speedup():
 
 def test_engine_hand_computed():
     w = EngineWorkload(
-        prompt_tokens=100, reasoning_tokens=[10, 20], call_tokens=[5, 5], output_tokens=[50, 30],
-        tool_times=[1.0, 2.0], overhead=0.1, prefill_s_per_token=0.001, decode_s_per_token=0.01,
+        prompt_tokens=100,
+        reasoning_tokens=[10, 20],
+        call_tokens=[5, 5],
+        output_tokens=[50, 30],
+        tool_times=[1.0, 2.0],
+        overhead=0.1,
+        prefill_s_per_token=0.001,
+        decode_s_per_token=0.01,
     )
     e = engine_times(w, alpha=0.5)
     # vanilla: 2·2·0.1 + 0.001·(100 + 155) + 0.01·(30 + 10) + 3 = 4.055

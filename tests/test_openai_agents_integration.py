@@ -89,9 +89,14 @@ EFFECTS = {"get_stock": "read_only", "audit": "read_only"}
 
 def greedy(model: ScriptedModel):
     """The truth plus get_stock(apple) at every turn: an early read racing the write."""
+
     def oracle(messages):
-        return [*model.next_calls(messages), ToolCall("get_stock", {"item": "apple"}),
-                ToolCall("buy", {"item": "apple", "qty": 2})]
+        return [
+            *model.next_calls(messages),
+            ToolCall("get_stock", {"item": "apple"}),
+            ToolCall("buy", {"item": "apple", "qty": 2}),
+        ]
+
     return oracle
 
 
@@ -119,8 +124,9 @@ async def test_same_items_with_hits_and_no_early_writes(streamed: bool) -> None:
 async def test_failing_drafter_changes_nothing(failure: str) -> None:
     model = ScriptedModel(SCRIPT)
     baseline = await items_of(Shop().agent(model))
-    async with speculate(Shop().agent(model), ScriptedDrafter(model, failure=failure),
-                         effects=EFFECTS, draft_timeout=0.2) as fast:
+    async with speculate(
+        Shop().agent(model), ScriptedDrafter(model, failure=failure), effects=EFFECTS, draft_timeout=0.2
+    ) as fast:
         assert await items_of(fast) == baseline
         assert fast.spectool.stats()["hits"] == 0
 
@@ -154,7 +160,10 @@ async def test_bad_declarations_are_clear_errors() -> None:
         async with speculate(agent, effects={"whoami": "pure"}):
             pass
     async with speculate(agent, effects={"get_stock": "pure"}) as fast:  # the original is untouched
-        assert fast.tools[1] is not agent.tools[1] and agent.tools[1].on_invoke_tool is not fast.tools[1].on_invoke_tool
+        assert (
+            fast.tools[1] is not agent.tools[1]
+            and agent.tools[1].on_invoke_tool is not fast.tools[1].on_invoke_tool
+        )
 
 
 def test_example_runs_offline_with_hits(capsys: pytest.CaptureFixture[str]) -> None:

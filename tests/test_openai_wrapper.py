@@ -13,8 +13,15 @@ import pytest
 
 import spectool
 from spectool import ConfigError, ModelRequest, RequestHook, SpeculativeStream
-from spectool.testing import (KeyValueWorld, ScriptedDrafter, ScriptedModel, SocketServer, call,
-                              openai_client, say)
+from spectool.testing import (
+    KeyValueWorld,
+    ScriptedDrafter,
+    ScriptedModel,
+    SocketServer,
+    call,
+    openai_client,
+    say,
+)
 
 pytestmark = pytest.mark.anyio
 SCRIPT = [[call("get", key="a"), call("add", a=2, b=3)], say("a is 1")]
@@ -59,8 +66,12 @@ async def test_responses_api_round_trip_over_a_real_socket(stream) -> None:
 async def test_streamed_chat_passes_every_chunk_through() -> None:
     model = ScriptedModel(["hello there world"])
     async with spectool.speculative(openai_client(model), KeyValueWorld().toolbox) as c:
-        stream = await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
-                                                 stream=True, stream_options={"include_usage": True})
+        stream = await c.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "x"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         chunks = [chunk async for chunk in stream]
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     # The scripted tokenizer cuts words into 4-character pieces: hell|o |ther|e |worl|d
@@ -118,8 +129,9 @@ async def test_engine_mode_calls_the_sink_with_ids_and_finished_outputs() -> Non
     sink = RecordingSink()
     model = ScriptedModel(SCRIPT, first_token_latency=0.05)
     world = KeyValueWorld()
-    async with spectool.speculative(openai_client(model), world.toolbox, ScriptedDrafter(model),
-                                    mode="engine", sink=sink) as c:
+    async with spectool.speculative(
+        openai_client(model), world.toolbox, ScriptedDrafter(model), mode="engine", sink=sink
+    ) as c:
         stream = await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
         await c.run_tool_calls(stream)
     assert sink.prepared == 1 and sink.closed and len(sink.ids) == 1
@@ -133,8 +145,9 @@ async def test_tool_errors_become_messages_or_raise() -> None:
         out = await c.run_tool_calls(r)
     assert out[0]["content"].startswith("Error: ToolNotFoundError: no tool named 'nope'")
     assert out[1]["content"].startswith("Error: ToolArgumentsError: tool 'get': argument 'key'")
-    async with spectool.speculative(openai_client(model), KeyValueWorld().toolbox,
-                                    on_tool_error="raise") as c:
+    async with spectool.speculative(
+        openai_client(model), KeyValueWorld().toolbox, on_tool_error="raise"
+    ) as c:
         r = await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
         with pytest.raises(spectool.ToolNotFoundError):
             await c.run_tool_calls(r)
@@ -142,9 +155,13 @@ async def test_tool_errors_become_messages_or_raise() -> None:
 
 async def test_malformed_arguments_from_the_model_are_reported_per_call() -> None:
     async with spectool.speculative(openai_client(ScriptedModel([])), KeyValueWorld().toolbox) as c:
-        message = {"role": "assistant", "tool_calls": [
-            {"id": "1", "type": "function", "function": {"name": "get", "arguments": "{bad"}},
-            {"id": "2", "type": "function", "function": {"name": "keys", "arguments": ""}}]}
+        message = {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "1", "type": "function", "function": {"name": "get", "arguments": "{bad"}},
+                {"id": "2", "type": "function", "function": {"name": "keys", "arguments": ""}},
+            ],
+        }
         out = await c.run_tool_calls(message)
     assert "not valid JSON" in out[0]["content"] and json.loads(out[1]["content"]) == ["a", "b"]
 
@@ -158,7 +175,8 @@ async def test_wrapper_needs_async_with_and_delegates_the_rest() -> None:
         models = await c.models.list()  # not wrapped: delegated to the SDK
         assert [m.id for m in models.data] == ["scripted"]
         raw = await c.chat.completions.with_raw_response.create(  # the SDK's own, unwrapped
-            model="m", messages=[{"role": "user", "content": "x"}])
+            model="m", messages=[{"role": "user", "content": "x"}]
+        )
         assert raw.http_response.status_code == 200 and raw.parse().choices[0].message.content == "x"
         twin = c.with_options(timeout=5)
         assert twin.speculator is c.speculator
@@ -203,8 +221,22 @@ def _old_sdk(spec: str) -> Path:
 
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=root))  # install aside, then rename: never half a package
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        "--no-deps", "--target", str(tmp), spec], check=True, timeout=240)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--target",
+                str(tmp),
+                spec,
+            ],
+            check=True,
+            timeout=240,
+        )
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
     return target
@@ -214,8 +246,9 @@ def _old_sdk(spec: str) -> Path:
 def test_older_openai_majors_work(spec, major) -> None:
     target = _old_sdk(spec)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), os.getcwd()])}
-    out = subprocess.run([sys.executable, "-c", _OLD_SDK_SCRIPT], env=env, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _OLD_SDK_SCRIPT], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     version, _, results = out.stdout.strip().partition(" ")
     assert version.split(".")[0] == major
@@ -264,12 +297,14 @@ def _engine_like(app, records):
                     message = {**message, "body": json.dumps(payload).encode()}
                     served.append(1)
                 elif '"finish_reason":"stop"' in text:
-                    payload = json.loads(text[len("data: "):])
+                    payload = json.loads(text[len("data: ") :])
                     payload["choices"][0]["spectool_resolved_calls"] = records
                     message = {**message, "body": f"data: {json.dumps(payload)}\n\n".encode()}
                     served.append(1)
             await send(message)
+
         await app(scope, receive, patch)
+
     return wrapped
 
 
@@ -280,8 +315,9 @@ async def test_calls_an_engine_resolved_in_place_enter_the_transcript_and_count(
     engine = ScriptedModel([say("a is 1")])  # what the model says after the engine spliced get(a)
     drafter = ScriptedDrafter(lambda messages: [call("get", key="a")])
     world = KeyValueWorld(latency=0.01)
-    async with spectool.speculative(openai_client(_engine_like(engine, records)), world.toolbox,
-                                    drafter) as c:
+    async with spectool.speculative(
+        openai_client(_engine_like(engine, records)), world.toolbox, drafter
+    ) as c:
         turn = c.speculator.start_turn([{"role": "user", "content": "q"}])
         await turn.wait()
         await anyio.sleep(0.03)  # the speculative get(a) finished (and would have been posted)

@@ -80,8 +80,13 @@ class Hostile:
         if kind == "slow":
             await anyio.sleep(5)
         if kind == "garbage":
-            return [None, "get(a)", {"name": "get", "arguments": {"key": ("a",)}},
-                    ToolCall("get", {1: "a"}), ToolCall("put", {"key": "a", "value": "evil"})]
+            return [
+                None,
+                "get(a)",
+                {"name": "get", "arguments": {"key": ("a",)}},
+                ToolCall("get", {1: "a"}),
+                ToolCall("put", {"key": "a", "value": "evil"}),
+            ]
         if kind == "huge":
             return [ToolCall("get", {"key": k}) for k in KEYS] * 200
         if kind == "wrong":
@@ -95,16 +100,22 @@ async def run(script: list, plan: list[str] | None, mode: str) -> tuple[list, di
     engine = RecordingEngine(model, state=lambda: dict(world))
     drafter = Hostile(model, plan) if plan is not None else None
     options: dict[str, Any] = {"mode": "engine"} if mode == "engine" else {}
-    async with spectool.speculative(openai_client(engine), world_tools(world), drafter, samples=2,
-                                    draft_timeout=0.05, **options) as agent:
+    async with spectool.speculative(
+        openai_client(engine), world_tools(world), drafter, samples=2, draft_timeout=0.05, **options
+    ) as agent:
         with anyio.fail_after(20):
-            result = await spectool.run_agent(agent, model="m", messages="go", max_turns=len(script) + 2,
-                                              stream=mode == "engine")
+            result = await spectool.run_agent(
+                agent, model="m", messages="go", max_turns=len(script) + 2, stream=mode == "engine"
+            )
     assert result.stop_reason == "answer"
     return result.transcript, world, engine
 
 
-@given(scripts, st.lists(st.sampled_from(BEHAVIOURS), min_size=1, max_size=4), st.sampled_from(["client", "engine"]))
+@given(
+    scripts,
+    st.lists(st.sampled_from(BEHAVIOURS), min_size=1, max_size=4),
+    st.sampled_from(["client", "engine"]),
+)
 def test_random_scripts_under_hostile_drafters_are_lossless(script, plan, mode) -> None:
     async def go() -> None:
         reference, ref_world, _ = await run(script, None, mode)

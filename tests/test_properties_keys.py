@@ -25,19 +25,29 @@ LEAVES = [int, float, str, bool, Any, int | float, int | str, float | str]
 
 types = st.recursive(
     st.sampled_from(LEAVES),
-    lambda inner: st.one_of(inner.map(lambda t: list[t]), inner.map(lambda t: dict[str, t]),
-                            inner.map(lambda t: t | None)),
+    lambda inner: st.one_of(
+        inner.map(lambda t: list[t]), inner.map(lambda t: dict[str, t]), inner.map(lambda t: t | None)
+    ),
     max_leaves=3,
 )
 
 scalars = st.one_of(
-    st.integers(-(2**70), 2**70), st.sampled_from([0, 1, 5, 10**20, -3]),
-    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([5.0, 1e20, 0.0, -0.0, 1.5]),
-    st.booleans(), st.none(),
-    st.text(max_size=4), st.sampled_from(["nan", "5", "5.0", "inf", "true"]),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([0, 1, 5, 10**20, -3]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([5.0, 1e20, 0.0, -0.0, 1.5]),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=4),
+    st.sampled_from(["nan", "5", "5.0", "inf", "true"]),
 )
-json_values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)), max_leaves=6)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
 
 
 def values_for(annotation: Any) -> st.SearchStrategy:
@@ -53,10 +63,12 @@ def values_for(annotation: Any) -> st.SearchStrategy:
     elif annotation is type(None):
         aimed = st.none()
     else:
-        aimed = {int: st.one_of(st.integers(-(2**70), 2**70), st.sampled_from([5, 10**20])),
-                 float: st.one_of(st.floats(), st.sampled_from([5.0, 1e20])),
-                 str: st.one_of(st.text(max_size=4), st.sampled_from(["nan", "5"])),
-                 bool: st.booleans()}.get(annotation, json_values)
+        aimed = {
+            int: st.one_of(st.integers(-(2**70), 2**70), st.sampled_from([5, 10**20])),
+            float: st.one_of(st.floats(), st.sampled_from([5.0, 1e20])),
+            str: st.one_of(st.text(max_size=4), st.sampled_from(["nan", "5"])),
+            bool: st.booleans(),
+        }.get(annotation, json_values)
     return st.one_of(aimed, aimed, aimed, json_values)
 
 

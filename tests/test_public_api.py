@@ -17,8 +17,17 @@ def test_every_exported_name_exists() -> None:
 
 
 def test_core_names_are_exported() -> None:
-    for name in ("tool", "Toolbox", "ToolCache", "Speculator", "SyncSpeculator",
-                 "SpeculativeOpenAI", "speculative", "run_agent", "EngineSink"):
+    for name in (
+        "tool",
+        "Toolbox",
+        "ToolCache",
+        "Speculator",
+        "SyncSpeculator",
+        "SpeculativeOpenAI",
+        "speculative",
+        "run_agent",
+        "EngineSink",
+    ):
         assert name in spectool.__all__
 
 
@@ -47,11 +56,21 @@ def test_quickstart_blocks_run_in_order() -> None:
 
 
 def test_offline_examples_run() -> None:
-    for script, expect in [("offline_agent.py", "transcripts identical: True"),
-                           ("openai_agent.py", "I bought 2 shares.")]:
-        out = subprocess.run([sys.executable, str(ROOT / "examples" / script), *(
-            ["--latency", "0.05"] if script == "offline_agent.py" else [])],
-            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    for script, expect in [
+        ("offline_agent.py", "transcripts identical: True"),
+        ("openai_agent.py", "I bought 2 shares."),
+    ]:
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "examples" / script),
+                *(["--latency", "0.05"] if script == "offline_agent.py" else []),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         assert expect in out.stdout
 

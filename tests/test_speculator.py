@@ -18,8 +18,12 @@ def _oracle(calls):
 
 async def test_admits_speculable_proposals_only() -> None:
     world = KeyValueWorld()
-    proposals = [call("get", key="a"), call("put", key="a", value="9"), call("add", a=1, b=2),
-                 call("get", path="a")]  # the last one: arguments get() would refuse
+    proposals = [
+        call("get", key="a"),
+        call("put", key="a", value="9"),
+        call("add", a=1, b=2),
+        call("get", path="a"),
+    ]  # the last one: arguments get() would refuse
     async with Speculator(world.toolbox, ScriptedDrafter(_oracle(proposals)), samples=2) as spec:
         turn = spec.start_turn(MESSAGES)
         await turn.wait()
@@ -50,8 +54,9 @@ async def test_failing_drafters_are_counted_and_ignored(failure) -> None:
 
 async def test_a_hanging_drafter_is_cut_at_its_timeout_and_never_blocks_resolving() -> None:
     world = KeyValueWorld()
-    async with Speculator(world.toolbox, ScriptedDrafter(_oracle([]), failure="hang"),
-                          draft_timeout=1.0) as spec:
+    async with Speculator(
+        world.toolbox, ScriptedDrafter(_oracle([]), failure="hang"), draft_timeout=1.0
+    ) as spec:
         turn = spec.start_turn(MESSAGES)
         t0 = time.perf_counter()
         assert (await spec.resolve(call("get", key="b"))).value == "2"
@@ -88,11 +93,13 @@ async def test_parallel_calls_resolve_concurrently() -> None:
             started[me].set()
             await started[other].wait()
             return me
+
         return run
 
     tools = [fake_tool("x", effect="read_only", scope="a"), fake_tool("y", effect="read_only", scope="b")]
-    tools = [t.__class__(**{**t.__dict__, "fn": waiter(t.name, "y" if t.name == "x" else "x")})
-             for t in tools]
+    tools = [
+        t.__class__(**{**t.__dict__, "fn": waiter(t.name, "y" if t.name == "x" else "x")}) for t in tools
+    ]
     async with Speculator(tools) as spec:
         with anyio.fail_after(2):
             outcomes = await spec.resolve_all([ToolCall("x", {}), ToolCall("y", {})])
@@ -101,8 +108,12 @@ async def test_parallel_calls_resolve_concurrently() -> None:
 
 async def test_reads_and_writes_of_one_scope_keep_their_order() -> None:
     world = KeyValueWorld(latency=0.02)
-    batch = [call("get", key="a"), call("put", key="a", value="new"), call("get", key="a"),
-             call("add", a=1, b=1)]
+    batch = [
+        call("get", key="a"),
+        call("put", key="a", value="new"),
+        call("get", key="a"),
+        call("add", a=1, b=1),
+    ]
     async with Speculator(world.toolbox, ScriptedDrafter(_oracle(batch))) as spec:
         await spec.start_turn(MESSAGES).wait()
         await anyio.sleep(0.05)  # speculative reads finished before the write

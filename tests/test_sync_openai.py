@@ -41,8 +41,10 @@ def test_same_transcript_with_hits(stream: bool) -> None:
 def test_create_returns_the_sdk_objects_and_streams() -> None:
     model = ScriptedModel(SCRIPT)
     world = KeyValueWorld()
-    with ServerThread(model) as url, \
-            speculative_sync(OpenAI(base_url=url, api_key="x", max_retries=0), world.toolbox) as c:
+    with (
+        ServerThread(model) as url,
+        speculative_sync(OpenAI(base_url=url, api_key="x", max_retries=0), world.toolbox) as c,
+    ):
         messages = [{"role": "user", "content": "hi"}]
         completion = c.chat.completions.create(model="scripted", messages=messages)
         assert isinstance(completion, ChatCompletion)

@@ -4,13 +4,21 @@ and over a real socket; the fakes behave as documented."""
 import json
 import time
 
-import anyio
 import httpx
 import pytest
 
 from spectool import DraftRequest, ToolCall
-from spectool.testing import (ScriptedDrafter, ScriptedModel, ServerThread, SocketServer, ToolLog,
-                              call, fake_tool, openai_client, say)
+from spectool.testing import (
+    ScriptedDrafter,
+    ScriptedModel,
+    ServerThread,
+    SocketServer,
+    ToolLog,
+    call,
+    fake_tool,
+    openai_client,
+    say,
+)
 
 pytestmark = pytest.mark.anyio
 USER = [{"role": "user", "content": "hi"}]
@@ -22,10 +30,16 @@ async def test_chat_tool_calls_through_the_sdk_in_process() -> None:
     r = await client.chat.completions.create(model="m", messages=USER)
     msg = r.choices[0].message
     assert r.choices[0].finish_reason == "tool_calls"
-    assert [(t.function.name, json.loads(t.function.arguments)) for t in msg.tool_calls] == [("f", {"x": 1}), ("g", {})]
+    assert [(t.function.name, json.loads(t.function.arguments)) for t in msg.tool_calls] == [
+        ("f", {"x": 1}),
+        ("g", {}),
+    ]
     assert r.usage.completion_tokens > 0
-    follow = [*USER, msg.model_dump(exclude_none=True),
-              *({"role": "tool", "tool_call_id": t.id, "content": "ok"} for t in msg.tool_calls)]
+    follow = [
+        *USER,
+        msg.model_dump(exclude_none=True),
+        *({"role": "tool", "tool_call_id": t.id, "content": "ok"} for t in msg.tool_calls),
+    ]
     r2 = await client.chat.completions.create(model="m", messages=follow)
     assert r2.choices[0].message.content == "bye" and r2.choices[0].finish_reason == "stop"
     r3 = await client.chat.completions.create(model="m", messages=USER)
@@ -117,7 +131,9 @@ async def test_scripted_drafter_hit_rate_and_perturbation() -> None:
     assert exact == truth * 3
     wrong = await ScriptedDrafter(lambda m: truth, hit_rate=0.0).propose(DraftRequest(USER, [], samples=2))
     assert wrong == [ToolCall("get", {"key": "a_x"})] * 2
-    mixed = await ScriptedDrafter(lambda m: truth, hit_rate=0.5, seed=1).propose(DraftRequest(USER, [], samples=40))
+    mixed = await ScriptedDrafter(lambda m: truth, hit_rate=0.5, seed=1).propose(
+        DraftRequest(USER, [], samples=40)
+    )
     assert 8 < sum(c == truth[0] for c in mixed) < 32
 
 

@@ -11,8 +11,12 @@ import spectool
 from spectool.bench import TimelineRecorder, draw_timeline
 from spectool.testing import KeyValueWorld, ScriptedDrafter, ScriptedModel, call, openai_client, say
 
-SCRIPT = [[call("get", key="a"), call("get", key="b")], call("put", key="a", value="3"),
-          call("get", key="a"), say("done")]
+SCRIPT = [
+    [call("get", key="a"), call("get", key="b")],
+    call("put", key="a", value="3"),
+    call("get", key="a"),
+    say("done"),
+]
 
 
 async def record(drafter_on: bool):

@@ -16,8 +16,10 @@ def test_xlam_array_with_two_calls():
 
 
 def test_hermes_tags_and_fences_and_aliases():
-    text = ('<tool_call>\n{"name": "cat", "parameters": {"path": "a.txt"}}\n</tool_call>\n'
-            '<tool_call>```json\n{"name": "wc", "arguments": "{\\"path\\": \\"a.txt\\"}"}\n```</tool_call>')
+    text = (
+        '<tool_call>\n{"name": "cat", "parameters": {"path": "a.txt"}}\n</tool_call>\n'
+        '<tool_call>```json\n{"name": "wc", "arguments": "{\\"path\\": \\"a.txt\\"}"}\n```</tool_call>'
+    )
     assert parse_tool_calls(text) == [ToolCall("cat", {"path": "a.txt"}), ToolCall("wc", {"path": "a.txt"})]
 
 
@@ -34,15 +36,18 @@ def test_plain_answer_is_no_call():
     assert salvage_tool_calls("The answer is 42.") == []
 
 
-@pytest.mark.parametrize("text", [
-    "[{\"name\": \"add\", \"arguments\": {\"a\": 1",   # truncated
-    "[1, 2, 3]",                                       # not objects
-    '[{"arguments": {}}]',                             # no name
-    '[{"name": "f", "arguments": [1]}]',               # arguments not an object
-    '[{"name": "f", "arguments": "{oops"}]',           # arguments string not JSON
-    '[{"name": "f"}] trailing words',                  # junk after the JSON
-    "<tool_call>not json</tool_call>",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[{"name": "add", "arguments": {"a": 1',  # truncated
+        "[1, 2, 3]",  # not objects
+        '[{"arguments": {}}]',  # no name
+        '[{"name": "f", "arguments": [1]}]',  # arguments not an object
+        '[{"name": "f", "arguments": "{oops"}]',  # arguments string not JSON
+        '[{"name": "f"}] trailing words',  # junk after the JSON
+        "<tool_call>not json</tool_call>",
+    ],
+)
 def test_malformed_calls_raise_model_output_error(text):
     with pytest.raises(ModelOutputError):
         parse_tool_calls(text)
@@ -54,7 +59,10 @@ def test_non_text_raises():
 
 
 def test_salvage_keeps_complete_items_of_a_truncated_array():
-    text = '[{"name": "a", "arguments": {"x": 1}}, {"name": 7}, {"name": "b", "arguments": {}}, {"name": "c", "argu'
+    text = (
+        '[{"name": "a", "arguments": {"x": 1}}, {"name": 7}, {"name": "b", "arguments": {}}, '
+        '{"name": "c", "argu'
+    )
     assert salvage_tool_calls(text) == [ToolCall("a", {"x": 1}), ToolCall("b", {})]
 
 
@@ -62,15 +70,18 @@ def test_salvage_finds_calls_after_prose_and_skips_garbage():
     assert salvage_tool_calls('Sure! {oops} [{"name": "ls", "arguments": {}}] done') == [ToolCall("ls", {})]
     assert salvage_tool_calls("[[[[{{{{") == []
     assert salvage_tool_calls(None) == []  # type: ignore[arg-type]
-    assert salvage_tool_calls("<tool_call>{\"name\": \"ls\"}") == [ToolCall("ls", {})]  # unclosed tag
+    assert salvage_tool_calls('<tool_call>{"name": "ls"}') == [ToolCall("ls", {})]  # unclosed tag
 
 
-_json_scalars = st.one_of(st.integers(-10**6, 10**6), st.text(max_size=12), st.booleans(), st.none())
-_calls = st.lists(st.builds(
-    ToolCall,
-    st.text(st.characters(categories=["L", "N"]), min_size=1, max_size=10),
-    st.dictionaries(st.text(max_size=8), _json_scalars, max_size=4),
-), max_size=4)
+_json_scalars = st.one_of(st.integers(-(10**6), 10**6), st.text(max_size=12), st.booleans(), st.none())
+_calls = st.lists(
+    st.builds(
+        ToolCall,
+        st.text(st.characters(categories=["L", "N"]), min_size=1, max_size=10),
+        st.dictionaries(st.text(max_size=8), _json_scalars, max_size=4),
+    ),
+    max_size=4,
+)
 
 
 @given(_calls)

@@ -7,8 +7,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spectool import (Effect, Toolbox, ToolArgumentsError, ToolDefinitionError, ToolNotFoundError,
-                      ToolSpec, tool, tool_spec)
+from spectool import (
+    Effect,
+    ToolArgumentsError,
+    Toolbox,
+    ToolDefinitionError,
+    ToolNotFoundError,
+    ToolSpec,
+    tool,
+    tool_spec,
+)
 
 names = st.from_regex(r"[a-z][a-z0-9_]{0,15}", fullmatch=True)
 
@@ -16,11 +24,14 @@ names = st.from_regex(r"[a-z][a-z0-9_]{0,15}", fullmatch=True)
 @given(names, st.sampled_from(["pure", "read_only", "mutating"]), st.booleans())
 def test_decorator_with_options_returns_the_original_callable(name, effect, is_async) -> None:
     if is_async:
+
         async def fn(x: int) -> int:
             return x
     else:
+
         def fn(x: int) -> int:
             return x
+
     decorated = tool(name=name, effect=effect)(fn)
     assert decorated is fn
     assert inspect.iscoroutinefunction(decorated) == is_async
@@ -61,8 +72,12 @@ async def test_sync_and_async_tools_run_and_validate() -> None:
     assert await tool_spec(greet).invoke({"name": "ada"}) == "hi ada"
 
 
-@given(st.one_of(st.text(min_size=1, max_size=5).filter(lambda s: not s.strip("-").isdigit()),
-                 st.lists(st.integers(), max_size=2)))
+@given(
+    st.one_of(
+        st.text(min_size=1, max_size=5).filter(lambda s: not s.strip("-").isdigit()),
+        st.lists(st.integers(), max_size=2),
+    )
+)
 def test_validation_error_names_tool_and_field(bad) -> None:
     @tool(effect="pure")
     def area(width: int, height: int) -> int:
@@ -108,10 +123,10 @@ def test_toolbox_emits_both_openai_shapes_and_finds_tools() -> None:
         return []
 
     box = Toolbox([ls])
-    chat, = box.openai_tools("chat")
+    (chat,) = box.openai_tools("chat")
     assert chat["type"] == "function" and chat["function"]["name"] == "ls"
     assert chat["function"]["parameters"]["properties"]["path"]["default"] == "."
-    resp, = box.openai_tools("responses")
+    (resp,) = box.openai_tools("responses")
     assert resp["name"] == "ls" and resp["parameters"] == chat["function"]["parameters"]
     assert box.key("ls", {}) == box.key("ls", '{"path": "."}')  # default filled
     with pytest.raises(ToolNotFoundError, match="known: ls"):

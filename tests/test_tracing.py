@@ -71,7 +71,9 @@ async def test_hit_miss_stale_and_runs_have_their_attributes(spans) -> None:
     # early reads of a and b, the write, and the re-read of b after the stale discard
     assert kinds == [("get", False), ("get", True), ("get", True), ("put", False)]
     put = next(s for s in runs if s.attributes["gen_ai.tool.name"] == "put")
-    assert put.attributes["spectool.effect"] == "mutating" and put.attributes["gen_ai.tool.call.id"] == "call_2"
+    assert (
+        put.attributes["spectool.effect"] == "mutating" and put.attributes["gen_ai.tool.call.id"] == "call_2"
+    )
     assert all(s.end_time - s.start_time >= 40_000_000 for s in runs)  # 50 ms tools, in ns
 
     drafts_ = [s for s in spans.get_finished_spans() if s.name == "spectool.draft"]

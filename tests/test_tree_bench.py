@@ -19,8 +19,14 @@ def test_decode_bench_writes_results_and_every_fp32_method_is_lossless(tmp_path,
 
     monkeypatch.setenv("SPECTOOL_TREE_CALIBRATION", str(tmp_path / "cal"))
     out = tmp_path / "out"
-    bench.run_bench(out, dtypes=("float32",), batches=(1, 2), max_new_tokens=12,
-                    prompt_ids=["translation-1", "rag-3"], log=lambda m: None)
+    bench.run_bench(
+        out,
+        dtypes=("float32",),
+        batches=(1, 2),
+        max_new_tokens=12,
+        prompt_ids=["translation-1", "rag-3"],
+        log=lambda m: None,
+    )
     res = json.loads((out / "results.json").read_text())
     assert (out / "speedup_vs_draft.png").stat().st_size > 0
     assert any((tmp_path / "cal").glob("costs-*.json")), "the cost table is stored and reusable"
@@ -31,11 +37,11 @@ def test_decode_bench_writes_results_and_every_fp32_method_is_lossless(tmp_path,
     # the speculation alone: each policy against one-token decoding on the same forward
     for m in methods:
         assert b1["speedup_vs_engine_ar"][m] == pytest.approx(
-            b1["speedup_vs_ar"][m] / b1["speedup_vs_ar"]["engine_ar"])
+            b1["speedup_vs_ar"][m] / b1["speedup_vs_ar"]["engine_ar"]
+        )
     assert all(rate == 1.0 for rate in b1["identical_rate"].values()), b1["identical_rate"]
     assert b1["best_prompt_lookup"] in ("pl3", "pl10")
-    assert set(run["summary"]["batch2"]["identical_rate"]) == {"ar", "engine_ar", "unispec", "cast",
-                                                                   "both"}
+    assert set(run["summary"]["batch2"]["identical_rate"]) == {"ar", "engine_ar", "unispec", "cast", "both"}
     assert all(rate == 1.0 for rate in run["summary"]["batch2"]["identical_rate"].values())
     rows = [r for r in run["rows"] if r["batch"] == 1]
     assert [r["id"] for r in rows] == ["translation-1", "rag-3"]

@@ -6,10 +6,17 @@ import pytest
 
 pytestmark = pytest.mark.model
 
-BODY = {"messages": [{"role": "user", "content":
-                      "Repeat this sentence exactly: The library opens at nine and closes at "
-                      "six, and children under twelve enter for free."}],
-        "temperature": 0, "max_tokens": 32}
+BODY = {
+    "messages": [
+        {
+            "role": "user",
+            "content": "Repeat this sentence exactly: The library opens at nine and closes at "
+            "six, and children under twelve enter for free.",
+        }
+    ],
+    "temperature": 0,
+    "max_tokens": 32,
+}
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +76,11 @@ def test_tree_metrics_are_exported(loaded):
             return (await client.get("/metrics")).text
 
     text = anyio.run(scrape)
-    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
-              if line.startswith("spectool_engine_tree_")}
+    values = {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("spectool_engine_tree_")
+    }
     assert values["spectool_engine_tree_tau"] == eng.decoding.stats.tau > 1.0
     assert values["spectool_engine_tree_drafted_total"] == eng.decoding.stats.drafted > 0
     assert values["spectool_engine_tree_verify_seconds_total"] > 0

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from spectool_serving.tree import DraftTree, commit_paths, pad_trees, prefill, tree_forward
-from spectool_serving.backends.fused import FusedLlama, fusable
-from spectool_serving.backends import lean_for
-from spectool_serving.backends.lean import LeanLlama
 from tree_fixtures import needs_kernel, tiny_llama
+
+from spectool_serving.backends import lean_for
+from spectool_serving.backends.fused import FusedLlama, fusable
+from spectool_serving.backends.lean import LeanLlama
+from spectool_serving.tree import DraftTree, commit_paths, pad_trees, prefill, tree_forward
 
 
 def _tiny_llama(heads: int, kv_heads: int, hidden: int = 48, bias: bool = False):
-    return tiny_llama(heads, kv_heads, seed=heads * 100 + kv_heads * 10 + hidden,
-                      hidden=hidden, bias=bias)
+    return tiny_llama(heads, kv_heads, seed=heads * 100 + kv_heads * 10 + hidden, hidden=hidden, bias=bias)
 
 
 def _run_batch(model, prompts, monkeypatch, fused: bool):
@@ -32,11 +31,11 @@ def _run_batch(model, prompts, monkeypatch, fused: bool):
     trees = []
     for b, root in enumerate(roots):
         t = DraftTree.root(root)
-        a = t.add(0, 5 + b, .5)
-        t.add(a, 6, .4)
-        t.add(0, 7, .3)
+        a = t.add(0, 5 + b, 0.5)
+        t.add(a, 6, 0.4)
+        t.add(0, 7, 0.3)
         if b:
-            t.add(a, 8, .2)
+            t.add(a, 8, 0.2)
         trees.append(t)
     toks, depth, anc, real = pad_trees(trees)
     first = tree_forward(model, state, toks, depth, anc, real)
@@ -48,8 +47,7 @@ def _run_batch(model, prompts, monkeypatch, fused: bool):
 
 @needs_kernel
 @pytest.mark.parametrize("heads,kv_heads,hidden", [(4, 2, 48), (3, 1, 96), (2, 2, 64)])
-def test_fused_layers_score_batched_trees_like_the_torch_path(heads, kv_heads, hidden,
-                                                                monkeypatch):
+def test_fused_layers_score_batched_trees_like_the_torch_path(heads, kv_heads, hidden, monkeypatch):
     model = _tiny_llama(heads, kv_heads, hidden)
     g = torch.Generator().manual_seed(hidden)
     prompts = [torch.randint(1, 97, (n,), generator=g).tolist() for n in (9, 17)]
@@ -74,8 +72,9 @@ def test_fused_steps_continue_a_plain_cache_filled_by_the_wide_path():
     seq = torch.randint(1, 97, (60,)).tolist()  # more rows than the panel kernel takes
     cache = DynamicCache()  # the engine's runner: plain layers that grow by torch.cat
     n = len(seq)
-    causal = torch.zeros(n, n).masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(),
-                                           torch.finfo(torch.float32).min)
+    causal = torch.zeros(n, n).masked_fill(
+        ~torch.ones(n, n, dtype=torch.bool).tril(), torch.finfo(torch.float32).min
+    )
     with torch.no_grad():
         fused(torch.tensor([seq]), torch.arange(n)[None], causal[None, None], cache, 1)
         for tok in (3, 4, 5):  # one-token steps: the C layers write into the same cache

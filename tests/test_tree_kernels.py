@@ -8,9 +8,9 @@ import shutil
 import pytest
 import torch
 import torch.nn.functional as F
+from tree_fixtures import needs_kernel
 
 from spectool_serving.backends import kernels
-from tree_fixtures import needs_kernel
 
 
 @needs_kernel
@@ -19,8 +19,9 @@ def test_kernel_builds_and_loads_where_the_cpu_supports_it():
 
 
 @needs_kernel
-@pytest.mark.parametrize("n,k,bias", [(576, 576, False), (192, 576, True), (100, 37, True),
-                                      (1536, 1536, False), (3, 16, False)])
+@pytest.mark.parametrize(
+    "n,k,bias", [(576, 576, False), (192, 576, True), (100, 37, True), (1536, 1536, False), (3, 16, False)]
+)
 def test_packed_linear_matches_f_linear(n, k, bias):
     g = torch.Generator().manual_seed(n * 7 + k)
     w = torch.randn(n, k, generator=g) * 0.05
@@ -40,7 +41,7 @@ def test_a_rows_result_does_not_depend_on_the_other_rows():
     w = torch.randn(300, 576, generator=g)
     lin = kernels.PackedLinear(w)
     x = torch.randn(11, 576, generator=g)
-    alone = torch.cat([lin(x[i:i + 1]) for i in range(11)])
+    alone = torch.cat([lin(x[i : i + 1]) for i in range(11)])
     together = lin(x)
     assert torch.equal(alone, together)  # bit for bit: one k-ordered chain per output
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tree_fixtures import tiny_llama
 
-from spectool_serving.tree import DraftTree, commit_paths, pad_trees, prefill, tree_forward
 from spectool_serving.backends import lean_for
 from spectool_serving.backends.lean import LeanLlama, supports
-from tree_fixtures import tiny_llama
+from spectool_serving.tree import DraftTree, commit_paths, pad_trees, prefill, tree_forward
 
 
 def _tiny_llama(heads: int, kv_heads: int, bias: bool = False, **extra):
@@ -24,9 +24,9 @@ def _score_tree(model, prompt, monkeypatch, lean: bool):
     monkeypatch.setenv("SPECTOOL_LEAN_FORWARD", "1" if lean else "0")
     state, warm, roots = prefill(model, [prompt], 3)
     tree = DraftTree.root(roots[0])
-    a = tree.add(0, 5, .5)
-    tree.add(a, 6, .4)
-    tree.add(0, 7, .3)
+    a = tree.add(0, 5, 0.5)
+    tree.add(a, 6, 0.4)
+    tree.add(0, 7, 0.3)
     toks, depth, anc, real = pad_trees([tree])
     first = tree_forward(model, state, toks, depth, anc, real)
     commit_paths(state, [[0, a]], toks.shape[1])  # keeps the path's KV, drops the rest
@@ -73,14 +73,24 @@ def test_lean_forward_is_used_and_cached_per_model_and_kernel_choice(monkeypatch
 def test_models_the_lean_path_cannot_reproduce_keep_transformers_forward():
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    dynamic = _tiny_llama(4, 2, rope_parameters={"rope_type": "dynamic", "factor": 2.0,
-                                                 "rope_theta": 10000.0})
+    dynamic = _tiny_llama(
+        4, 2, rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}
+    )
     assert not supports(dynamic)
     gelu = _tiny_llama(4, 2, hidden_act="gelu")
     assert not supports(gelu)
     training = _tiny_llama(4, 2).train()
     assert not supports(training)
-    gemma = Gemma3ForCausalLM(Gemma3TextConfig(
-        vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=12, sliding_window=8)).eval()
+    gemma = Gemma3ForCausalLM(
+        Gemma3TextConfig(
+            vocab_size=97,
+            hidden_size=48,
+            intermediate_size=80,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=12,
+            sliding_window=8,
+        )
+    ).eval()
     assert not supports(gemma) and lean_for(gemma) is None

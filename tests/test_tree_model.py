@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spectool_serving.tree import (DraftTree, commit_paths, decode, greedy_tree_accept,
-                                   pad_trees, prefill, tree_forward)
+from spectool_serving.tree import (
+    DraftTree,
+    commit_paths,
+    decode,
+    greedy_tree_accept,
+    pad_trees,
+    prefill,
+    tree_forward,
+)
 from spectool_serving.tree.cast import CastShaper, CostTable
 
 pytestmark = pytest.mark.model
@@ -23,8 +30,12 @@ def lm():
     from spectool._embedded import load_causal_lm
 
     model, tok = load_causal_lm(dtype="float32")
-    ids = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                   tokenize=True, return_dict=True)["input_ids"] for p in PROMPTS]
+    ids = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True, return_dict=True
+        )["input_ids"]
+        for p in PROMPTS
+    ]
     return model, tok, [list(i) for i in ids]
 
 
@@ -37,7 +48,7 @@ def refs(lm):
 def _greedy(model, ids, n):
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False)
-    return out[0, len(ids):].tolist()
+    return out[0, len(ids) :].tolist()
 
 
 def test_tree_logits_equal_path_by_path_and_gather_matches_plain(lm):
@@ -46,18 +57,18 @@ def test_tree_logits_equal_path_by_path_and_gather_matches_plain(lm):
     ref = _greedy(model, ids, 6)
     state, _, roots = prefill(model, [ids])
     t = DraftTree.root(roots[0])
-    a = t.add(0, ref[0], .5)
-    b = t.add(a, ref[1], .4)
-    c = t.add(0, 17, .1)
-    t.add(c, 18, .1)
-    t.add(b, 999, .1)
-    d = t.add(b, ref[2], .1)
+    a = t.add(0, ref[0], 0.5)
+    b = t.add(a, ref[1], 0.4)
+    c = t.add(0, 17, 0.1)
+    t.add(c, 18, 0.1)
+    t.add(b, 999, 0.1)
+    d = t.add(b, ref[2], 0.1)
     toks, depth, anc, real = pad_trees([t])
     logits = tree_forward(model, state, toks, depth, anc, real)
     for path in ([0, a, b, d], [0, c, 4], [0, a, b, 5]):
         seq = ids + [t.tokens[i] for i in path[1:]]
         with torch.no_grad():
-            plain = model(torch.tensor([seq])).logits[0, -len(path):]
+            plain = model(torch.tensor([seq])).logits[0, -len(path) :]
         assert (plain - logits[0, path]).abs().max() < 2e-4
     path, bonus = greedy_tree_accept(t.parents, t.tokens, logits[0].argmax(-1).tolist())
     assert path == [0, a, b, d] and bonus == ref[3]
@@ -75,11 +86,11 @@ def test_tree_logits_equal_path_by_path_and_gather_matches_plain(lm):
 @pytest.mark.parametrize("policy", ["ar", "unispec", "cast", "both"])
 def test_greedy_identical_to_autoregressive_fp32(lm, refs, policy):
     model, tok, prompts = lm
-    table = CostTable([1, 2], [512], [1, 8, 32], {"1/512": [1., 1.1, 1.5], "2/512": [1., 1.3, 2.]})
+    table = CostTable([1, 2], [512], [1, 8, 32], {"1/512": [1.0, 1.1, 1.5], "2/512": [1.0, 1.3, 2.0]})
     n = 24
     for ids, ref in zip(prompts, refs):
         res = decode(model, [ids], n, policy, g=12, cast=CastShaper(table), eos=tok.eos_token_id)
-        assert res.outputs[0] == ref[:len(res.outputs[0])]
+        assert res.outputs[0] == ref[: len(res.outputs[0])]
         assert len(res.outputs[0]) == n or res.outputs[0][-1] == tok.eos_token_id
     if policy != "ar":
         assert res.tau > 1.0
@@ -87,10 +98,10 @@ def test_greedy_identical_to_autoregressive_fp32(lm, refs, policy):
 
 def test_batched_tree_decoding_matches_single(lm, refs):
     model, tok, prompts = lm
-    table = CostTable([1, 2], [512], [1, 8, 32], {"1/512": [1., 1.1, 1.5], "2/512": [1., 1.3, 2.]})
+    table = CostTable([1, 2], [512], [1, 8, 32], {"1/512": [1.0, 1.1, 1.5], "2/512": [1.0, 1.3, 2.0]})
     res = decode(model, prompts, 16, "both", cast=CastShaper(table), eos=tok.eos_token_id)
     for ref, out in zip(refs, res.outputs):
-        assert out == ref[:len(out)]
+        assert out == ref[: len(out)]
         assert len(out) == 16 or out[-1] == tok.eos_token_id  # a prefix only when it stopped at EOS
 
 
@@ -105,7 +116,7 @@ def test_verify_kernels_packed_gemms_match_stock_and_restore_the_model(lm, monke
     ids = prompts[1]
     chain = DraftTree.root(ids[-1])
     for tok in range(100, 115):
-        chain.add(len(chain) - 1, tok, .5)
+        chain.add(len(chain) - 1, tok, 0.5)
     assert len(chain) == 16
 
     def score() -> torch.Tensor:
@@ -113,13 +124,14 @@ def test_verify_kernels_packed_gemms_match_stock_and_restore_the_model(lm, monke
         toks, depth, anc, real = pad_trees([chain])
         return tree_forward(model, state, toks, depth, anc, real)
 
-    from spectool_serving.backends.fused import FusedLlama
     from spectool_serving.backends import lean_for
+    from spectool_serving.backends.fused import FusedLlama
 
     packed = score()
     # the fused C layers hold their own packed copy; otherwise each Linear module gets one
-    assert isinstance(lean_for(model), FusedLlama) or fastpath._PACKED.get(model), \
+    assert isinstance(lean_for(model), FusedLlama) or fastpath._PACKED.get(model), (
         "fp32 on CPU: weights should be packed"
+    )
     monkeypatch.setenv("SPECTOOL_PACKED_GEMM", "0")
     stock = score()
     # logits of magnitude ~30 after 30 layers: a different k order moves them by ~1e-4

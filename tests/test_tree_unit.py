@@ -12,9 +12,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spectool_serving.tree import (DraftTree, ancestor_matrix, commit_paths, greedy_tree_accept,
-                                   pad_trees, prefill, recursive_rejection, sample_tree_accept,
-                                   tree_forward)
+from spectool_serving.tree import (
+    DraftTree,
+    ancestor_matrix,
+    commit_paths,
+    greedy_tree_accept,
+    pad_trees,
+    prefill,
+    recursive_rejection,
+    sample_tree_accept,
+    tree_forward,
+)
 from spectool_serving.tree.calibrate import fit_g_star, truncated_path_len
 from spectool_serving.tree.cast import CastShaper, CostTable, max_valid_index
 from spectool_serving.tree.unispec import ContextIndex, NGramStore, TopG, TreeDrafter
@@ -22,10 +30,10 @@ from spectool_serving.tree.unispec import ContextIndex, NGramStore, TopG, TreeDr
 
 def _tree() -> DraftTree:
     t = DraftTree.root(10)
-    a = t.add(0, 11, .6)
-    t.add(a, 12, .5)
-    b = t.add(0, 21, .3)
-    t.add(b, 22, .2)
+    a = t.add(0, 11, 0.6)
+    t.add(a, 12, 0.5)
+    b = t.add(0, 21, 0.3)
+    t.add(b, 22, 0.2)
     return t
 
 
@@ -54,8 +62,8 @@ def test_greedy_accept_follows_argmax_and_returns_bonus():
 
 def test_recursive_rejection_preserves_target_distribution():
     gen = torch.Generator().manual_seed(0)
-    p = torch.tensor([.1, .4, .3, .2])
-    q = torch.tensor([[.7, .1, .1, .1], [.25, .25, .25, .25]])  # non-degenerate drafts
+    p = torch.tensor([0.1, 0.4, 0.3, 0.2])
+    q = torch.tensor([[0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]])  # non-degenerate drafts
     counts = np.zeros(4)
     n = 20000
     for _ in range(n):
@@ -73,13 +81,14 @@ def test_tree_sampling_preserves_sequence_distribution():
     # A fake 4-token "model": a fixed table P[prev] (a real LM's 49k vocabulary would need
     # millions of samples for a chi-square test; the acceptance code is vocabulary-agnostic).
     gen = torch.Generator().manual_seed(1)
-    table = torch.tensor([[.1, .2, .3, .4], [.5, .1, .1, .3], [.25, .25, .25, .25],
-                          [.6, .2, .1, .1]])
+    table = torch.tensor(
+        [[0.1, 0.2, 0.3, 0.4], [0.5, 0.1, 0.1, 0.3], [0.25, 0.25, 0.25, 0.25], [0.6, 0.2, 0.1, 0.1]]
+    )
     t = DraftTree.root(0)
-    a = t.add(0, 3, .5)
-    t.add(0, 1, .3)
-    t.add(a, 0, .4)
-    t.add(a, 2, .2)
+    a = t.add(0, 3, 0.5)
+    t.add(0, 1, 0.3)
+    t.add(a, 0, 0.4)
+    t.add(a, 2, 0.2)
     probs = table[torch.tensor(t.tokens)]  # [g, V]: distribution after each node
     counts: dict[tuple[int, int], int] = {}
     n = 30000
@@ -102,7 +111,7 @@ def test_tree_sampling_preserves_sequence_distribution():
 def test_algorithm1_worked_example():
     # Built by hand from the algorithm's definition (the paper's own example could not be
     # found here): index 3 fails against index 0, yet index 4 is valid at C = 0.4.
-    u = [0, .8, 1.1, 1.3, 2.0]
+    u = [0, 0.8, 1.1, 1.3, 2.0]
     c = [0, 1, 1.2, 3, 3.2]
     assert max_valid_index(u, c, 0.5) == 2  # j=4 fails against i=2: 0.9 / 2.0 < 0.5
     assert max_valid_index(u, c, 0.4) == 4
@@ -110,8 +119,12 @@ def test_algorithm1_worked_example():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.floats(0.001, 1.0), min_size=1, max_size=30), st.floats(0.01, 5.0),
-       st.floats(0.0, 3.0), st.floats(0.0, 2.0))
+@given(
+    st.lists(st.floats(0.001, 1.0), min_size=1, max_size=30),
+    st.floats(0.01, 5.0),
+    st.floats(0.0, 3.0),
+    st.floats(0.0, 2.0),
+)
 def test_algorithm1_reduces_to_eagle_topk_for_linear_cost(gains, a, b, thr):
     # Theorem 4.1 setting: c_j = A j + b and confidences sorted descending -> top-K with
     # K = #{p >= A C}, the EAGLE-2 selection.
@@ -126,16 +139,18 @@ def test_algorithm1_reduces_to_eagle_topk_for_linear_cost(gains, a, b, thr):
 
 
 def test_cost_table_select_and_monotone_curve():
-    table = CostTable([1], [128, 512], [1, 2, 4, 8], {"1/128": [1., 1.5, 1.2, 2.], "1/512": [2., 2., 2., 4.]})
+    table = CostTable(
+        [1], [128, 512], [1, 2, 4, 8], {"1/128": [1.0, 1.5, 1.2, 2.0], "1/512": [2.0, 2.0, 2.0, 4.0]}
+    )
     assert table.select(100) == 128 and table.select(300) == 512 and table.select(9999) == 512
     curve = table.curve(1, 100)
     assert curve[1] == pytest.approx(1.2) and np.all(np.diff(curve) >= 0)
 
 
 def test_cast_shrinks_trees_when_cost_grows():
-    cheap = CostTable([1, 4], [256], [1, 64], {"1/256": [1., 1.3], "4/256": [1., 40.]})
-    shaper = CastShaper(cheap, c1=.2, c2=.2)
-    cum = np.array([1.0, .5, .4, .3, .2, .1, .1, .05])
+    cheap = CostTable([1, 4], [256], [1, 64], {"1/256": [1.0, 1.3], "4/256": [1.0, 40.0]})
+    shaper = CastShaper(cheap, c1=0.2, c2=0.2)
+    cum = np.array([1.0, 0.5, 0.4, 0.3, 0.2, 0.1, 0.1, 0.05])
     shaper.begin_step(1, 100)
     small_batch = shaper.final_size(cum)
     shaper.begin_step(4, 100)
@@ -151,9 +166,9 @@ def test_top_keeps_the_best_nodes_as_a_closed_tree():
     assert t.top(1).tokens == [10] and t.top(99) is t
     # a child scored above its parent still waits for the parent
     odd = DraftTree.root(1)
-    p = odd.add(0, 2, .2)
-    odd.add(p, 3, .9)
-    odd.add(0, 4, .5)
+    p = odd.add(0, 2, 0.2)
+    odd.add(p, 3, 0.9)
+    odd.add(0, 4, 0.5)
     assert odd.best_first() == [0, 3, 1, 2] and odd.top(2).tokens == [1, 4]
     assert odd.top(3).tokens == [1, 2, 4] and odd.top(3).parents == [-1, 0, 0]
 
@@ -167,11 +182,11 @@ def _chain(conf: list[float]) -> DraftTree:
 
 def test_batch_width_lets_no_single_row_widen_the_whole_batch():
     # four rows verified together: each extra token per row costs 40 % of a decoding step
-    table = CostTable([4], [256], [1, 2, 8], {"4/256": [1., 1.4, 3.8]})
+    table = CostTable([4], [256], [1, 2, 8], {"4/256": [1.0, 1.4, 3.8]})
     shaper = CastShaper(table)
     shaper.begin_step(4, 100)
-    hopeful = _chain([.95] * 7)
-    hopeless = _chain([.05, .02, .01])
+    hopeful = _chain([0.95] * 7)
+    hopeless = _chain([0.05, 0.02, 0.01])
     assert shaper.batch_width([hopeful] * 4) == 8  # 7.65 tokens per row for 3.8 steps
     # alone, the hopeful row's whole chain pays (7.65 tokens for 3.8 steps beats 1 for 1);
     # in this batch, plain decoding's 4 tokens per step beats 4 + 1.1 tokens for 1.4 steps
@@ -182,10 +197,10 @@ def test_batch_width_lets_no_single_row_widen_the_whole_batch():
 
 
 def test_a_fixed_batch_drafts_for_the_row_everyone_waits_for():
-    table = CostTable([2], [256], [1, 2, 8], {"2/256": [1., 1.2, 2.4]})
+    table = CostTable([2], [256], [1, 2, 8], {"2/256": [1.0, 1.2, 2.4]})
     shaper = CastShaper(table)
     shaper.begin_step(2, 100)
-    hopeful, hopeless = _chain([.95] * 7), _chain([.05, .02, .01])
+    hopeful, hopeless = _chain([0.95] * 7), _chain([0.05, 0.02, 0.01])
     # the hopeless row has the most left to write: drafting cannot shorten the batch
     assert shaper.batch_width([hopeful, hopeless], remaining=[10, 60]) == 1
     # the hopeful row is the long one: its drafts shorten the whole batch
@@ -202,9 +217,9 @@ def test_context_index_finds_latest_continuations():
 
 def test_drafter_builds_closed_tree_from_store_and_context():
     store = NGramStore(vocab=50, k=3)
-    store.update(np.array([3]), np.array([-1]), np.array([[4, 7, 8]]), np.array([[.6, .2, .1]]))
-    store.update(np.array([4]), np.array([-1]), np.array([[5, 6, 9]]), np.array([[.9, .05, .01]]))
-    drafter = TreeDrafter(store, TopG(g=5, k=3, r=.05), depth=3)
+    store.update(np.array([3]), np.array([-1]), np.array([[4, 7, 8]]), np.array([[0.6, 0.2, 0.1]]))
+    store.update(np.array([4]), np.array([-1]), np.array([[5, 6, 9]]), np.array([[0.9, 0.05, 0.01]]))
+    drafter = TreeDrafter(store, TopG(g=5, k=3, r=0.05), depth=3)
     tree = drafter.draft(ContextIndex([1, 3, 20, 21, 3]))
     assert len(tree) == 5 and tree.tokens[0] == 3
     kids = {tree.tokens[i] for i in range(1, len(tree)) if tree.parents[i] == 0}
@@ -222,8 +237,8 @@ def test_truncated_path_len():
 def test_calibration_recovers_synthetic_optimum(quad):
     # s: a convex quadratic cost (a degree-2 spline represents it), tau: a saturating cubic.
     gs = [1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64]
-    s_true = lambda g: 1.0 + 0.01 * g + quad * g ** 2  # noqa: E731
-    tau_true = lambda g: 1.0 + 0.12 * g - 0.0022 * g ** 2 + 0.000014 * g ** 3  # noqa: E731
+    s_true = lambda g: 1.0 + 0.01 * g + quad * g**2  # noqa: E731
+    tau_true = lambda g: 1.0 + 0.12 * g - 0.0022 * g**2 + 0.000014 * g**3  # noqa: E731
     g = np.asarray(gs, dtype=float)
     got, method = fit_g_star(gs, s_true(g).tolist(), tau_true(g).tolist())
     dense = np.arange(1, 65)
@@ -235,39 +250,47 @@ def test_pooled_tau_counts_each_prompt_alike():
     from spectool_serving.tree.calibrate import pooled_tau
 
     copy_heavy, fresh = [1.0, 2.0, 4.0], [1.0, 1.0, 1.0]
-    assert pooled_tau([copy_heavy, fresh]) == pytest.approx([1.0, 2 ** .5, 2.0])
+    assert pooled_tau([copy_heavy, fresh]) == pytest.approx([1.0, 2**0.5, 2.0])
     # a per-step mean would let the fresh prompt's many short steps (here 4x as many) win
     steps = (np.asarray(copy_heavy) * 1 + np.asarray(fresh) * 4) / 5
     assert pooled_tau([copy_heavy, fresh])[2] > steps[2]
 
 
 def test_calibration_falls_back_to_grid_when_degenerate():
-    assert fit_g_star([1, 4, 8], [1., 1.1, 1.3], [1., 1.8, 1.9]) == (4, "grid")
+    assert fit_g_star([1, 4, 8], [1.0, 1.1, 1.3], [1.0, 1.8, 1.9]) == (4, "grid")
 
 
 def test_sliding_window_tree_matches_full_forward():
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     torch.manual_seed(0)
-    cfg = Gemma3TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
-                           num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                           head_dim=16, sliding_window=4, max_position_embeddings=128,
-                           layer_types=["sliding_attention", "full_attention"])
+    cfg = Gemma3TextConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        sliding_window=4,
+        max_position_embeddings=128,
+        layer_types=["sliding_attention", "full_attention"],
+    )
     model = Gemma3ForCausalLM(cfg).eval()
     prompt = torch.randint(0, 64, (14,)).tolist()  # longer than the window
     state, _, roots = prefill(model, [prompt])
     t = DraftTree.root(roots[0])
-    a = t.add(0, 5, .5)
-    b = t.add(a, 7, .5)
-    c = t.add(0, 9, .4)
-    d = t.add(c, 11, .3)
-    e = t.add(b, 13, .2)
+    a = t.add(0, 5, 0.5)
+    b = t.add(a, 7, 0.5)
+    c = t.add(0, 9, 0.4)
+    d = t.add(c, 11, 0.3)
+    e = t.add(b, 13, 0.2)
     toks, depth, anc, real = pad_trees([t])
     logits = tree_forward(model, state, toks, depth, anc, real)
     for path in ([0, a, b, e], [0, c, d]):
         seq = prompt + [t.tokens[i] for i in path[1:]]
         with torch.no_grad():
-            full = model(torch.tensor([seq])).logits[0, -len(path):]
+            full = model(torch.tensor([seq])).logits[0, -len(path) :]
         assert torch.allclose(full, logits[0, path], atol=1e-4)
     commit_paths(state, [[0, c, d]], len(t))
     nxt = DraftTree.root(3)
@@ -284,12 +307,12 @@ def test_shipped_prompt_set_covers_categories_and_languages():
     items = load_prompts()
     cats = {i["category"] for i in items}
     assert cats == {"chat", "translation", "summarization", "qa", "math", "rag", "code"}
-    assert [i["category"] for i in load_prompts(quick=True)] == sorted(cats, key=[
-        i["category"] for i in items].index)
+    assert [i["category"] for i in load_prompts(quick=True)] == sorted(
+        cats, key=[i["category"] for i in items].index
+    )
     assert any(len(i["messages"]) > 1 for i in items)  # multi-turn
     text = " ".join(m["content"] for i in items for m in i["messages"])
     assert "资料" in text and "fährt" in text and "¿" in text  # multilingual items
-
 
 
 def test_calibration_prompts_cover_every_category_and_are_held_out():
@@ -307,14 +330,21 @@ def test_bench_summary_geometric_mean_over_categories():
 
     def row(cat, ar, pl3, pl10, us):
         mk = lambda t: {"tok_s": t, "identical": True}  # noqa: E731
-        return {"category": cat, "batch": 1, "methods": {
-            "ar": mk(ar), "pl3": mk(pl3), "pl10": mk(pl10),
-            "unispec": {**mk(us), "tau": 2.0, "draft": 8.0}}}
+        return {
+            "category": cat,
+            "batch": 1,
+            "methods": {
+                "ar": mk(ar),
+                "pl3": mk(pl3),
+                "pl10": mk(pl10),
+                "unispec": {**mk(us), "tau": 2.0, "draft": 8.0},
+            },
+        }
 
     s = _summarize([row("a", 10, 20, 10, 40), row("b", 10, 10, 10, 10)])["batch1"]
     assert s["speedup_vs_ar"]["unispec"] == pytest.approx(2.0)  # sqrt(4 * 1)
     assert s["best_prompt_lookup"] == "pl3"
-    assert s["speedup_vs_best_pl"]["unispec"] == pytest.approx(2.0 / 2 ** 0.5)
+    assert s["speedup_vs_best_pl"]["unispec"] == pytest.approx(2.0 / 2**0.5)
 
 
 def test_decoding_policy_drafts_chains_and_learns_from_logits():
@@ -337,15 +367,14 @@ def test_decoding_policy_drafts_chains_and_learns_from_logits():
 def test_engine_policy_fits_a_step_of_trees_to_one_width():
     from spectool_serving.tree.policy import DecodingPolicy
 
-    table = CostTable([3], [256], [1, 2, 8], {"3/256": [1., 1.4, 3.8]})
+    table = CostTable([3], [256], [1, 2, 8], {"3/256": [1.0, 1.4, 3.8]})
     pol = DecodingPolicy("cast", vocab=40, table=table)
     pol.draft_tree("a", [1, 2, 3], batch=3)  # begin_step: three rows share the forward
-    hopeful, hopeless = _chain([.95] * 7), _chain([.05, .02, .01])
+    hopeful, hopeless = _chain([0.95] * 7), _chain([0.05, 0.02, 0.01])
     assert [len(t) for t in pol.fit_batch([hopeful, hopeless, hopeless])] == [1, 1, 1]
     assert [len(t) for t in pol.fit_batch([hopeful] * 3)] == [8, 8, 8]
     assert pol.fit_batch([hopeless]) == [hopeless]  # one row: its own C3 already decided
-    assert DecodingPolicy("unispec", vocab=40).fit_batch([hopeful, hopeless]) == [hopeful,
-                                                                                  hopeless]
+    assert DecodingPolicy("unispec", vocab=40).fit_batch([hopeful, hopeless]) == [hopeful, hopeless]
 
 
 def test_calibration_fit_survives_sparse_large_g_grid():
@@ -366,11 +395,12 @@ def test_grouped_attention_equals_repeated_kv_attention_and_expands_the_mask_onc
 
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 6, 5, 8), torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8)
-    mask = torch.zeros(2, 1, 5, 9).masked_fill(torch.rand(2, 1, 5, 9) < .3, -1e9)
+    mask = torch.zeros(2, 1, 5, 9).masked_fill(torch.rand(2, 1, 5, 9) < 0.3, -1e9)
     mask[..., -5:] = 0  # every query sees at least the new tokens
     out, _ = fastpath.grouped_attention(torch.nn.Module(), q, k, v, mask)  # [B, Q, H, D]
-    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1),
-                                         attn_mask=mask)
+    ref = F.scaled_dot_product_attention(
+        q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), attn_mask=mask
+    )
     assert torch.allclose(out, ref.transpose(1, 2), atol=1e-5)
     assert fastpath._grouped_mask(mask, 3, 9) is fastpath._grouped_mask(mask, 3, 9)
 

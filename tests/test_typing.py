@@ -1,6 +1,7 @@
 """The wrapper keeps the OpenAI SDK's types for a type checker: mypy on a typed usage example
 (tests/typing/typed_usage.py) reveals ChatCompletion, the stream's ChatCompletionChunk and
-Response through ``spectool.speculative(...)`` (and ``speculative_sync``). mypy's cache (.mypy_cache) makes re-runs quick."""
+Response through ``spectool.speculative(...)`` (and ``speculative_sync``).
+mypy's cache (.mypy_cache) makes re-runs quick."""
 
 from __future__ import annotations
 
@@ -16,9 +17,23 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_mypy_sees_the_sdk_types_through_the_wrapper() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent",
-         "--cache-dir", str(ROOT / ".mypy_cache"), str(ROOT / "tests" / "typing" / "typed_usage.py")],
-        capture_output=True, text=True, check=False, timeout=900, cwd=ROOT, env=env)
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--ignore-missing-imports",
+            "--follow-imports=silent",
+            "--cache-dir",
+            str(ROOT / ".mypy_cache"),
+            str(ROOT / "tests" / "typing" / "typed_usage.py"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+        cwd=ROOT,
+        env=env,
+    )
     revealed = re.findall(r'Revealed type is "([^"]+)"', out.stdout)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert revealed[0] == "openai.types.chat.chat_completion.ChatCompletion"

@@ -12,17 +12,25 @@ from spectool_serving.backends import kernels
 # Only a machine that cannot run the kernels at all skips; on one that can, unavailability fails.
 needs_kernel = pytest.mark.skipif(
     not (kernels._cpu_has("avx512f") and (shutil.which("cc") or shutil.which("gcc"))),
-    reason="no AVX-512 CPU or no C compiler: the kernels cannot run here")
+    reason="no AVX-512 CPU or no C compiler: the kernels cannot run here",
+)
 
 
-def tiny_llama(heads: int, kv_heads: int, *, seed: int, hidden: int = 48, bias: bool = False,
-               **extra):
+def tiny_llama(heads: int, kv_heads: int, *, seed: int, hidden: int = 48, bias: bool = False, **extra):
     """A 3-layer random Llama (vocabulary 97) with SDPA attention, in eval mode."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=97, hidden_size=hidden, intermediate_size=80, num_hidden_layers=3,
-                      num_attention_heads=heads, num_key_value_heads=kv_heads,
-                      attention_bias=bias, max_position_embeddings=256, **extra)
+    cfg = LlamaConfig(
+        vocab_size=97,
+        hidden_size=hidden,
+        intermediate_size=80,
+        num_hidden_layers=3,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        attention_bias=bias,
+        max_position_embeddings=256,
+        **extra,
+    )
     cfg._attn_implementation = "sdpa"
     return LlamaForCausalLM(cfg).eval()

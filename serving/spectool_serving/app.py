@@ -20,7 +20,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from spectool.errors import EngineError, ToolCacheError
 
@@ -32,8 +32,9 @@ __all__ = ["create_app"]
 
 
 def _error(status: int, message: str, type_: str = "invalid_request_error", param: str | None = None):
-    return JSONResponse({"error": {"message": message, "type": type_, "param": param, "code": status}},
-                        status_code=status)
+    return JSONResponse(
+        {"error": {"message": message, "type": type_, "param": param, "code": status}}, status_code=status
+    )
 
 
 def _owner(request: Request, api_keys: set[str] | None) -> str | JSONResponse:
@@ -44,8 +45,13 @@ def _owner(request: Request, api_keys: set[str] | None) -> str | JSONResponse:
     return token
 
 
-def create_app(engine: Engine, *, api_keys: set[str] | None = None,
-               max_body_bytes: int = 1 << 20, max_tokens: int = 32768) -> FastAPI:
+def create_app(
+    engine: Engine,
+    *,
+    api_keys: set[str] | None = None,
+    max_body_bytes: int = 1 << 20,
+    max_tokens: int = 32768,
+) -> FastAPI:
     app = FastAPI(title="spectool engine")
     app.state.engine = engine
     registry = _metrics_registry(engine)
@@ -63,18 +69,27 @@ def create_app(engine: Engine, *, api_keys: set[str] | None = None,
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": engine.model_name, "object": "model",
-                                            "created": 0, "owned_by": "spectool"}]}
+        return {
+            "object": "list",
+            "data": [{"id": engine.model_name, "object": "model", "created": 0, "owned_by": "spectool"}],
+        }
 
-    @app.get("/metrics", response_class=Response,
-             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
     async def metrics():
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/cache-tool-output/{response_id}", response_model=ToolOutputPosted,
-              openapi_extra=_body_doc(ToolOutputItems), responses=_errors_doc(400, 401, 404, 410, 413, 422))
+    @app.post(
+        "/cache-tool-output/{response_id}",
+        response_model=ToolOutputPosted,
+        openapi_extra=_body_doc(ToolOutputItems),
+        responses=_errors_doc(400, 401, 404, 410, 413, 422),
+    )
     async def cache_tool_output(response_id: str, request: Request):
         """Post speculative tool outputs to a live response of yours (Algorithm 5)."""
         owner = _owner(request, api_keys)
@@ -93,10 +108,17 @@ def create_app(engine: Engine, *, api_keys: set[str] | None = None,
         except ToolCacheError as exc:
             return _error(exc.status_code or 400, str(exc))
 
-    @app.post("/v1/chat/completions", openapi_extra=_capped(_body_doc(ChatCompletionRequest), max_tokens),
-              responses={200: {"description": "a chat.completion, or server-sent events when streamed",
-                               "content": {"application/json": {}, "text/event-stream": {}}},
-                         **_errors_doc(400, 401, 409, 413, 429)})
+    @app.post(
+        "/v1/chat/completions",
+        openapi_extra=_capped(_body_doc(ChatCompletionRequest), max_tokens),
+        responses={
+            200: {
+                "description": "a chat.completion, or server-sent events when streamed",
+                "content": {"application/json": {}, "text/event-stream": {}},
+            },
+            **_errors_doc(400, 401, 409, 413, 429),
+        },
+    )
     async def chat(request: Request):
         """OpenAI Chat Completions (streamed as server-sent events when ``stream`` is true)."""
         owner = _owner(request, api_keys)
@@ -148,7 +170,7 @@ _REF = "#/components/schemas/{model}"
 _BODY_DEFS: dict[str, Any] = {}  # nested models of the documented bodies, for components
 
 
-def _body_doc(model: type) -> dict:
+def _body_doc(model: type[BaseModel]) -> dict:
     """The request body in the OpenAPI schema (the route reads the raw stream itself, so
     FastAPI cannot infer it)."""
     schema = model.model_json_schema(ref_template=_REF)
@@ -179,10 +201,16 @@ def _with_body_defs(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-_WHY = {400: "malformed JSON or request", 401: "missing or unknown API key",
-        404: "unknown response id (ids are per tenant)", 409: "response id already in use",
-        410: "the response has finished", 413: "body over the size limit",
-        422: "items that do not match the schema", 429: "too many open responses"}
+_WHY = {
+    400: "malformed JSON or request",
+    401: "missing or unknown API key",
+    404: "unknown response id (ids are per tenant)",
+    409: "response id already in use",
+    410: "the response has finished",
+    413: "body over the size limit",
+    422: "items that do not match the schema",
+    429: "too many open responses",
+}
 
 
 def _errors_doc(*codes: int) -> dict:
@@ -211,48 +239,113 @@ async def _complete(engine: Engine, seqs: list, meta: dict) -> Any:
     choices, prompt, completion = [], 0, 0
     for i in sorted(finals):
         ev = finals[i]
-        message = {"role": "assistant", "content": ev["content"] if not ev["tool_call"] else (ev["content"] or None)}
+        message = {
+            "role": "assistant",
+            "content": ev["content"] if not ev["tool_call"] else (ev["content"] or None),
+        }
         if ev["tool_call"]:
             message["tool_calls"] = _tool_calls(ev["tool_call"])
-        choices.append({"index": i, "message": message, "finish_reason": ev["reason"],
-                        "logprobs": None, "spectool_resolved_calls": ev["resolved"]})
+        choices.append(
+            {
+                "index": i,
+                "message": message,
+                "finish_reason": ev["reason"],
+                "logprobs": None,
+                "spectool_resolved_calls": ev["resolved"],
+            }
+        )
         prompt = max(prompt, ev["usage"]["prompt_tokens"])
         completion += ev["usage"]["completion_tokens"]
-    return {**meta, "object": "chat.completion", "choices": choices,
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion}}
+    return {
+        **meta,
+        "object": "chat.completion",
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
 
 
 def _chunk(meta: dict, choices: list, **extra: Any) -> str:
-    return "data: " + json.dumps({**meta, "object": "chat.completion.chunk", "choices": choices, **extra}) + "\n\n"
+    return (
+        "data: "
+        + json.dumps({**meta, "object": "chat.completion.chunk", "choices": choices, **extra})
+        + "\n\n"
+    )
 
 
 async def _sse(engine: Engine, seqs: list, meta: dict, include_usage: bool, owner: str) -> AsyncIterator[str]:
     prompt = completion = 0
     try:
         # the first chunk carries the response id before any token: the client posts to it
-        yield _chunk(meta, [{"index": s.index, "delta": {"role": "assistant", "content": ""},
-                             "finish_reason": None} for s in seqs])
+        yield _chunk(
+            meta,
+            [
+                {"index": s.index, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                for s in seqs
+            ],
+        )
         async for index, ev in engine.stream(seqs):
             if ev["type"] == "content":
-                yield _chunk(meta, [{"index": index, "delta": {"content": ev["text"]}, "finish_reason": None}])
+                yield _chunk(
+                    meta, [{"index": index, "delta": {"content": ev["text"]}, "finish_reason": None}]
+                )
             elif ev["type"] == "resolved":
-                yield _chunk(meta, [{"index": index, "delta": {}, "finish_reason": None,
-                                     "spectool_resolved_call": ev["record"]}])
+                yield _chunk(
+                    meta,
+                    [
+                        {
+                            "index": index,
+                            "delta": {},
+                            "finish_reason": None,
+                            "spectool_resolved_call": ev["record"],
+                        }
+                    ],
+                )
             elif ev["type"] == "error":
-                yield "data: " + json.dumps({"error": {"message": ev["message"], "type": "server_error"}}) + "\n\n"
+                yield (
+                    "data: "
+                    + json.dumps({"error": {"message": ev["message"], "type": "server_error"}})
+                    + "\n\n"
+                )
                 return
             elif ev["type"] == "finish":
                 if ev["tool_call"]:
-                    yield _chunk(meta, [{"index": index, "delta": {"tool_calls": _tool_calls(ev["tool_call"], True)},
-                                         "finish_reason": None}])
-                yield _chunk(meta, [{"index": index, "delta": {}, "finish_reason": ev["reason"],
-                                     "spectool_resolved_calls": ev["resolved"]}])
+                    yield _chunk(
+                        meta,
+                        [
+                            {
+                                "index": index,
+                                "delta": {"tool_calls": _tool_calls(ev["tool_call"], True)},
+                                "finish_reason": None,
+                            }
+                        ],
+                    )
+                yield _chunk(
+                    meta,
+                    [
+                        {
+                            "index": index,
+                            "delta": {},
+                            "finish_reason": ev["reason"],
+                            "spectool_resolved_calls": ev["resolved"],
+                        }
+                    ],
+                )
                 prompt = max(prompt, ev["usage"]["prompt_tokens"])
                 completion += ev["usage"]["completion_tokens"]
         if include_usage:
-            yield _chunk(meta, [], usage={"prompt_tokens": prompt, "completion_tokens": completion,
-                                          "total_tokens": prompt + completion})
+            yield _chunk(
+                meta,
+                [],
+                usage={
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt + completion,
+                },
+            )
         yield "data: [DONE]\n\n"
     finally:
         _close(engine, meta["id"], owner)
@@ -262,19 +355,25 @@ def _decoding_metrics(stats: Any):
     """Text speculation (tree decoding policy): τ, draft size and verify time."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    yield CounterMetricFamily("spectool_engine_tree_steps", "verification steps with a text draft",
-                              value=stats.steps)
-    yield CounterMetricFamily("spectool_engine_tree_drafted", "text draft tokens verified",
-                              value=stats.drafted)
-    yield CounterMetricFamily("spectool_engine_tree_accepted", "text draft tokens accepted",
-                              value=stats.accepted)
-    yield CounterMetricFamily("spectool_engine_tree_verify_seconds", "time in verifying forwards",
-                              value=stats.verify_s)
-    yield GaugeMetricFamily("spectool_engine_tree_tau", "mean tokens emitted per verification",
-                            value=stats.tau)
+    yield CounterMetricFamily(
+        "spectool_engine_tree_steps", "verification steps with a text draft", value=stats.steps
+    )
+    yield CounterMetricFamily(
+        "spectool_engine_tree_drafted", "text draft tokens verified", value=stats.drafted
+    )
+    yield CounterMetricFamily(
+        "spectool_engine_tree_accepted", "text draft tokens accepted", value=stats.accepted
+    )
+    yield CounterMetricFamily(
+        "spectool_engine_tree_verify_seconds", "time in verifying forwards", value=stats.verify_s
+    )
+    yield GaugeMetricFamily(
+        "spectool_engine_tree_tau", "mean tokens emitted per verification", value=stats.tau
+    )
     steps = max(stats.steps, 1)
-    yield GaugeMetricFamily("spectool_engine_tree_mean_draft", "mean draft tokens per verification",
-                            value=stats.drafted / steps)
+    yield GaugeMetricFamily(
+        "spectool_engine_tree_mean_draft", "mean draft tokens per verification", value=stats.drafted / steps
+    )
 
 
 def _metrics_registry(engine: Engine):
@@ -285,10 +384,12 @@ def _metrics_registry(engine: Engine):
         def collect(self):
             for name, value in engine.counters().items():
                 yield CounterMetricFamily(f"spectool_engine_{name}", f"engine counter {name}", value=value)
-            yield GaugeMetricFamily("spectool_engine_running", "sequences in the batch",
-                                    value=len(engine.scheduler.running))
-            yield GaugeMetricFamily("spectool_engine_waiting", "sequences queued",
-                                    value=len(engine.scheduler.waiting))
+            yield GaugeMetricFamily(
+                "spectool_engine_running", "sequences in the batch", value=len(engine.scheduler.running)
+            )
+            yield GaugeMetricFamily(
+                "spectool_engine_waiting", "sequences queued", value=len(engine.scheduler.waiting)
+            )
             if engine.decoding is not None and engine.decoding.mode != "off":
                 yield from _decoding_metrics(engine.decoding.stats)
 

@@ -20,10 +20,20 @@ import uuid
 from .requests import build_sequences
 from .server import build_engine
 
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-BODY = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "tools": [WEATHER],
-        "tool_choice": "required", "temperature": 0, "max_tokens": 40}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+BODY = {
+    "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+    "tools": [WEATHER],
+    "tool_choice": "required",
+    "temperature": 0,
+    "max_tokens": 40,
+}
 
 
 def _run(engine, bodies, before=None):
@@ -43,8 +53,11 @@ def _run(engine, bodies, before=None):
 
 
 def throughput(engine, tokens: int) -> dict:
-    body = {"messages": [{"role": "user", "content": "Write a long story about a dragon."}],
-            "temperature": 0, "max_tokens": tokens}
+    body = {
+        "messages": [{"role": "user", "content": "Write a long story about a dragon."}],
+        "temperature": 0,
+        "max_tokens": tokens,
+    }
     out = {}
     for n in (1, 8):
         t = time.perf_counter()
@@ -83,9 +96,14 @@ def _agent_once(engine, latency: float) -> dict:
             call = fin["tool_call"]
             wait = latency if mode == "baseline" else max(0.0, latency - (time.perf_counter() - started))
             time.sleep(wait)
-            messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
-                         {"role": "tool", "tool_call_id": call["id"],
-                          "content": _tool(json.loads(call["function"]["arguments"]))}]
+            messages += [
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {
+                    "role": "tool",
+                    "tool_call_id": call["id"],
+                    "content": _tool(json.loads(call["function"]["arguments"])),
+                },
+            ]
         res[mode] = time.perf_counter() - t
         res[f"{mode}_counters"] = {k: engine.counters()[k] - c0[k] for k in c0}
         args = json.loads(call["function"]["arguments"])
@@ -97,7 +115,9 @@ def _agent_once(engine, latency: float) -> dict:
         def go():
             time.sleep(latency)
             engine.store.post(rid, "", [{"name": "get_weather", "params": args, "output": _tool(args)}])
+
         threading.Thread(target=go, daemon=True).start()
+
     fin = _run(engine, [BODY], before=post_later)[0]
     res["engine"] = time.perf_counter() - t
     res["engine_counters"] = {k: engine.counters()[k] - c0[k] for k in c0}
@@ -113,11 +133,16 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=1, help="interleaved repeats of the agent turn")
     a = p.parse_args(argv)
     engine = build_engine(dtype=a.dtype)
-    out = {"throughput": throughput(engine, a.tokens), "agent": agent_turns(engine, a.tool_latency, a.repeats)}
+    out = {
+        "throughput": throughput(engine, a.tokens),
+        "agent": agent_turns(engine, a.tool_latency, a.repeats),
+    }
     b, e = out["agent"]["baseline_counters"], out["agent"]["engine_counters"]
-    out["per_hit"] = {"prefill_tokens_saved": b["prefill_tokens"] - e["prefill_tokens"],
-                      "reprefilled_history_saved": b["reprefilled_tokens"] - e["reprefilled_tokens"],
-                      "round_trips_saved": b["left_batch"] - e["left_batch"]}
+    out["per_hit"] = {
+        "prefill_tokens_saved": b["prefill_tokens"] - e["prefill_tokens"],
+        "reprefilled_history_saved": b["reprefilled_tokens"] - e["reprefilled_tokens"],
+        "round_trips_saved": b["left_batch"] - e["left_batch"],
+    }
     print(json.dumps(out, indent=1))
     return 0
 

@@ -13,8 +13,9 @@ import asyncio
 import threading
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 import torch
 
@@ -55,9 +56,17 @@ class EngineStats:
 
 
 class Engine:
-    def __init__(self, runner: Runner, tokenizer: Any, fmt: PromptFormat, *,
-                 store: ToolOutputStore | None = None, scheduler: Scheduler | None = None,
-                 model_name: str = "model", decoding: Any = None) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        tokenizer: Any,
+        fmt: PromptFormat,
+        *,
+        store: ToolOutputStore | None = None,
+        scheduler: Scheduler | None = None,
+        model_name: str = "model",
+        decoding: Any = None,
+    ) -> None:
         self.runner, self.tokenizer, self.fmt, self.model_name = runner, tokenizer, fmt, model_name
         self.decoding = decoding  # tree.policy.DecodingPolicy for ordinary text, or None
         self.store = store
@@ -68,8 +77,9 @@ class Engine:
         eos = tokenizer.convert_tokens_to_ids(fmt.eos)
         self.eos_id = eos if isinstance(eos, int) and eos >= 0 else tokenizer.eos_token_id
         vocab = runner.model.config.vocab_size
-        self.ctx = RoundContext(tokenizer, self.eos_id, CallGrammar(tokenizer, vocab, self.eos_id),
-                                store, self.memo, self.stats)
+        self.ctx = RoundContext(
+            tokenizer, self.eos_id, CallGrammar(tokenizer, vocab, self.eos_id), store, self.memo, self.stats
+        )
         self._recent: deque[tuple[tuple[int, ...], int]] = deque(maxlen=64)
         self._inbox: deque[Sequence] = deque()
         self._cancelled: set[str] = set()
@@ -120,8 +130,11 @@ class Engine:
     def _decode(self, batch: list[Sequence]) -> None:
         by_id = {s.seq_id: s for s in batch}
         drafts = {s.seq_id: propose_draft(s, self.ctx) for s in batch}
-        text = {i for i, d in drafts.items() if not d and self.decoding is not None
-                and by_id[i].phase is Phase.TEXT and by_id[i].pending}
+        text = {
+            i
+            for i, d in drafts.items()
+            if not d and self.decoding is not None and by_id[i].phase is Phase.TEXT and by_id[i].pending
+        }
         trees = self._text_drafts([by_id[i] for i in text], drafts, len(batch))
         rows = [by_id[i] for i in self.kv.rows]
         counts = [len(s.pending) + len(drafts[s.seq_id]) for s in rows]
@@ -148,18 +161,18 @@ class Engine:
                 continue
             p, draft = len(s.pending), drafts[s.seq_id]
             fed = [s.tokens[s.n_cached + p - 1], *draft]  # root (last pending) + draft
-            n_acc = self._accept(s, logits[b, p - 1: p + len(draft)], draft, pending=p,
-                                 o2=s.seq_id not in text)
+            n_acc = self._accept(
+                s, logits[b, p - 1 : p + len(draft)], draft, pending=p, o2=s.seq_id not in text
+            )
             kept.append(list(range(p + n_acc)))
             if s.seq_id in text:
-                self.decoding.observe(s.seq_id, fed, logits[b, p - 1: p + len(draft)], n_acc, t_fwd)
+                self.decoding.observe(s.seq_id, fed, logits[b, p - 1 : p + len(draft)], n_acc, t_fwd)
         self.kv.commit(kept, g)
         for s in rows:
             if s.finish_reason is not None:
                 self._retire(s)
 
-    def _text_drafts(self, seqs: list[Sequence], drafts: dict[int, list[int]],
-                     batch: int) -> dict[int, Any]:
+    def _text_drafts(self, seqs: list[Sequence], drafts: dict[int, list[int]], batch: int) -> dict[int, Any]:
         """Text drafts for rows O2 left without one (filled into ``drafts``): a tree rooted at
         the pending token for greedy rows, the best chain otherwise. Returns the trees by
         sequence id, cut to the one width that pays for the whole step."""
@@ -181,8 +194,9 @@ class Engine:
                 del trees[i]
         return trees
 
-    def _accept(self, seq: Sequence, logits: torch.Tensor, draft: list[int], pending: int = 0,
-                o2: bool = True) -> int:
+    def _accept(
+        self, seq: Sequence, logits: torch.Tensor, draft: list[int], pending: int = 0, o2: bool = True
+    ) -> int:
         """Verify ``draft`` against logits [d+1, V], advance the sequence; returns #accepted.
         ``o2=False`` for text drafts, which the decoding policy counts instead."""
         logits = logits.cpu()  # the d+1 rows sampling reads; the rest stays on the device
@@ -209,11 +223,10 @@ class Engine:
     def _accept_tree(self, seq: Sequence, tree: Any, logits: torch.Tensor, t_fwd: float) -> list[int]:
         """Greedy tree row: follow the argmax path, then advance along it like a chain draft
         (stops and limits apply token by token). Returns the new slots to keep."""
-        path, _ = greedy_tree_accept(tree.parents, tree.tokens, logits[:len(tree)].argmax(-1).tolist())
-        n_acc = self._accept(seq, logits[path], [tree.tokens[i] for i in path[1:]], pending=1,
-                             o2=False)
-        self.decoding.observe_tree(seq.seq_id, tree, logits[:len(tree)], path, t_fwd)
-        return path[:1 + n_acc]
+        path, _ = greedy_tree_accept(tree.parents, tree.tokens, logits[: len(tree)].argmax(-1).tolist())
+        n_acc = self._accept(seq, logits[path], [tree.tokens[i] for i in path[1:]], pending=1, o2=False)
+        self.decoding.observe_tree(seq.seq_id, tree, logits[: len(tree)], path, t_fwd)
+        return path[: 1 + n_acc]
 
     def _evict(self, seq: Sequence) -> None:
         self.kv.leave({seq.seq_id})
@@ -230,10 +243,16 @@ class Engine:
         if self.decoding is not None:
             self.decoding.forget(seq.seq_id)
         self._recent.append((tuple(seq.tokens), seq.prompt_len))
-        seq.emit({"type": "finish", "reason": seq.finish_reason, "content": seq.content,
-                  "tool_call": seq.final_call, "resolved": list(seq.resolved),
-                  "usage": {"prompt_tokens": seq.prompt_len + seq.appended,
-                            "completion_tokens": seq.generated}})
+        seq.emit(
+            {
+                "type": "finish",
+                "reason": seq.finish_reason,
+                "content": seq.content,
+                "tool_call": seq.final_call,
+                "resolved": list(seq.resolved),
+                "usage": {"prompt_tokens": seq.prompt_len + seq.appended, "completion_tokens": seq.generated},
+            }
+        )
 
     # -- the thread and the async bridge ------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -274,8 +293,12 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._wake:
-                while not self._stop and not self._inbox and not self._cancelled \
-                        and not self.scheduler.has_work():
+                while (
+                    not self._stop
+                    and not self._inbox
+                    and not self._cancelled
+                    and not self.scheduler.has_work()
+                ):
                     self._wake.wait()
                 if self._stop:
                     return
@@ -294,7 +317,7 @@ class Engine:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         for s in seqs:
-            s.emit = (lambda ev, i=s.index: loop.call_soon_threadsafe(queue.put_nowait, (i, ev)))
+            s.emit = lambda ev, i=s.index: loop.call_soon_threadsafe(queue.put_nowait, (i, ev))
         for s in seqs:
             self.add(s)
         open_ = len(seqs)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import copy
 import json
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -44,10 +45,17 @@ def call_schema(tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for t in tools:
         fn = t.get("function", t)
         params = copy.deepcopy(fn.get("parameters") or {"type": "object", "properties": {}})
-        branches.append({"type": "object",
-                         "properties": {"name": {"type": "string", "enum": [fn["name"]]},
-                                        "arguments": _bound_strings(params)},
-                         "required": ["name", "arguments"], "additionalProperties": False})
+        branches.append(
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "enum": [fn["name"]]},
+                    "arguments": _bound_strings(params),
+                },
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
     return branches[0] if len(branches) == 1 else {"anyOf": branches}
 
 
@@ -58,8 +66,9 @@ class CallGrammar:
         import xgrammar as xgr
 
         self._xgr = xgr
-        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size,
-                                                  stop_token_ids=[eos_token_id])
+        info = xgr.TokenizerInfo.from_huggingface(
+            tokenizer, vocab_size=vocab_size, stop_token_ids=[eos_token_id]
+        )
         self._compiler = xgr.GrammarCompiler(info)
         self._compiled: OrderedDict[str, Any] = OrderedDict()
         self._size = cache_size
@@ -71,8 +80,9 @@ class CallGrammar:
         compiled = self._compiled.get(key)
         if compiled is None:
             xgr = self._xgr
-            body = xgr.Grammar.from_json_schema(json.dumps(call_schema(tools)), any_whitespace=False,
-                                                separators=(", ", ": "))
+            body = xgr.Grammar.from_json_schema(
+                json.dumps(call_schema(tools)), any_whitespace=False, separators=(", ", ": ")
+            )
             parts = [body]
             if fmt.call_prefix:
                 parts.insert(0, xgr.Grammar.from_ebnf(f"root ::= {json.dumps(fmt.call_prefix)}"))

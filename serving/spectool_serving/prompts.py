@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .toolcalls import PromptFormat, render_segments
 
@@ -42,9 +43,15 @@ def encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
 
 
-def encode_prompt(tokenizer: Any, fmt: PromptFormat, messages: Sequence[Mapping[str, Any]],
-                  tools: Sequence[Mapping[str, Any]] = (), *, forced_prefix: str = "",
-                  memo: TokenMemo | None = None) -> list[int]:
+def encode_prompt(
+    tokenizer: Any,
+    fmt: PromptFormat,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] = (),
+    *,
+    forced_prefix: str = "",
+    memo: TokenMemo | None = None,
+) -> list[int]:
     """Token ids of a chat prompt ending with the generation prompt (and ``forced_prefix``)."""
     ids: list[int] = []
     for text, is_body in render_segments(fmt, messages, tools, forced_prefix=forced_prefix):

@@ -70,8 +70,9 @@ def _params(req: ChatCompletionRequest, cap: int) -> SamplingParams:
     return SamplingParams(temperature, top_p, max_tokens, req.seed, stop)
 
 
-def build_sequences(body: Any, engine: Any, response_id: str, owner: str, *,
-                    max_tokens_cap: int = 32768) -> list[Sequence]:
+def build_sequences(
+    body: Any, engine: Any, response_id: str, owner: str, *, max_tokens_cap: int = 32768
+) -> list[Sequence]:
     """One sequence per choice; raises EngineError(400) on a malformed body."""
     req = parse_chat(body)
     plain = req.dump()
@@ -81,8 +82,22 @@ def build_sequences(body: Any, engine: Any, response_id: str, owner: str, *,
     fmt = engine.fmt
     forced = fmt.call_start if choice not in (None, "auto", "none") else ""
     prompt_tools = tools if choice is not None else []
-    ids = encode_prompt(engine.tokenizer, fmt, plain["messages"], prompt_tools, forced_prefix=forced,
-                        memo=engine.memo)
+    ids = encode_prompt(
+        engine.tokenizer, fmt, plain["messages"], prompt_tools, forced_prefix=forced, memo=engine.memo
+    )
     forced_ids = encode(engine.tokenizer, forced)
-    return [Sequence(response_id, owner, list(ids), params, fmt, prompt_tools, choice, forced_ids,
-                     emit=lambda ev: None, index=i) for i in range(req.n or 1)]
+    return [
+        Sequence(
+            response_id,
+            owner,
+            list(ids),
+            params,
+            fmt,
+            prompt_tools,
+            choice,
+            forced_ids,
+            emit=lambda ev: None,
+            index=i,
+        )
+        for i in range(req.n or 1)
+    ]

@@ -51,7 +51,7 @@ def begin_round(seq: Sequence) -> None:
 
 
 def _body(seq: Sequence, ctx: RoundContext) -> str:
-    ids = seq.tokens[seq.body_start:]
+    ids = seq.tokens[seq.body_start :]
     if ids and ids[-1] == ctx.eos_id:
         ids = ids[:-1]
     return ctx.tokenizer.decode(ids)
@@ -82,7 +82,7 @@ def _emit_content(seq: Sequence, safe: str) -> None:
     while safe.endswith("\ufffd"):  # half a UTF-8 character: wait for the rest
         safe = safe[:-1]
     if len(safe) > seq.emitted_chars:
-        seq.emit({"type": "content", "text": safe[seq.emitted_chars:]})
+        seq.emit({"type": "content", "text": safe[seq.emitted_chars :]})
         seq.emitted_chars = len(safe)
 
 
@@ -91,7 +91,7 @@ def propose_draft(seq: Sequence, ctx: RoundContext) -> list[int]:
     if seq.phase is not Phase.CALL or ctx.store is None or seq.draft_attempts >= MAX_DRAFT_ATTEMPTS:
         return []
     body = _body(seq, ctx)
-    call_text = body[seq.call_start:]
+    call_text = body[seq.call_start :]
     found = _NAME.search(call_text)
     if found is None:
         return []
@@ -124,7 +124,7 @@ def advance(seq: Sequence, token: int, ctx: RoundContext) -> bool:
         cut = min((body.find(s) for s in seq.params.stop if s in body), default=-1)
         if cut >= 0 or token == ctx.eos_id:
             if token == ctx.eos_id:
-                ctx.memo.put(body, seq.tokens[seq.body_start:-1])
+                ctx.memo.put(body, seq.tokens[seq.body_start : -1])
             return _finish(seq, "stop", body[:cut] if cut >= 0 else body)
         enter_call_if_started(seq, ctx, body)
         if seq.phase is Phase.TEXT:
@@ -146,14 +146,17 @@ def _finish(seq: Sequence, reason: str, content: str) -> bool:
 
 def _call_ended(seq: Sequence, ctx: RoundContext) -> bool:
     body = _body(seq, ctx)
-    ctx.memo.put(body, seq.tokens[seq.body_start:-1])
+    ctx.memo.put(body, seq.tokens[seq.body_start : -1])
     content = body[: seq.call_start - len(seq.fmt.call_start)]
     try:
-        name, args = parse_call(seq.fmt, body[seq.call_start:])
+        name, args = parse_call(seq.fmt, body[seq.call_start :])
     except ModelOutputError:  # the grammar makes this unreachable; stay safe anyway
         return _finish(seq, "stop", body)
-    call = {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-            "function": {"name": name, "arguments": args}}
+    call = {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": name, "arguments": args},
+    }
     entry = None
     if ctx.store is not None and len(seq.resolved) < ctx.max_rounds:
         entry = ctx.store.take(seq.response_id, seq.owner, name, args)

@@ -36,8 +36,7 @@ class Scheduler:
     def admit(self, width: int) -> list[Sequence]:
         """Waiting sequences that fit now (they must be prefilled before they decode)."""
         admitted: list[Sequence] = []
-        while self.waiting and len(admitted) < self.prefills_per_step \
-                and len(self.running) < self.max_batch:
+        while self.waiting and len(admitted) < self.prefills_per_step and len(self.running) < self.max_batch:
             seq = self.waiting[0]
             rows = len(self.running) + 1
             need = rows * max(width, len(seq.tokens) + 1)

@@ -11,8 +11,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, RootModel
 
-__all__ = ["MAX_N", "ChatCompletionRequest", "ChatMessage", "ErrorBody", "FunctionSpec", "ToolOutputItem",
-           "ToolOutputItems", "ToolOutputPosted", "ToolSpec"]
+__all__ = [
+    "MAX_N",
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "ErrorBody",
+    "FunctionSpec",
+    "ToolOutputItem",
+    "ToolOutputItems",
+    "ToolOutputPosted",
+    "ToolSpec",
+]
 
 MAX_N = 8
 
@@ -25,13 +34,15 @@ class ToolOutputItem(BaseModel):
     name: str = Field(min_length=1, description="the tool's name, as in the request's tools")
     params: dict[str, JsonValue] | None = Field(default=None, description="the call's arguments")
     output: JsonValue = Field(description="what the tool returned (strings verbatim, else JSON)")
-    keep_alive: float | None = Field(default=None, gt=0, strict=True,
-                                     description="seconds to keep the entry (capped by the server's TTL)")
+    keep_alive: float | None = Field(
+        default=None, gt=0, strict=True, description="seconds to keep the entry (capped by the server's TTL)"
+    )
     effect: Literal["pure", "read_only"] = Field(
         default="read_only",
         description="pure: may be served any number of times; read_only: served at most once, "
-                    "only inside the response it was posted to, never after that response "
-                    "emitted a call the engine did not serve")
+        "only inside the response it was posted to, never after that response "
+        "emitted a call the engine did not serve",
+    )
 
 
 class ToolOutputItems(RootModel[list[ToolOutputItem]]):
@@ -39,8 +50,10 @@ class ToolOutputItems(RootModel[list[ToolOutputItem]]):
 
 
 class ToolOutputPosted(BaseModel):
-    cached: int = Field(description="entries kept (read-only entries posted after the response "
-                                    "emitted an unserved call are not)")
+    cached: int = Field(
+        description="entries kept (read-only entries posted after the response "
+        "emitted an unserved call are not)"
+    )
 
 
 class _ErrorDetail(BaseModel):
@@ -129,8 +142,11 @@ class ChatCompletionRequest(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     seed: int | None = None
-    stop: Annotated[str, Field(min_length=1)] | Annotated[
-        list[Annotated[str, Field(min_length=1)]], Field(max_length=4)] | None = None
+    stop: (
+        Annotated[str, Field(min_length=1)]
+        | Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=4)]
+        | None
+    ) = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -70,7 +71,7 @@ class Sequence:
 
     @property
     def pending(self) -> list[int]:
-        return self.tokens[self.n_cached:]
+        return self.tokens[self.n_cached :]
 
     @property
     def done(self) -> bool:

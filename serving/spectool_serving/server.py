@@ -14,14 +14,28 @@ from .store import ToolOutputStore
 __all__ = ["build_engine", "build_server", "serve"]
 
 
-def build_engine(source: str | None = None, *, dtype: str = "float32", device: str = "cpu",
-                 prompt_format: str | None = None, max_batch: int = 16, kv_slots: int = 65536,
-                 tool_cache: bool = True, loaded: Any = None, decoding: str = "off") -> Engine:
+def build_engine(
+    source: str | None = None,
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    prompt_format: str | None = None,
+    max_batch: int = 16,
+    kv_slots: int = 65536,
+    tool_cache: bool = True,
+    loaded: Any = None,
+    decoding: str = "off",
+) -> Engine:
     lm = loaded or load_model(source, dtype=dtype, device=device, prompt_format=prompt_format)
-    return Engine(Runner(lm.model, lm.device), lm.tokenizer, lm.fmt,
-                  store=ToolOutputStore() if tool_cache else None,
-                  scheduler=Scheduler(max_batch=max_batch, max_slots=kv_slots), model_name=lm.name,
-                  decoding=_decoding_policy(decoding, lm))
+    return Engine(
+        Runner(lm.model, lm.device),
+        lm.tokenizer,
+        lm.fmt,
+        store=ToolOutputStore() if tool_cache else None,
+        scheduler=Scheduler(max_batch=max_batch, max_slots=kv_slots),
+        model_name=lm.name,
+        decoding=_decoding_policy(decoding, lm),
+    )
 
 
 def _decoding_policy(mode: str, lm: Any) -> Any:

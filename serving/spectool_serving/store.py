@@ -66,9 +66,18 @@ def _schemas(tools: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any] 
 class ToolOutputStore:
     """Posted tool outputs keyed by (tenant, response id) and canonical call key."""
 
-    def __init__(self, *, ttl: float = 300.0, max_entries: int = 256, max_responses: int = 4096,
-                 max_open_per_tenant: int = 256, grace: float = 60.0, open_ttl: float = 3600.0,
-                 sweep_every: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        ttl: float = 300.0,
+        max_entries: int = 256,
+        max_responses: int = 4096,
+        max_open_per_tenant: int = 256,
+        grace: float = 60.0,
+        open_ttl: float = 3600.0,
+        sweep_every: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.ttl, self.max_entries, self.grace, self.open_ttl = ttl, max_entries, grace, open_ttl
         self.max_responses, self.max_open_per_tenant = max_responses, max_open_per_tenant
         self.sweep_every = sweep_every
@@ -159,8 +168,9 @@ class ToolOutputStore:
         return r
 
     # -- lookups (engine side) -----------------------------------------------------------------
-    def take(self, response_id: str, owner: str, name: str,
-             arguments: str | Mapping[str, Any]) -> StoredOutput | None:
+    def take(
+        self, response_id: str, owner: str, name: str, arguments: str | Mapping[str, Any]
+    ) -> StoredOutput | None:
         """Full-key hit (O3) or None; a read-only entry is consumed by the hit. Never raises
         on odd arguments."""
         with self._lock:

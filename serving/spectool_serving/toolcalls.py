@@ -18,14 +18,24 @@ same text.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from spectool.errors import ModelOutputError
 from spectool.toolcall_text import parse_tool_calls
 
-__all__ = ["FORMATS", "PromptFormat", "call_json", "detect_format", "draft_cached_call",
-           "held_back", "output_text", "parse_call", "render_segments"]
+__all__ = [
+    "FORMATS",
+    "PromptFormat",
+    "call_json",
+    "detect_format",
+    "draft_cached_call",
+    "held_back",
+    "output_text",
+    "parse_call",
+    "render_segments",
+]
 
 _SMOL_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 # Two worked examples: a 135M model calls tools reliably only when shown how (REFERENCE §2).
@@ -74,27 +84,48 @@ class PromptFormat:
             lines.append(
                 "You can call tools. To call one, answer with exactly:\n"
                 f"{self.render_call('<tool name>', '{<arguments as JSON>}')}\n"
-                "Available tools:\n" + "\n".join(json.dumps(_fn(t)) for t in tools) + "\n"
+                "Available tools:\n"
+                + "\n".join(json.dumps(_fn(t)) for t in tools)
+                + "\n"
                 + (_EXAMPLES if self.call_start == "<tool_call>" else "")
             )
         return "\n\n".join(x for x in lines if x).strip()
 
 
-_CHATML = dict(bos="", header="<|im_start|>{role}\n", footer="<|im_end|>", separator="\n",
-               eos="<|im_end|>", call_start="<tool_call>", call_prefix="\n",
-               call_suffix="\n</tool_call>")
+_CHATML = dict(
+    bos="",
+    header="<|im_start|>{role}\n",
+    footer="<|im_end|>",
+    separator="\n",
+    eos="<|im_end|>",
+    call_start="<tool_call>",
+    call_prefix="\n",
+    call_suffix="\n</tool_call>",
+)
 FORMATS: dict[str, PromptFormat] = {
     "chatml": PromptFormat("chatml", tool_role="tool", default_system=_SMOL_SYSTEM, **_CHATML),
-    "qwen": PromptFormat("qwen", tool_role="user",
-                         tool_wrap="<tool_response>\n{content}\n</tool_response>", **_CHATML),
+    "qwen": PromptFormat(
+        "qwen", tool_role="user", tool_wrap="<tool_response>\n{content}\n</tool_response>", **_CHATML
+    ),
     "llama3": PromptFormat(
-        "llama3", bos="<|begin_of_text|>", header="<|start_header_id|>{role}<|end_header_id|>\n\n",
-        footer="<|eot_id|>", separator="", eos="<|eot_id|>", call_start="<tool_call>",
-        call_prefix="\n", call_suffix="\n</tool_call>", tool_role="ipython"),
+        "llama3",
+        bos="<|begin_of_text|>",
+        header="<|start_header_id|>{role}<|end_header_id|>\n\n",
+        footer="<|eot_id|>",
+        separator="",
+        eos="<|eot_id|>",
+        call_start="<tool_call>",
+        call_prefix="\n",
+        call_suffix="\n</tool_call>",
+        tool_role="ipython",
+    ),
     # xLAM writes its calls as a JSON array that is the whole message
-    "xlam": PromptFormat("xlam", **{**_CHATML, "call_start": "[", "call_prefix": "",
-                                     "call_suffix": "]"}, tool_role="tool",
-                         start_only_at_message_start=True),
+    "xlam": PromptFormat(
+        "xlam",
+        **{**_CHATML, "call_start": "[", "call_prefix": "", "call_suffix": "]"},
+        tool_role="tool",
+        start_only_at_message_start=True,
+    ),
 }
 
 
@@ -138,9 +169,13 @@ def assistant_body(fmt: PromptFormat, message: Mapping[str, Any]) -> str:
     return body
 
 
-def render_segments(fmt: PromptFormat, messages: Sequence[Mapping[str, Any]],
-                    tools: Sequence[Mapping[str, Any]] = (), *, forced_prefix: str = "",
-                    ) -> list[tuple[str, bool]]:
+def render_segments(
+    fmt: PromptFormat,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] = (),
+    *,
+    forced_prefix: str = "",
+) -> list[tuple[str, bool]]:
     """The prompt as ``(text, is_assistant_body)`` segments, ending with the generation prompt.
 
     Tokenizing each segment separately and concatenating gives the same ids an engine holds
@@ -162,11 +197,19 @@ def render_segments(fmt: PromptFormat, messages: Sequence[Mapping[str, Any]],
             out += [(text, False), (assistant_body(fmt, m), True)]
             text = fmt.footer + fmt.separator
         elif role == "tool":
-            text += fmt.header.format(role=fmt.tool_role) + fmt.tool_wrap.format(
-                content=_content(m)) + fmt.footer + fmt.separator
+            text += (
+                fmt.header.format(role=fmt.tool_role)
+                + fmt.tool_wrap.format(content=_content(m))
+                + fmt.footer
+                + fmt.separator
+            )
         else:
-            text += fmt.header.format(role="system" if role == "developer" else role) + _content(m) \
-                + fmt.footer + fmt.separator
+            text += (
+                fmt.header.format(role="system" if role == "developer" else role)
+                + _content(m)
+                + fmt.footer
+                + fmt.separator
+            )
     out.append((text + fmt.generation_prompt(), False))
     if forced_prefix:
         out.append((forced_prefix, False))
@@ -178,8 +221,12 @@ def tool_results_text(fmt: PromptFormat, outputs: Iterable[Any], forced_prefix: 
     (O3), through the next generation prompt: exactly the next request's rendering."""
     text = fmt.separator
     for output in outputs:
-        text += fmt.header.format(role=fmt.tool_role) + fmt.tool_wrap.format(
-            content=output_text(output)) + fmt.footer + fmt.separator
+        text += (
+            fmt.header.format(role=fmt.tool_role)
+            + fmt.tool_wrap.format(content=output_text(output))
+            + fmt.footer
+            + fmt.separator
+        )
     return text + fmt.generation_prompt() + forced_prefix
 
 
@@ -201,8 +248,9 @@ def held_back(text: str, markers: Iterable[str]) -> int:
     return keep
 
 
-def draft_cached_call(fmt: PromptFormat, call_text: str,
-                      entries: Iterable[tuple[str, Mapping[str, Any] | str]]) -> str | None:
+def draft_cached_call(
+    fmt: PromptFormat, call_text: str, entries: Iterable[tuple[str, Mapping[str, Any] | str]]
+) -> str | None:
     """O2: the rest of a started call, from the newest cached entry that agrees with it.
 
     ``call_text`` is what the model wrote after the start marker; ``entries`` are (name,
@@ -214,7 +262,7 @@ def draft_cached_call(fmt: PromptFormat, call_text: str,
         full = fmt.call_prefix + call_json(name, args) + fmt.call_suffix
         named = len(fmt.call_prefix + call_json(name, "")) - 1  # through '"arguments": '
         if len(call_text) >= named and full.startswith(call_text) and len(full) > len(call_text):
-            return full[len(call_text):]
+            return full[len(call_text) :]
     return None
 
 
@@ -222,22 +270,25 @@ def parse_call(fmt: PromptFormat, call_text: str) -> tuple[str, str]:
     """(name, raw arguments text) of a finished call written after the start marker."""
     body = call_text
     if body.startswith(fmt.call_prefix):
-        body = body[len(fmt.call_prefix):]
+        body = body[len(fmt.call_prefix) :]
     if body.endswith(fmt.call_suffix):
         body = body[: len(body) - len(fmt.call_suffix)]
     head = '{"name": '
     try:
         name, end = json.JSONDecoder().raw_decode(body, len(head))
         marker = ', "arguments": '
-        if not body.startswith(head) or body[end:end + len(marker)] != marker or not body.endswith("}"):
+        if not body.startswith(head) or body[end : end + len(marker)] != marker or not body.endswith("}"):
             raise ValueError("not the call layout")
-        args = body[end + len(marker):-1]
+        args = body[end + len(marker) : -1]
         json.loads(args)
         return str(name), args
     except ValueError:
         # not our exact layout (e.g. a client-written call): fall back to the lenient parser
-        calls = parse_tool_calls(fmt.call_start + fmt.call_prefix + body + fmt.call_suffix
-                                 if fmt.call_start == "<tool_call>" else "[" + body + "]")
+        calls = parse_tool_calls(
+            fmt.call_start + fmt.call_prefix + body + fmt.call_suffix
+            if fmt.call_start == "<tool_call>"
+            else "[" + body + "]"
+        )
         if len(calls) != 1:
-            raise ModelOutputError(f"expected one tool call, got {len(calls)}: {call_text[:80]!r}")
+            raise ModelOutputError(f"expected one tool call, got {len(calls)}: {call_text[:80]!r}") from None
         return calls[0].name, calls[0].arguments_json

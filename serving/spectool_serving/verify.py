@@ -23,8 +23,9 @@ def accept_greedy(logits: torch.Tensor, draft: list[int]) -> tuple[int, int]:
     return n, int(target[n])
 
 
-def accept_sampled(probs: torch.Tensor, draft: list[int],
-                   generator: torch.Generator | None) -> tuple[int, int]:
+def accept_sampled(
+    probs: torch.Tensor, draft: list[int], generator: torch.Generator | None
+) -> tuple[int, int]:
     """probs [d+1, V] (already temperature/top-p processed), one-hot draft [d].
 
     Accept draft token x_i with probability p_i(x_i); on the first rejection draw from the

@@ -17,7 +17,8 @@ import json
 import statistics
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import anyio
 
@@ -48,15 +49,21 @@ def _key(call: ToolCall, schemas: dict[str, Any]) -> str | None:
         return None
 
 
-def _rows_hit(drafter: CompactDrafter, target: str, schemas: dict[str, Any]) -> tuple[bool, bool]:
+def _rows_hit(drafter: CompactDrafter, target: str | None, schemas: dict[str, Any]) -> tuple[bool, bool]:
     from .._toolcall_text import salvage_tool_calls
 
     rows = [{_key(c, schemas) for c in salvage_tool_calls(t)} for t in drafter.last_texts]
     return bool(rows and target in rows[0]), any(target in r for r in rows)
 
 
-def evaluate(drafter: CompactDrafter, categories: Sequence[str], split: str, limit: int,
-             samples: int = 3, label: str = "") -> list[dict[str, Any]]:
+def evaluate(
+    drafter: CompactDrafter,
+    categories: Sequence[str],
+    split: str,
+    limit: int,
+    samples: int = 3,
+    label: str = "",
+) -> list[dict[str, Any]]:
     from .._types import DraftRequest
 
     rows = []
@@ -74,19 +81,29 @@ def evaluate(drafter: CompactDrafter, categories: Sequence[str], split: str, lim
             times.append(time.perf_counter() - start)
             h1, h3 = _rows_hit(drafter, target, schemas)
             hits1, hits3, n = hits1 + h1, hits3 + h3, n + 1
-        row = {"drafter": label, "category": cat, "split": split, "n": n,
-               "alpha_speculable_l1": round(hits1 / n, 3) if n else None,
-               "alpha_speculable_l3": round(hits3 / n, 3) if n else None,
-               "g_median_s": round(statistics.median(times), 3) if times else None}
+        row = {
+            "drafter": label,
+            "category": cat,
+            "split": split,
+            "n": n,
+            "alpha_speculable_l1": round(hits1 / n, 3) if n else None,
+            "alpha_speculable_l3": round(hits3 / n, 3) if n else None,
+            "g_median_s": round(statistics.median(times), 3) if times else None,
+        }
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spectool.bench._adapter_eval", description=__doc__.split("\n\n")[0])
-    p.add_argument("--categories", default="simple_python,multiple,live_simple,live_multiple,parallel,"
-                   "parallel_multiple,multi_turn_base,multi_turn_long_context")
+    p = argparse.ArgumentParser(
+        prog="python -m spectool.bench._adapter_eval", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--categories",
+        default="simple_python,multiple,live_simple,live_multiple,parallel,"
+        "parallel_multiple,multi_turn_base,multi_turn_long_context",
+    )
     p.add_argument("--split", default="test")
     p.add_argument("--limit", type=int, default=20, help="speculable calls per category")
     p.add_argument("--adapter", default="shipped", help="adapter folder, 'shipped', or 'none' (base only)")
@@ -114,8 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             json.dump(results, fh, indent=1)
     print(f"{'drafter':8} {'category':26} {'n':>4} {'α@1':>6} {'α@3':>6} {'g med s':>8}", file=sys.stderr)
     for r in results:
-        print(f"{r['drafter']:8} {r['category']:26} {r['n']:4} {r['alpha_speculable_l1']!s:>6} "
-              f"{r['alpha_speculable_l3']!s:>6} {r['g_median_s']!s:>8}", file=sys.stderr)
+        print(
+            f"{r['drafter']:8} {r['category']:26} {r['n']:4} {r['alpha_speculable_l1']!s:>6} "
+            f"{r['alpha_speculable_l3']!s:>6} {r['g_median_s']!s:>8}",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -16,8 +16,9 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["MARGIN", "choose", "machine_key", "record_rates", "recorded_rates", "resolve_backend"]
 
@@ -54,20 +55,29 @@ def recorded_rates(dtype: str, path: Path | None = None) -> dict[str, Any] | Non
         entry = json.loads(path.read_text()).get(machine_key(dtype))
     except (OSError, ValueError, AttributeError):
         return None
-    if not entry or not all(isinstance(entry.get("rates", {}).get(b), (int, float)) for b in ("torch", "vllm")):
+    if not entry or not all(
+        isinstance(entry.get("rates", {}).get(b), (int, float)) for b in ("torch", "vllm")
+    ):
         return None
     return entry
 
 
-def record_rates(rates: dict[str, float], dtype: str, *, source: str, path: Path | None = None) -> dict[str, Any]:
+def record_rates(
+    rates: dict[str, float], dtype: str, *, source: str, path: Path | None = None
+) -> dict[str, Any]:
     path = path or _cache_file()
     try:
         data = json.loads(path.read_text())
         data = data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         data = {}
-    entry = {"rates": {k: round(v, 2) for k, v in rates.items()}, "unit": "decode tok/s, 1 stream",
-             "dtype": dtype, "source": source, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    entry = {
+        "rates": {k: round(v, 2) for k, v in rates.items()},
+        "unit": "decode tok/s, 1 stream",
+        "dtype": dtype,
+        "source": source,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
     data[machine_key(dtype)] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -84,6 +94,7 @@ def choose(rates: dict[str, float], margin: float = MARGIN) -> str:
 def probe(dtype: str, threads: int | None, say: Callable[[str], None], tokens: int = 64) -> dict[str, float]:
     """Start each backend once and time one ``tokens``-token generation (after a warm-up)."""
     import httpx
+
     from spectool_serving.vllm.workload import decode_rate
 
     from ._embedded_main import EmbeddedMain
@@ -99,8 +110,9 @@ def probe(dtype: str, threads: int | None, say: Callable[[str], None], tokens: i
     return rates
 
 
-def resolve_backend(requested: str, dtype: str, threads: int | None,
-                    say: Callable[[str], None] = print) -> dict[str, Any]:
+def resolve_backend(
+    requested: str, dtype: str, threads: int | None, say: Callable[[str], None] = print
+) -> dict[str, Any]:
     """{"backend", "requested", "reason"[, "rates", "source"]}: what the main job runs on, and why."""
     if requested in ("torch", "vllm"):
         return {"backend": requested, "requested": requested, "reason": "asked for"}
@@ -117,9 +129,14 @@ def resolve_backend(requested: str, dtype: str, threads: int | None,
         entry = record_rates(probe(dtype, threads, say), dtype, source="spectool bench probe")
     rates = entry["rates"]
     picked = choose(rates)
-    out = {"backend": picked, "requested": "auto", "rates": rates, "source": entry["source"],
-           "measured_at": entry["measured_at"],
-           "reason": f"faster single-stream decode at {dtype}: torch {rates['torch']:.1f} vs "
-                     f"vLLM {rates['vllm']:.1f} tok/s ({entry['source']}, {entry['measured_at']})"}
+    out = {
+        "backend": picked,
+        "requested": "auto",
+        "rates": rates,
+        "source": entry["source"],
+        "measured_at": entry["measured_at"],
+        "reason": f"faster single-stream decode at {dtype}: torch {rates['torch']:.1f} vs "
+        f"vLLM {rates['vllm']:.1f} tok/s ({entry['source']}, {entry['measured_at']})",
+    }
     say(f"backend: {picked} ({out['reason']})")
     return out

@@ -47,10 +47,17 @@ def measure(url: str, model: str, turns: int, latency: float, tokens: int = 128)
         for i, city in enumerate(cities):
             for mode in MODES:  # interleaved: a noisy shared CPU treats the modes alike
                 rows[mode].append(turn(c, mode, model, city, latency))
-            _say(f"  turn {i + 1}/{turns} ({city}): " + ", ".join(f"{m} {rows[m][-1]['s']:.2f} s" for m in MODES))
+            _say(
+                f"  turn {i + 1}/{turns} ({city}): "
+                + ", ".join(f"{m} {rows[m][-1]['s']:.2f} s" for m in MODES)
+            )
         o2 = {k: v - o2_before[k] for k, v in o2_counts(c).items()}
-    return {**out, **summarize(rows), "o2": {**o2, "rate": o2["tool_accepted"] / o2["tool_proposed"]
-                                             if o2["tool_proposed"] else None}, "runs": rows}
+    return {
+        **out,
+        **summarize(rows),
+        "o2": {**o2, "rate": o2["tool_accepted"] / o2["tool_proposed"] if o2["tool_proposed"] else None},
+        "runs": rows,
+    }
 
 
 def summarize(rows: dict[str, list]) -> dict:
@@ -63,13 +70,22 @@ def summarize(rows: dict[str, list]) -> dict:
     per_hit = None
     if hits:
         hp, ht = mean([r["prefill"] for r in hits]), mean([r["trips"] for r in hits])
-        per_hit = {"prefill_saved_vs_baseline": prefill["baseline"] - hp,
-                   "prefill_saved_vs_client": prefill["client"] - hp,
-                   "round_trips_saved": trips["baseline"] - ht}
-    return {"turn_s": turn_s, "saved_pct": {m: 100 * (turn_s["baseline"] - turn_s[m]) / turn_s["baseline"]
-                                            for m in ("client", "engine")},
-            "prefill_per_turn": prefill, "round_trips_per_turn": trips,
-            "o3_hits": len(hits), "turns": len(rows["engine"]), "per_hit": per_hit}
+        per_hit = {
+            "prefill_saved_vs_baseline": prefill["baseline"] - hp,
+            "prefill_saved_vs_client": prefill["client"] - hp,
+            "round_trips_saved": trips["baseline"] - ht,
+        }
+    return {
+        "turn_s": turn_s,
+        "saved_pct": {
+            m: 100 * (turn_s["baseline"] - turn_s[m]) / turn_s["baseline"] for m in ("client", "engine")
+        },
+        "prefill_per_turn": prefill,
+        "round_trips_per_turn": trips,
+        "o3_hits": len(hits),
+        "turns": len(rows["engine"]),
+        "per_hit": per_hit,
+    }
 
 
 def run_backend(backend: str, a: argparse.Namespace) -> dict:
@@ -86,20 +102,26 @@ def run_backend(backend: str, a: argparse.Namespace) -> dict:
 
 def table(results: dict) -> str:
     names = list(results["backends"])
-    rows = [("decode tok/s, 1 stream", lambda b: f"{b['decode_tok_s_1']:.1f}"),
-            ("decode tok/s, 8 streams", lambda b: f"{b['decode_tok_s_8']:.1f}")]
+    rows = [
+        ("decode tok/s, 1 stream", lambda b: f"{b['decode_tok_s_1']:.1f}"),
+        ("decode tok/s, 8 streams", lambda b: f"{b['decode_tok_s_8']:.1f}"),
+    ]
     rows += [(f"turn s, {m} (median)", lambda b, m=m: f"{b['turn_s'][m]:.2f}") for m in MODES]
     rows += [(f"time saved, {m}", lambda b, m=m: f"{b['saved_pct'][m]:.1f}%") for m in ("client", "engine")]
-    rows += [("O3 hits", lambda b: f"{b['o3_hits']}/{b['turns']}"),
-             ("prefill tok/turn b/c/e", lambda b: "/".join(f"{b['prefill_per_turn'][m]:.0f}" for m in MODES)),
-             ("prefill saved/hit vs base", lambda b: _f(b["per_hit"], "prefill_saved_vs_baseline")),
-             ("prefill saved/hit vs client", lambda b: _f(b["per_hit"], "prefill_saved_vs_client")),
-             ("round trips saved/hit", lambda b: _f(b["per_hit"], "round_trips_saved", "{:.1f}")),
-             ("O2 tool drafts accepted", lambda b: f"{b['o2']['tool_accepted']}/{b['o2']['tool_proposed']}")]
+    rows += [
+        ("O3 hits", lambda b: f"{b['o3_hits']}/{b['turns']}"),
+        ("prefill tok/turn b/c/e", lambda b: "/".join(f"{b['prefill_per_turn'][m]:.0f}" for m in MODES)),
+        ("prefill saved/hit vs base", lambda b: _f(b["per_hit"], "prefill_saved_vs_baseline")),
+        ("prefill saved/hit vs client", lambda b: _f(b["per_hit"], "prefill_saved_vs_client")),
+        ("round trips saved/hit", lambda b: _f(b["per_hit"], "round_trips_saved", "{:.1f}")),
+        ("O2 tool drafts accepted", lambda b: f"{b['o2']['tool_accepted']}/{b['o2']['tool_proposed']}"),
+    ]
     width = max(len(r[0]) for r in rows)
     lines = [f"{'':{width}}  " + "  ".join(f"{n:>10}" for n in names)]
-    lines += [f"{label:{width}}  " + "  ".join(f"{fn(results['backends'][n]):>10}" for n in names)
-              for label, fn in rows]
+    lines += [
+        f"{label:{width}}  " + "  ".join(f"{fn(results['backends'][n]):>10}" for n in names)
+        for label, fn in rows
+    ]
     return "\n".join(lines)
 
 
@@ -120,10 +142,18 @@ def plot(results: dict, path: Path) -> Path:
         b = results["backends"][n]
         ax1.bar([x + i * width for x in range(2)], [b["decode_tok_s_1"], b["decode_tok_s_8"]], width, label=n)
         ax2.bar([x + i * width for x in range(3)], [b["turn_s"][m] for m in MODES], width, label=n)
-    ax1.set(xticks=[x + width * (len(names) - 1) / 2 for x in range(2)], xticklabels=["1 stream", "8 streams"],
-            ylabel="decode tokens/s", title=f"decode ({results['settings']['dtype']})")
-    ax2.set(xticks=[x + width * (len(names) - 1) / 2 for x in range(3)], xticklabels=list(MODES),
-            ylabel="s per agent turn (median)", title=f"agent turn, tool {results['settings']['tool_latency']} s")
+    ax1.set(
+        xticks=[x + width * (len(names) - 1) / 2 for x in range(2)],
+        xticklabels=["1 stream", "8 streams"],
+        ylabel="decode tokens/s",
+        title=f"decode ({results['settings']['dtype']})",
+    )
+    ax2.set(
+        xticks=[x + width * (len(names) - 1) / 2 for x in range(3)],
+        xticklabels=list(MODES),
+        ylabel="s per agent turn (median)",
+        title=f"agent turn, tool {results['settings']['tool_latency']} s",
+    )
     ax1.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -138,15 +168,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tool-latency", type=float, default=0.5)
     p.add_argument("--turns", type=int, default=4, help="agent turns per mode")
     p.add_argument("--tokens", type=int, default=128, help="tokens per decode-rate request")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch engine threads (vLLM's CPU worker binds 1 core of 2, keeping 1 for its API server)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch engine threads (vLLM's CPU worker binds 1 core of 2, keeping 1 for its API server)",
+    )
     p.add_argument("--out", default="out/backends", help="folder for results.json and backends.png")
-    p.add_argument("--no-cache", action="store_true", help="do not record the decode rates for --backend auto")
+    p.add_argument(
+        "--no-cache", action="store_true", help="do not record the decode rates for --backend auto"
+    )
     a = p.parse_args(argv)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     names = [b.strip() for b in a.backends.split(",") if b.strip()]
-    results = {"settings": {"dtype": a.dtype, "tool_latency": a.tool_latency, "turns": a.turns,
-                            "tokens": a.tokens, "torch_threads": a.threads}, "backends": {}}
+    results = {
+        "settings": {
+            "dtype": a.dtype,
+            "tool_latency": a.tool_latency,
+            "turns": a.turns,
+            "tokens": a.tokens,
+            "torch_threads": a.threads,
+        },
+        "backends": {},
+    }
     for name in names:
         results["backends"][name] = run_backend(name, a)
     from ._backend import record_rates

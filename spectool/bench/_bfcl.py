@@ -13,9 +13,10 @@ import functools
 import json
 import re
 import zipfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .._embedded import fetch_wheel
 from .._errors import ConfigError
@@ -34,7 +35,14 @@ __all__ = [
 ]
 
 BFCL_WHEEL = "bfcl-eval==2026.3.23"
-SINGLE_TURN_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "live_simple", "live_multiple")
+SINGLE_TURN_CATEGORIES = (
+    "simple_python",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "live_simple",
+    "live_multiple",
+)
 MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_long_context")
 # The rest of the wheel. Executable multi-turn with a twist: miss_func holds tools back until a
 # later turn, miss_param leaves an argument to a later turn. No ground-truth calls: the
@@ -43,8 +51,14 @@ MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_long_context")
 EXTRA_SINGLE_TURN = ("live_parallel", "live_parallel_multiple", "simple_java", "simple_javascript")
 EXTRA_MULTI_TURN = ("multi_turn_miss_func", "multi_turn_miss_param")
 NO_CALL_CATEGORIES = ("irrelevance", "live_irrelevance", "live_relevance", "memory", "web_search")
-ALL_CATEGORIES = (SINGLE_TURN_CATEGORIES + EXTRA_SINGLE_TURN + MULTI_TURN_CATEGORIES + EXTRA_MULTI_TURN
-                  + NO_CALL_CATEGORIES + ("format_sensitivity",))
+ALL_CATEGORIES = (
+    SINGLE_TURN_CATEGORIES
+    + EXTRA_SINGLE_TURN
+    + MULTI_TURN_CATEGORIES
+    + EXTRA_MULTI_TURN
+    + NO_CALL_CATEGORIES
+    + ("format_sensitivity",)
+)
 # Agentic categories' tool docs (bfcl_eval/constants: the key-value memory backend stands for all three)
 _AGENTIC_DOCS = {"MemoryAPI": "memory_kv.json", "WebSearchAPI": "web_search.json"}
 _DATA = "bfcl_eval/data"
@@ -59,11 +73,24 @@ CLASS_DOCS = {
     "TravelAPI": "travel_booking.json",
     "VehicleControlAPI": "vehicle_control.json",
 }
-_TYPES = {"dict": "object", "float": "number", "tuple": "array", "int": "integer", "list": "array",
-          "str": "string", "bool": "boolean", "String": "string", "any": None,
-          # Java / JavaScript docs (simple_java, simple_javascript)
-          "Boolean": "boolean", "long": "integer", "double": "number", "Array": "array",
-          "ArrayList": "array", "HashMap": "object"}
+_TYPES = {
+    "dict": "object",
+    "float": "number",
+    "tuple": "array",
+    "int": "integer",
+    "list": "array",
+    "str": "string",
+    "bool": "boolean",
+    "String": "string",
+    "any": None,
+    # Java / JavaScript docs (simple_java, simple_javascript)
+    "Boolean": "boolean",
+    "long": "integer",
+    "double": "number",
+    "Array": "array",
+    "ArrayList": "array",
+    "HashMap": "object",
+}
 
 
 @dataclass(frozen=True)
@@ -101,7 +128,7 @@ def bfcl_wheel() -> Path:
     return fetch_wheel(BFCL_WHEEL)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _read_lines(wheel: str, member: str) -> tuple[dict[str, Any], ...]:
     try:
         with zipfile.ZipFile(wheel) as zf, zf.open(member) as fh:
@@ -142,8 +169,14 @@ def openai_tool(doc: Mapping[str, Any]) -> dict[str, Any]:
     params = _schema(doc.get("parameters") or {"type": "dict", "properties": {}})
     params.setdefault("type", "object")
     params.setdefault("properties", {})
-    return {"type": "function", "function": {
-        "name": tool_name(doc["name"]), "description": doc.get("description", ""), "parameters": params}}
+    return {
+        "type": "function",
+        "function": {
+            "name": tool_name(doc["name"]),
+            "description": doc.get("description", ""),
+            "parameters": params,
+        },
+    }
 
 
 def _single_truth(answer: list[dict[str, Any]]) -> list[ToolCall]:
@@ -175,7 +208,7 @@ def parse_call(text: str, positional: Mapping[str, Sequence[str]]) -> ToolCall:
     return ToolCall(name, args)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def class_docs(wheel: str, class_name: str) -> tuple[dict[str, Any], ...]:
     return _read_lines(wheel, f"{_DATA}/multi_turn_func_doc/{CLASS_DOCS[class_name]}")
 
@@ -188,8 +221,14 @@ def load_tasks(category: str, limit: int | None = None, wheel: Path | None = Non
     if category == "format_sensitivity":
         return _format_sensitivity(w, limit)
     entries = _read_lines(w, f"{_DATA}/BFCL_v4_{category}.json")
-    answers = {} if category in NO_CALL_CATEGORIES else {
-        a["id"]: a["ground_truth"] for a in _read_lines(w, f"{_DATA}/possible_answer/BFCL_v4_{category}.json")}
+    answers = (
+        {}
+        if category in NO_CALL_CATEGORIES
+        else {
+            a["id"]: a["ground_truth"]
+            for a in _read_lines(w, f"{_DATA}/possible_answer/BFCL_v4_{category}.json")
+        }
+    )
     tasks = []
     for e in entries[: limit if limit is not None else len(entries)]:
         if category in MULTI_TURN_CATEGORIES + EXTRA_MULTI_TURN:
@@ -198,11 +237,16 @@ def load_tasks(category: str, limit: int | None = None, wheel: Path | None = Non
             tasks.append(_no_call_task(w, category, e))
         else:
             docs = e["function"]
-            tasks.append(Task(
-                id=e["id"], category=category, turns=e["question"], tools=[openai_tool(d) for d in docs],
-                ground_truth=[_single_truth(answers[e["id"]])],
-                names={tool_name(d["name"]): d["name"] for d in docs},
-            ))
+            tasks.append(
+                Task(
+                    id=e["id"],
+                    category=category,
+                    turns=e["question"],
+                    tools=[openai_tool(d) for d in docs],
+                    ground_truth=[_single_truth(answers[e["id"]])],
+                    names={tool_name(d["name"]): d["name"] for d in docs},
+                )
+            )
     return tasks
 
 
@@ -211,8 +255,14 @@ def _no_call_task(wheel: str, category: str, e: Mapping[str, Any]) -> Task:
     docs = list(e.get("function") or ())
     for cls in e.get("involved_classes") or ():
         docs.extend(_read_lines(wheel, f"{_DATA}/multi_turn_func_doc/{_AGENTIC_DOCS[cls]}"))
-    return Task(id=e["id"], category=category, turns=e["question"], tools=[openai_tool(d) for d in docs],
-                ground_truth=[[] for _ in e["question"]], names={tool_name(d["name"]): d["name"] for d in docs})
+    return Task(
+        id=e["id"],
+        category=category,
+        turns=e["question"],
+        tools=[openai_tool(d) for d in docs],
+        ground_truth=[[] for _ in e["question"]],
+        names={tool_name(d["name"]): d["name"] for d in docs},
+    )
 
 
 def _format_sensitivity(wheel: str, limit: int | None) -> list[Task]:
@@ -232,11 +282,16 @@ def _multi_turn_task(wheel: str, category: str, e: Mapping[str, Any], truth: lis
     docs = [d for c in classes for d in class_docs(wheel, c) if d["name"] not in excluded]
     positional = {d["name"]: list((d.get("parameters") or {}).get("properties", {})) for d in docs}
     return Task(
-        id=e["id"], category=category, turns=e["question"], tools=[openai_tool(d) for d in docs],
+        id=e["id"],
+        category=category,
+        turns=e["question"],
+        tools=[openai_tool(d) for d in docs],
         ground_truth=[[parse_call(c, positional) for c in turn] for turn in truth],
-        classes=classes, initial_config=e.get("initial_config", {}),
+        classes=classes,
+        initial_config=e.get("initial_config", {}),
         long_context=category == "multi_turn_long_context",
         names={tool_name(d["name"]): d["name"] for d in docs},
-        held_back={tool_name(n): int(turn) for turn, names in (e.get("missed_function") or {}).items()
-                   for n in names},
+        held_back={
+            tool_name(n): int(turn) for turn, names in (e.get("missed_function") or {}).items() for n in names
+        },
     )

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from .._traces import TraceExample, TraceRecorder
 from .._types import DraftRequest, ToolCall
@@ -32,8 +33,17 @@ __all__ = ["add_arguments", "bfcl_examples", "run", "task_examples"]
 
 
 def _assistant(call: ToolCall, n: int) -> dict[str, Any]:
-    return {"role": "assistant", "content": None, "tool_calls": [{
-        "id": f"call_{n}", "type": "function", "function": {"name": call.name, "arguments": call.arguments_json}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": f"call_{n}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments_json},
+            }
+        ],
+    }
 
 
 def _speculable(task: Task, env: Environment | None, call: ToolCall) -> bool:
@@ -44,27 +54,43 @@ def _speculable(task: Task, env: Environment | None, call: ToolCall) -> bool:
 
 def task_examples(task: Task, split: str = "") -> Iterator[TraceExample]:
     """The drafting examples of one task, in replay order."""
-    env = Environment(task.classes, task.initial_config, task.long_context) if task.multi_turn else None
+    env = Environment(list(task.classes), task.initial_config, task.long_context) if task.multi_turn else None
     messages: list[dict[str, Any]] = []
     n = 0
     for turn_no, (user_msgs, calls) in enumerate(zip(task.turns, task.ground_truth)):
         messages.extend(dict(m) for m in user_msgs)
         for i, call in enumerate(calls):
             target = [call] if env is not None else list(calls[i:])
-            meta = {"task": task.id, "category": task.category, "split": split, "turn": turn_no, "step": i,
-                    "speculable": _speculable(task, env, call)}
+            meta = {
+                "task": task.id,
+                "category": task.category,
+                "split": split,
+                "turn": turn_no,
+                "step": i,
+                "speculable": _speculable(task, env, call),
+            }
             yield TraceExample(DraftRequest(messages=list(messages), tools=task.tools), target, meta)
             out = env.call(call) if env is not None else precomputed_output(task.id, call)
             messages.append(_assistant(call, n))
             messages.append({"role": "tool", "tool_call_id": f"call_{n}", "content": out})
             n += 1
         # the replay model closes every user turn with a short text answer
-        messages.append({"role": "assistant",
-                         "content": "Done: " + ", ".join(c.name for c in calls) + "." if calls else "Nothing to do."})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "Done: " + ", ".join(c.name for c in calls) + "." if calls else "Nothing to do.",
+            }
+        )
 
 
-def bfcl_examples(categories: Sequence[str], split: str, *, limit: int | None = None,
-                  first_step_only: bool = False, speculable_only: bool = False) -> Iterator[TraceExample]:
+def bfcl_examples(
+    categories: Sequence[str],
+    split: str,
+    *,
+    limit: int | None = None,
+    first_step_only: bool = False,
+    speculable_only: bool = False,
+) -> Iterator[TraceExample]:
     """Examples of every task of ``categories`` in ``split`` (``limit`` tasks per category);
     ``speculable_only`` keeps the steps whose call may run early (the only ones a draft can win)."""
     for category in categories:
@@ -79,21 +105,35 @@ def bfcl_examples(categories: Sequence[str], split: str, *, limit: int | None = 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--categories", default="simple_python,multiple,live_simple,live_multiple,parallel,"
-                        "parallel_multiple,multi_turn_base", help="comma-separated BFCL categories")
+    parser.add_argument(
+        "--categories",
+        default="simple_python,multiple,live_simple,live_multiple,parallel,parallel_multiple,multi_turn_base",
+        help="comma-separated BFCL categories",
+    )
     parser.add_argument("--split", default="train", help="train|dev|test|all (default train)")
     parser.add_argument("--limit", type=int, default=None, help="tasks per category")
-    parser.add_argument("--first-step-only", action="store_true",
-                        help="single-turn: only the example at step 0 (question → all calls)")
-    parser.add_argument("--speculable-only", action="store_true",
-                        help="only steps whose call is speculable (the speculator drops other proposals)")
+    parser.add_argument(
+        "--first-step-only",
+        action="store_true",
+        help="single-turn: only the example at step 0 (question → all calls)",
+    )
+    parser.add_argument(
+        "--speculable-only",
+        action="store_true",
+        help="only steps whose call is speculable (the speculator drops other proposals)",
+    )
     parser.add_argument("--out", default="-", help="JSONL file (default stdout)")
 
 
 def run(args: argparse.Namespace) -> int:
     cats = [c.strip() for c in args.categories.split(",") if c.strip()]
-    examples = bfcl_examples(cats, args.split, limit=args.limit, first_step_only=args.first_step_only,
-                             speculable_only=args.speculable_only)
+    examples = bfcl_examples(
+        cats,
+        args.split,
+        limit=args.limit,
+        first_step_only=args.first_step_only,
+        speculable_only=args.speculable_only,
+    )
     if args.out == "-":
         import json
 

@@ -31,8 +31,18 @@ from ._executable import Environment
 from ._splits import in_split
 from ._workload import precomputed_output
 
-__all__ = ["Prepared", "Step", "check_samples", "evaluate", "prepare", "replay", "replay_steps", "run_grid",
-           "speculable_tools", "train_traces"]
+__all__ = [
+    "Prepared",
+    "Step",
+    "check_samples",
+    "evaluate",
+    "prepare",
+    "replay",
+    "replay_steps",
+    "run_grid",
+    "speculable_tools",
+    "train_traces",
+]
 
 _SPECULABLE = (Effect.PURE, Effect.READ_ONLY)
 
@@ -84,14 +94,29 @@ def replay(task: Task) -> tuple[list[Step], list[dict[str, Any]], set[str]]:
             steps.append(Step(tuple(messages), tools, tuple(group)))
             ids = [f"call_{task.id}_{serial + i}" for i in range(len(group))]
             serial += len(group)
-            messages.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": i, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
-                for i, c in zip(ids, group)]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": i,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments_json},
+                        }
+                        for i, c in zip(ids, group)
+                    ],
+                }
+            )
             for i, c in zip(ids, group):
                 out = env.call(c) if env is not None else precomputed_output(task.id, c)
                 messages.append({"role": "tool", "tool_call_id": i, "content": out})
-        messages.append({"role": "assistant",
-                         "content": "Done: " + ", ".join(c.name for c in calls) + "." if calls else "Nothing to do."})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "Done: " + ", ".join(c.name for c in calls) + "." if calls else "Nothing to do.",
+            }
+        )
     return steps, messages, speculable_tools(task, env)
 
 
@@ -120,16 +145,21 @@ def prepare(category: str, split: str, limit: int | None) -> list[Prepared]:
     return [Prepared(t, *replay_steps(t)) for t in tasks]
 
 
-async def evaluate(drafter: Drafter, prepared: Sequence[Prepared], samples: int,
-                   progress: Callable[[int, int], None] | None = None) -> list[StepScore]:
+async def evaluate(
+    drafter: Drafter,
+    prepared: Sequence[Prepared],
+    samples: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[StepScore]:
     """Score a (fresh) drafter at λ = ``samples`` on the prepared tasks, in order."""
     scores: list[StepScore] = []
     for done, item in enumerate(prepared, 1):
         for step in item.steps:
             request = DraftRequest(list(step.messages), list(step.tools), samples)
             proposals, seconds, failed = await _draft(drafter, request)
-            scores.append(score_step(proposals, step.calls, item.speculable, tool_schemas(step.tools),
-                                     seconds, failed))
+            scores.append(
+                score_step(proposals, step.calls, item.speculable, tool_schemas(step.tools), seconds, failed)
+            )
         if progress is not None:
             progress(done, len(prepared))
     return scores
@@ -148,8 +178,14 @@ def _progress_printer(label: str) -> Callable[[int, int], None]:
     return show
 
 
-async def run_grid(drafters: Mapping[str, Callable[[str], Drafter]], categories: Sequence[str], split: str,
-                   samples: Sequence[int], limit: int | None, progress: bool = True) -> list[dict[str, Any]]:
+async def run_grid(
+    drafters: Mapping[str, Callable[[str], Drafter]],
+    categories: Sequence[str],
+    split: str,
+    samples: Sequence[int],
+    limit: int | None,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
     """One row per drafter × category × λ (fields: see :func:`summarize`). ``drafters`` maps
     a name to a factory called with the category (a mining drafter mines that category's
     train split)."""
@@ -163,12 +199,19 @@ async def run_grid(drafters: Mapping[str, Callable[[str], Drafter]], categories:
             for lam in samples:
                 show = _progress_printer(f"{name} λ={lam}") if progress else None
                 scores = await evaluate(make(category), prepared, lam, show)
-                rows.append({"drafter": name, "category": category, "split": split, "samples": lam,
-                             "n_tasks": len(prepared), **summarize(scores)})
+                rows.append(
+                    {
+                        "drafter": name,
+                        "category": category,
+                        "split": split,
+                        "samples": lam,
+                        "n_tasks": len(prepared),
+                        **summarize(scores),
+                    }
+                )
     return rows
 
 
 def check_samples(samples: Sequence[int]) -> None:
     if not samples or any(s < 1 for s in samples):
         raise ConfigError(f"--samples must be integers ≥ 1, got {list(samples)}")
-

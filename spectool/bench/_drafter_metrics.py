@@ -42,8 +42,14 @@ class StepScore:
     failed: bool = False  # the drafter raised: scored as no proposals
 
 
-def score_step(proposals: Sequence[ToolCall], calls: Sequence[ToolCall], speculable_tools: set[str],
-               schemas: Mapping[str, Mapping[str, Any]], seconds: float, failed: bool = False) -> StepScore:
+def score_step(
+    proposals: Sequence[ToolCall],
+    calls: Sequence[ToolCall],
+    speculable_tools: set[str],
+    schemas: Mapping[str, Mapping[str, Any]],
+    seconds: float,
+    failed: bool = False,
+) -> StepScore:
     """Score one step's proposals against its ground-truth calls."""
     offered = [p for p in proposals[:MAX_PROPOSALS] if p.name in schemas]
     # Distinct keys: the cache runs each once, however many samples agree on it.

@@ -12,12 +12,20 @@ from .._errors import missing_extra
 __all__ = ["drafter_table", "write_drafter_plot", "write_drafter_results"]
 
 _COLUMNS = [  # (field, heading, format); None prints as "n/a"
-    ("drafter", "drafter", "{}"), ("category", "category", "{}"), ("split", "split", "{}"),
-    ("samples", "λ", "{}"), ("n_tasks", "tasks", "{}"), ("n_calls", "calls", "{}"),
-    ("ceiling", "ceiling", "{:.2f}"), ("alpha_speculable", "α spec", "{:.2f}"),
-    ("alpha_all", "α all", "{:.2f}"), ("accuracy_all", "pred all", "{:.2f}"),
-    ("g_median_s", "g med s", "{:.4f}"), ("g_p90_s", "g p90 s", "{:.4f}"),
-    ("wasted_per_hit", "waste/hit", "{:.2f}"), ("wasted_runs", "wasted", "{}"),
+    ("drafter", "drafter", "{}"),
+    ("category", "category", "{}"),
+    ("split", "split", "{}"),
+    ("samples", "λ", "{}"),
+    ("n_tasks", "tasks", "{}"),
+    ("n_calls", "calls", "{}"),
+    ("ceiling", "ceiling", "{:.2f}"),
+    ("alpha_speculable", "α spec", "{:.2f}"),
+    ("alpha_all", "α all", "{:.2f}"),
+    ("accuracy_all", "pred all", "{:.2f}"),
+    ("g_median_s", "g med s", "{:.4f}"),
+    ("g_p90_s", "g p90 s", "{:.4f}"),
+    ("wasted_per_hit", "waste/hit", "{:.2f}"),
+    ("wasted_runs", "wasted", "{}"),
 ]
 
 
@@ -58,19 +66,33 @@ def write_drafter_plot(rows: Sequence[Mapping[str, Any]], out: Path) -> Path:
     categories = list(dict.fromkeys(r["category"] for r in rows))
     series = list(dict.fromkeys((r["drafter"], r["samples"]) for r in rows))
     by = {(r["category"], r["drafter"], r["samples"]): r for r in rows}
-    fig, (ax, ag) = plt.subplots(1, 2, figsize=(min(18.0, max(8.0, 0.9 * len(categories) + 5)), 4.6),
-                                 gridspec_kw={"width_ratios": [max(3, len(categories)), 2]})
+    fig, (ax, ag) = plt.subplots(
+        1,
+        2,
+        figsize=(min(18.0, max(8.0, 0.9 * len(categories) + 5)), 4.6),
+        gridspec_kw={"width_ratios": [max(3, len(categories)), 2]},
+    )
     width = 0.8 / max(1, len(series))
     for ci, cat in enumerate(categories):
         ceiling = next((by[(cat, d, s)]["ceiling"] for d, s in series if (cat, d, s) in by), 0.0)
-        ax.bar(ci, ceiling, width=0.9, color="#dddddd", zorder=0, label="ceiling (speculable share)" if ci == 0 else None)
+        ax.bar(
+            ci,
+            ceiling,
+            width=0.9,
+            color="#dddddd",
+            zorder=0,
+            label="ceiling (speculable share)" if ci == 0 else None,
+        )
     for si, (drafter, lam) in enumerate(series):
         xs = [ci - 0.4 + width * (si + 0.5) for ci in range(len(categories))]
         ys = [(by.get((c, drafter, lam)) or {}).get("alpha_all") or 0.0 for c in categories]
         ax.bar(xs, ys, width=width, label=f"{drafter} λ={lam}", zorder=2)
     ax.set_xticks(range(len(categories)), categories, rotation=35, ha="right", fontsize=8)
-    ax.set(ylim=(0, 1.05), ylabel="α over all calls (hits / calls)",
-           title=f"Drafter hit rate vs the ceiling ({rows[0]['split'] if rows else ''} split)")
+    ax.set(
+        ylim=(0, 1.05),
+        ylabel="α over all calls (hits / calls)",
+        title=f"Drafter hit rate vs the ceiling ({rows[0]['split'] if rows else ''} split)",
+    )
     ax.legend(fontsize=7)
     names = list(dict.fromkeys(d for d, _ in series))
     medians = []

@@ -8,7 +8,8 @@ request, and prints per configuration and category: median / p90 draft time g, t
 drafts whose first call is exactly the ground truth's next call (canonical key), and prompt
 tokens. With ``--threads 1`` torch computes in the drafting thread, so ``g_cpu_median_s`` (that
 thread's CPU seconds for prefill + decode) is what the draft would take on an idle core even
-when other work shares the machine. Configurations: ``old`` (worked-example prompt, ``transformers.generate``), ``new``
+when other work shares the machine. Configurations: ``old`` (worked-example prompt,
+``transformers.generate``), ``new``
 (compact prompt, fast decoder), and ablations of the new path's levers.
 """
 
@@ -59,18 +60,29 @@ class Row:
 
     def summary(self) -> dict[str, Any]:
         ts = sorted(self.times)
-        return {"n": len(ts), "g_median_s": round(statistics.median(ts), 3) if ts else None,
-                "g_p90_s": round(ts[min(len(ts) - 1, int(0.9 * len(ts)))], 3) if ts else None,
-                "g_cpu_median_s": round(statistics.median(self.cpu), 3) if self.cpu else None,
-                "right_first": round(self.hits / len(ts), 3) if ts else None,
-                "prompt_tokens_median": statistics.median(self.prompt_tokens) if self.prompt_tokens else None}
+        return {
+            "n": len(ts),
+            "g_median_s": round(statistics.median(ts), 3) if ts else None,
+            "g_p90_s": round(ts[min(len(ts) - 1, int(0.9 * len(ts)))], 3) if ts else None,
+            "g_cpu_median_s": round(statistics.median(self.cpu), 3) if self.cpu else None,
+            "right_first": round(self.hits / len(ts), 3) if ts else None,
+            "prompt_tokens_median": statistics.median(self.prompt_tokens) if self.prompt_tokens else None,
+        }
 
 
 def _assistant(call: ToolCall, index: int) -> tuple[dict[str, Any], str]:
     cid = f"call_{index}"
-    msg = {"role": "assistant", "content": None, "tool_calls": [{
-        "id": cid, "type": "function",
-        "function": {"name": call.name, "arguments": json.dumps(dict(call.arguments))}}]}
+    msg = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": cid,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(dict(call.arguments))},
+            }
+        ],
+    }
     return msg, cid
 
 
@@ -113,14 +125,16 @@ def _hit(calls: list[ToolCall], truth: ToolCall, tools: Mapping[str, Mapping[str
         return False
     schema = (tools.get(truth.name) or {}).get("parameters")
     first = calls[0]
-    return (canonical_key(first.name, dict(first.arguments), schema)
-            == canonical_key(truth.name, dict(truth.arguments), schema))
+    return canonical_key(first.name, dict(first.arguments), schema) == canonical_key(
+        truth.name, dict(truth.arguments), schema
+    )
 
 
 async def _run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     names = args.configs.split(",")
-    drafters = {name: LocalDrafter(args.model, max_new_tokens=args.max_new_tokens, **CONFIGS[name])
-                for name in names}
+    drafters = {
+        name: LocalDrafter(args.model, max_new_tokens=args.max_new_tokens, **CONFIGS[name]) for name in names
+    }
     for d in drafters.values():
         await d.load()
     cats = [c for c in args.categories.split(",") if c]
@@ -141,7 +155,9 @@ async def _run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                 rows[name].hits += _hit(calls, truth, tools)
                 rows[name].prompt_tokens.append(len(d.token_ids(await d.load(), request)))
             if args.verbose:
-                print(f"{cat} {i}: " + " ".join(f"{k}={r.times[-1]:.2f}s" for k, r in rows.items()), flush=True)
+                print(
+                    f"{cat} {i}: " + " ".join(f"{k}={r.times[-1]:.2f}s" for k, r in rows.items()), flush=True
+                )
         results[cat] = {name: row.summary() for name, row in rows.items()}
         for name, row in rows.items():
             print(f"{cat:16s} {name:18s} {json.dumps(row.summary())}", flush=True)

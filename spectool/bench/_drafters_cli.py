@@ -37,12 +37,24 @@ def _ints(text: str) -> tuple[int, ...]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="drafters_command", metavar="{eval,tune}")
     ev = sub.add_parser("eval", help="offline α, ceiling, g and waste of drafters on BFCL ground truth")
-    ev.add_argument("--categories", type=_words, default=("simple_python", "multi_turn_base"),
-                    help="BFCL categories, comma-separated, or 'all' (default simple_python,multi_turn_base)")
-    ev.add_argument("--split", choices=("train", "dev", "test", "all"), default="test",
-                    help="tasks by sha256(task id) bucket: train 0-59, dev 60-69, test 70-99 (default test)")
-    ev.add_argument("--drafters", type=_words, default=("history",),
-                    help=f"comma-separated: {', '.join(DRAFTERS)} (default history)")
+    ev.add_argument(
+        "--categories",
+        type=_words,
+        default=("simple_python", "multi_turn_base"),
+        help="BFCL categories, comma-separated, or 'all' (default simple_python,multi_turn_base)",
+    )
+    ev.add_argument(
+        "--split",
+        choices=("train", "dev", "test", "all"),
+        default="test",
+        help="tasks by sha256(task id) bucket: train 0-59, dev 60-69, test 70-99 (default test)",
+    )
+    ev.add_argument(
+        "--drafters",
+        type=_words,
+        default=("history",),
+        help=f"comma-separated: {', '.join(DRAFTERS)} (default history)",
+    )
     ev.add_argument("--samples", type=_ints, default=(1, 3), help="λ values (default 1,3)")
     ev.add_argument("--limit", type=int, help="first N tasks of the split per category")
     ev.add_argument("--out", type=Path, default=Path("drafter-eval"), help="output folder")
@@ -82,8 +94,10 @@ def _tuned(category: str = "") -> Any:
     try:
         from ..drafters._adapter import shipped_adapter_path
     except ImportError as exc:
-        raise ConfigError("the 'tuned' drafter needs the shipped adapter (spectool.drafters._adapter."
-                          "shipped_adapter_path), which this installation lacks") from exc
+        raise ConfigError(
+            "the 'tuned' drafter needs the shipped adapter (spectool.drafters._adapter."
+            "shipped_adapter_path), which this installation lacks"
+        ) from exc
     path = shipped_adapter_path()
     if path is None or not Path(path).exists():
         raise ConfigError(f"no shipped drafter adapter at {path}; build one with `spectool drafters tune`")
@@ -100,8 +114,8 @@ def _combined(category: str = "") -> Any:
 
 
 def _mined(category: str = "") -> Any:
-    from ._drafter_eval import train_traces
     from ..drafters import HistoryDrafter
+    from ._drafter_eval import train_traces
 
     return HistoryDrafter.from_traces(train_traces(category) if category else ())
 
@@ -151,12 +165,19 @@ def run_eval(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     drafters = _check_drafters(args.drafters)
     t0 = time.perf_counter()
-    rows = anyio.run(run_grid, drafters, categories, args.split, args.samples, args.limit, not args.no_progress)
+    rows = anyio.run(
+        run_grid, drafters, categories, args.split, args.samples, args.limit, not args.no_progress
+    )
     print(drafter_table(rows))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    meta = {"command": "spectool drafters eval", "split": args.split, "limit": args.limit,
-            "wall_s": round(time.perf_counter() - t0, 1), "load_average": load,
-            "note": "offline: no main model, no injected latency; g is wall time per propose()"}
+    meta = {
+        "command": "spectool drafters eval",
+        "split": args.split,
+        "limit": args.limit,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "load_average": load,
+        "note": "offline: no main model, no injected latency; g is wall time per propose()",
+    }
     print(f"wrote {write_drafter_results(rows, meta, args.out)}")
     if not args.no_plot:
         print(f"wrote {write_drafter_plot(rows, args.out)}")

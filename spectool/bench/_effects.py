@@ -34,16 +34,18 @@ _READ_ONLY = {
     "MessageAPI": "get_user_id view_messages_sent",
     "TicketAPI": "get_ticket",
     "TradingBot": "get_account_info get_available_stocks get_current_time get_order_details "
-                  "get_stock_info get_watchlist",
+    "get_stock_info get_watchlist",
     "TravelAPI": "compute_exchange_rate contact_customer_support get_credit_card_balance "
-                 "get_nearest_airport_by_city list_all_airports retrieve_invoice verify_traveler_information",
+    "get_nearest_airport_by_city list_all_airports retrieve_invoice verify_traveler_information",
     "VehicleControlAPI": "check_tire_pressure displayCarStatus estimate_distance "
-                         "estimate_drive_feasibility_by_mileage find_nearest_tire_shop gallon_to_liter "
-                         "get_zipcode_based_on_city liter_to_gallon",
+    "estimate_drive_feasibility_by_mileage find_nearest_tire_shop gallon_to_liter "
+    "get_zipcode_based_on_city liter_to_gallon",
 }
-_MATH = ("absolute_value add divide imperial_si_conversion logarithm max_value mean min_value "
-         "multiply percentage power round_number si_unit_conversion square_root standard_deviation "
-         "subtract sum_values")
+_MATH = (
+    "absolute_value add divide imperial_si_conversion logarithm max_value mean min_value "
+    "multiply percentage power round_number si_unit_conversion square_root standard_deviation "
+    "subtract sum_values"
+)
 
 #: class -> method -> effect, for the methods of the eight executable classes.
 EFFECTS: dict[str, dict[str, Effect]] = {
@@ -99,7 +101,10 @@ def _main() -> None:
     for cls in sorted(measured):
         for method, (calls, mutated) in sorted(measured[cls].items()):
             kind = "pure (stateless)" if cls in STATELESS else ("mutating" if mutated else "read_only")
-            print(f"{cls:18} {method:40} calls={calls:4d} mutated={mutated:4d} -> {kind:18} declared={effect_of(cls, method).value}")
+            print(
+                f"{cls:18} {method:40} calls={calls:4d} mutated={mutated:4d} -> {kind:18} "
+                f"declared={effect_of(cls, method).value}"
+            )
 
 
 if __name__ == "__main__":

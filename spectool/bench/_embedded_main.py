@@ -44,9 +44,18 @@ def _free_port() -> int:
 class EmbeddedMain:
     """``with EmbeddedMain() as main: main.base_url`` — an OpenAI-compatible engine in-process."""
 
-    def __init__(self, source: str | None = None, *, max_batch: int = 16, threads: int | None = None,
-                 startup_timeout: float = 300.0, backend: str = "torch", dtype: str = "float32",
-                 max_rounds: int | None = None, log_path: str | None = None) -> None:
+    def __init__(
+        self,
+        source: str | None = None,
+        *,
+        max_batch: int = 16,
+        threads: int | None = None,
+        startup_timeout: float = 300.0,
+        backend: str = "torch",
+        dtype: str = "float32",
+        max_rounds: int | None = None,
+        log_path: str | None = None,
+    ) -> None:
         if backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.source, self.max_batch, self.startup_timeout = source, max_batch, startup_timeout
@@ -69,10 +78,12 @@ class EmbeddedMain:
 
     @property
     def label(self) -> str:
-        return {"torch": "embedded (spectool serving engine, SmolLM2-135M-Instruct, CPU)",
-                "vllm": "embedded (vLLM + spectool plugins, SmolLM2-135M-Instruct, CPU)"}[self.backend]
+        return {
+            "torch": "embedded (spectool serving engine, SmolLM2-135M-Instruct, CPU)",
+            "vllm": "embedded (vLLM + spectool plugins, SmolLM2-135M-Instruct, CPU)",
+        }[self.backend]
 
-    def __enter__(self) -> "EmbeddedMain":
+    def __enter__(self) -> EmbeddedMain:
         t0 = time.perf_counter()
         if self.backend == "vllm":
             self._enter_vllm()
@@ -92,14 +103,16 @@ class EmbeddedMain:
         env = server_env()
         if self.max_rounds is not None:
             env["SPECTOOL_VLLM_MAX_HOPS"] = str(self.max_rounds)
-        self._vllm = VllmServer(cmd, port=port, env=env, log_path=self.log_path,
-                                start_timeout=max(self.startup_timeout, 600.0)).__enter__()
+        self._vllm = VllmServer(
+            cmd, port=port, env=env, log_path=self.log_path, start_timeout=max(self.startup_timeout, 600.0)
+        ).__enter__()
         self.model_name = cmd[cmd.index("--served-model-name") + 1]
         self.base_url = f"{self._vllm.url}/v1"
 
     def _enter_torch(self) -> None:
         try:
             import uvicorn
+
             from spectool_serving.server import build_server
         except ImportError as exc:
             from .._errors import missing_extra
@@ -114,7 +127,9 @@ class EmbeddedMain:
         if self.max_rounds is not None:
             self.engine.ctx.max_rounds = self.max_rounds
         port = _free_port()
-        self._server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning"))
+        self._server = uvicorn.Server(
+            uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning")
+        )
         self._thread = threading.Thread(target=self._server.run, name="spectool-bench-main", daemon=True)
         self._thread.start()
         self.base_url = f"http://127.0.0.1:{port}/v1"
@@ -162,8 +177,14 @@ class EmbeddedMain:
         url = f"{self.base_url}/chat/completions"
 
         def once(text: str, max_tokens: int) -> tuple[float, float, int, int]:
-            body = {"model": self.model_name, "messages": [{"role": "user", "content": text}], "temperature": 0,
-                    "max_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True}}
+            body = {
+                "model": self.model_name,
+                "messages": [{"role": "user", "content": text}],
+                "temperature": 0,
+                "max_tokens": max_tokens,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
             t0, first, usage = time.perf_counter(), None, {}
             with httpx.stream("POST", url, json=body, timeout=600.0) as r:
                 for line in r.iter_lines():
@@ -174,7 +195,12 @@ class EmbeddedMain:
                         first = time.perf_counter()
                     usage = chunk.get("usage") or usage
             end = time.perf_counter()
-            return end - t0, end - (first or end), usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+            return (
+                end - t0,
+                end - (first or end),
+                usage.get("prompt_tokens", 0),
+                usage.get("completion_tokens", 0),
+            )
 
         once("Hi", 1)  # warm-up
         short, _, x0, _ = once("Hi", 1)

@@ -14,7 +14,8 @@ import json
 import sys
 import threading
 import types
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .._errors import ConfigError, ToolNotFoundError
 from .._types import ToolCall
@@ -65,7 +66,8 @@ def load_class(class_name: str) -> type:
             module = importlib.import_module(f"{_PKG}.{MODULES[class_name]}")
         except ImportError as exc:
             raise ConfigError(
-                f"cannot import BFCL class {class_name}: {exc} (MathAPI needs mpmath: pip install 'spectool[bench]')"
+                f"cannot import BFCL class {class_name}: {exc} "
+                f"(MathAPI needs mpmath: pip install 'spectool[bench]')"
             ) from exc
     return getattr(module, class_name)
 
@@ -85,14 +87,20 @@ def _stringify(result: Any) -> str:
 class Environment:
     """One agent's instances of a task's BFCL classes, loaded from its initial config."""
 
-    def __init__(self, classes: list[str] | tuple[str, ...], initial_config: Mapping[str, Any],
-                 long_context: bool = False) -> None:
+    def __init__(
+        self,
+        classes: list[str] | tuple[str, ...],
+        initial_config: Mapping[str, Any],
+        long_context: bool = False,
+    ) -> None:
         self.instances: dict[str, Any] = {}
         self._owner: dict[str, str] = {}  # method name -> class name
         for name in classes:
             inst = load_class(name)()
             if name not in STATELESS:
-                inst._load_scenario(copy.deepcopy(dict(initial_config.get(name, {}))), long_context=long_context)
+                inst._load_scenario(
+                    copy.deepcopy(dict(initial_config.get(name, {}))), long_context=long_context
+                )
             self.instances[name] = inst
             for attr in dir(inst):
                 if not attr.startswith("_") and callable(getattr(inst, attr)):
@@ -102,7 +110,9 @@ class Environment:
         try:
             return self._owner[method]
         except KeyError:
-            raise ToolNotFoundError(f"no BFCL method named {method!r} in {list(self.instances)}", tool=method) from None
+            raise ToolNotFoundError(
+                f"no BFCL method named {method!r} in {list(self.instances)}", tool=method
+            ) from None
 
     def call(self, call: ToolCall) -> str:
         """Run one call; errors come back as text, the way BFCL reports them to the model."""

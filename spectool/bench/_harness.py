@@ -9,8 +9,9 @@ speculation. Per model step the agent records G (model time) and T (time waiting
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import anyio
 
@@ -95,8 +96,14 @@ def _assistant_dict(message: Any) -> dict[str, Any]:
     calls = getattr(message, "tool_calls", None) or []
     out: dict[str, Any] = {"role": "assistant", "content": getattr(message, "content", None)}
     if calls:
-        out["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-            "name": c.function.name, "arguments": c.function.arguments}} for c in calls]
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": c.function.arguments},
+            }
+            for c in calls
+        ]
     return out
 
 
@@ -114,8 +121,12 @@ async def _reply(response: Any, stream: bool) -> _Reply:
 
     if not stream:
         usage = getattr(response, "usage", None)
-        return _Reply([_assistant_dict(response.choices[0].message)], response,
-                      getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0)
+        return _Reply(
+            [_assistant_dict(response.choices[0].message)],
+            response,
+            getattr(usage, "prompt_tokens", 0) or 0,
+            getattr(usage, "completion_tokens", 0) or 0,
+        )
     out = _Reply([], response)
     async for chunk in response:
         usage = getattr(chunk, "usage", None)
@@ -125,17 +136,25 @@ async def _reply(response: Any, stream: bool) -> _Reply:
             if choice.index == 0:
                 out.messages.extend(resolved_messages(choice))
     final = response.final_message()
-    out.messages.append({"role": "assistant", "content": final.get("content"),
-                         **({"tool_calls": final["tool_calls"]} if final.get("tool_calls") else {})})
+    out.messages.append(
+        {
+            "role": "assistant",
+            "content": final.get("content"),
+            **({"tool_calls": final["tool_calls"]} if final.get("tool_calls") else {}),
+        }
+    )
     return out
 
 
-async def _run_turn(spec: Any, task: Task, setup: Setup, messages: list, result: AgentResult, turn: int) -> None:
+async def _run_turn(
+    spec: Any, task: Task, setup: Setup, messages: list, result: AgentResult, turn: int
+) -> None:
     left = setup.max_steps_per_turn
     while left > 0:
         t0 = time.perf_counter()
-        response = await spec.chat.completions.create(model=setup.model, messages=messages, tools=list(task.tools),
-                                                      **setup.request_options)
+        response = await spec.chat.completions.create(
+            model=setup.model, messages=messages, tools=list(task.tools), **setup.request_options
+        )
         reply = await _reply(response, setup.stream)
         t1 = time.perf_counter()
         # Resolved calls count as steps: past the cap the baseline would have stopped there.
@@ -157,13 +176,24 @@ async def _run_turn(spec: Any, task: Task, setup: Setup, messages: list, result:
             messages.extend(await spec.run_tool_calls(reply.final))
             result.calls += len(calls)
         result.T.append(time.perf_counter() - t1 if calls else 0.0)
-        result.requests.append({"task": len(result.transcript), "turn": turn, "prompt": reply.prompt_tokens, "completion": reply.completion_tokens,
-                                "calls": len(calls) + len(resolved) // 2, "G": t1 - t0, "T": result.T[-1]})
+        result.requests.append(
+            {
+                "task": len(result.transcript),
+                "turn": turn,
+                "prompt": reply.prompt_tokens,
+                "completion": reply.completion_tokens,
+                "calls": len(calls) + len(resolved) // 2,
+                "G": t1 - t0,
+                "T": result.T[-1],
+            }
+        )
         if not calls:
             return
 
 
-async def _run_task(client: Any, task: Task, setup: Setup, result: AgentResult, drafter: Drafter | None) -> None:
+async def _run_task(
+    client: Any, task: Task, setup: Setup, result: AgentResult, drafter: Drafter | None
+) -> None:
     from .._openai import speculative  # the client-side core
 
     stats = ToolStats()

@@ -9,8 +9,9 @@ the baseline's measured G_i and T_i, the speculative run's hit rate α and mean 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from statistics import fmean
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ._harness import AgentResult
 
@@ -22,9 +23,7 @@ PRICES = {"main": 0.0, "drafter": 0.0}
 
 def predicted_speedup(base: AgentResult, alpha: float, g: float) -> float:
     std = sum(base.G) + sum(base.T)
-    pred = sum(
-        alpha * max(G, g + T) + (1 - alpha) * (G + T) if T > 0 else G for G, T in zip(base.G, base.T)
-    )
+    pred = sum(alpha * max(G, g + T) + (1 - alpha) * (G + T) if T > 0 else G for G, T in zip(base.G, base.T))
     return std / pred if pred > 0 else 1.0
 
 
@@ -58,16 +57,26 @@ def engine_prediction(base: AgentResult, alpha: float, phi: float, delta: float)
     vanilla = spec = spec_o1 = 0.0
     for ep in _episodes(reqs):
         tool_steps = [i for i, r in enumerate(ep) if r["calls"]]
-        to = [max(0, ep[i + 1]["prompt"] - ep[i]["prompt"] - ep[i]["completion"]) if i + 1 < len(ep) else 0
-              for i in tool_steps]
-        w = EngineWorkload(prompt_tokens=ep[0]["prompt"], reasoning_tokens=[0] * len(tool_steps),
-                           call_tokens=[ep[i]["completion"] for i in tool_steps], output_tokens=to,
-                           tool_times=[ep[i]["T"] for i in tool_steps], overhead=o2 / 2,
-                           prefill_s_per_token=phi, decode_s_per_token=delta)
+        to = [
+            max(0, ep[i + 1]["prompt"] - ep[i]["prompt"] - ep[i]["completion"]) if i + 1 < len(ep) else 0
+            for i in tool_steps
+        ]
+        w = EngineWorkload(
+            prompt_tokens=ep[0]["prompt"],
+            reasoning_tokens=[0] * len(tool_steps),
+            call_tokens=[ep[i]["completion"] for i in tool_steps],
+            output_tokens=to,
+            tool_times=[ep[i]["T"] for i in tool_steps],
+            overhead=o2 / 2,
+            prefill_s_per_token=phi,
+            decode_s_per_token=delta,
+        )
         times = engine_times(w, alpha)
         # Without a prefix cache (this engine) a miss re-prefills the next request's context.
-        grown = [alpha * (ep[i]["completion"] + t) + (1 - alpha) * ep[i + 1]["prompt"] if i + 1 < len(ep) else 0.0
-                 for i, t in zip(tool_steps, to)]
+        grown = [
+            alpha * (ep[i]["completion"] + t) + (1 - alpha) * ep[i + 1]["prompt"] if i + 1 < len(ep) else 0.0
+            for i, t in zip(tool_steps, to)
+        ]
         no_o1 = phi * (ep[0]["prompt"] + sum(grown)) - times.parts["speculative"]["prefill"]
         vanilla, spec_o1 = vanilla + times.vanilla, spec_o1 + times.speculative
         spec += times.speculative + no_o1
@@ -75,19 +84,28 @@ def engine_prediction(base: AgentResult, alpha: float, phi: float, delta: float)
         if not last["calls"]:
             vanilla += o2 + phi * last["prompt"] + delta * last["completion"]
             spec, spec_o1 = spec + o2 + delta * last["completion"], spec_o1 + o2 + delta * last["completion"]
-    return {"eq4_s": vanilla, "eq6_s": spec_o1, "eq6_no_o1_s": spec,
-            "speedup": vanilla / spec if spec > 0 else 1.0, "overhead_s": o2}
+    return {
+        "eq4_s": vanilla,
+        "eq6_s": spec_o1,
+        "eq6_no_o1_s": spec,
+        "speedup": vanilla / spec if spec > 0 else 1.0,
+        "overhead_s": o2,
+    }
 
 
-def model_curve(base: Sequence[AgentResult], ref: Sequence[AgentResult], g: float,
-                steps: int = 20) -> list[list[float]]:
+def model_curve(
+    base: Sequence[AgentResult], ref: Sequence[AgentResult], g: float, steps: int = 20
+) -> list[list[float]]:
     """[α, predicted time saved % against the sequential baseline] for α = 0 … 1: Eq. 2 applied
     to the reference run's measured G_i, T_i with drafter time ``g`` (α = 0 is the reference)."""
     out = []
     for k in range(steps + 1):
         a = k / steps
-        saved = [100.0 * (b.wall_s - r.wall_s / predicted_speedup(r, a, g)) / b.wall_s
-                 for b, r in zip(base, ref) if b.wall_s]
+        saved = [
+            100.0 * (b.wall_s - r.wall_s / predicted_speedup(r, a, g)) / b.wall_s
+            for b, r in zip(base, ref)
+            if b.wall_s
+        ]
         out.append([a, _mean(saved)])
     return out
 
@@ -96,9 +114,14 @@ def _mean(xs: Sequence[float]) -> float:
     return fmean(xs) if xs else 0.0
 
 
-def run_row(meta: Mapping[str, Any], base: Sequence[AgentResult], spec: Sequence[AgentResult],
-            prices: Mapping[str, float] = PRICES, calibration: Any = None,
-            reference: Sequence[AgentResult] | None = None) -> dict[str, Any]:
+def run_row(
+    meta: Mapping[str, Any],
+    base: Sequence[AgentResult],
+    spec: Sequence[AgentResult],
+    prices: Mapping[str, float] = PRICES,
+    calibration: Any = None,
+    reference: Sequence[AgentResult] | None = None,
+) -> dict[str, Any]:
     """One results.json run: ``meta`` (config, agents, samples, drafter, …) plus the metrics.
     With an engine ``calibration`` (φ, δ) every row also carries the engine model's Eq. 4 / Eq. 6
     prediction; for ``config == "engine"`` that is the row's ``predicted_speedup``.
@@ -137,7 +160,9 @@ def run_row(meta: Mapping[str, Any], base: Sequence[AgentResult], spec: Sequence
         "wasted_tool_runs": sum(s.tool_runs for s in spec) - sum(b.tool_runs for b in base),
         "predicted_speedup": None if is_ref else _mean(predicted),
         "measured_speedup": _mean(measured),
-        "measured_over_predicted": None if is_ref else (_mean(measured) / _mean(predicted) if predicted else 1.0),
+        "measured_over_predicted": None
+        if is_ref
+        else (_mean(measured) / _mean(predicted) if predicted else 1.0),
         "speedup_over": "baseline" if reference is None or is_ref else "eager",
         "time_saved_vs_eager_pct": None if reference is None or is_ref else _mean(saved_ref),
         "wall_reference_s": _mean([r.wall_s for r in ref]),
@@ -169,7 +194,9 @@ def run_row(meta: Mapping[str, Any], base: Sequence[AgentResult], spec: Sequence
 def _engine_fields(base: Sequence[AgentResult], spec: Sequence[AgentResult], cal: Any) -> dict[str, Any]:
     """Eq. 4/6 per agent with α_engine = calls the engine resolved in place / all calls."""
     alphas = [s.engine_resolved / s.calls if s.calls else 0.0 for s in spec]
-    preds = [engine_prediction(b, a, cal.prefill_s_per_token, cal.decode_s_per_token) for b, a in zip(base, alphas)]
+    preds = [
+        engine_prediction(b, a, cal.prefill_s_per_token, cal.decode_s_per_token) for b, a in zip(base, alphas)
+    ]
     return {
         "engine_hit_rate": _mean(alphas),
         "predicted_engine_speedup": _mean([p["speedup"] for p in preds]),
@@ -184,7 +211,11 @@ def _engine_fields(base: Sequence[AgentResult], spec: Sequence[AgentResult], cal
 
 def _same(b: AgentResult, s: AgentResult) -> bool:
     """Speculation must not change what the agent saw (tool call ids aside)."""
+
     def strip(ts: list[list[dict[str, Any]]]) -> list[Any]:
-        return [[(m.get("role"), m.get("content"), [c["function"] for c in m.get("tool_calls") or []])
-                 for m in t] for t in ts]
+        return [
+            [(m.get("role"), m.get("content"), [c["function"] for c in m.get("tool_calls") or []]) for m in t]
+            for t in ts
+        ]
+
     return strip(b.transcript) == strip(s.transcript)

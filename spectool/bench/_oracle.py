@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 import anyio
 
@@ -26,8 +26,9 @@ __all__ = ["OracleDrafter"]
 class OracleDrafter:
     """A :class:`spectool.Drafter` that returns the ground-truth next call (labelled oracle)."""
 
-    def __init__(self, tasks: Sequence[Task], alpha: float, delay: float = 0.0, seed: int = 0,
-                 miss: str = "wrong") -> None:
+    def __init__(
+        self, tasks: Sequence[Task], alpha: float, delay: float = 0.0, seed: int = 0, miss: str = "wrong"
+    ) -> None:
         if not 0.0 <= alpha <= 1.0:
             raise ConfigError(f"oracle alpha must be in [0, 1], got {alpha}")
         if delay < 0 or miss not in ("wrong", "none"):

@@ -23,8 +23,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import anyio
 
@@ -32,8 +33,15 @@ from .._errors import ConfigError
 from .._types import ToolCall
 from ._bfcl import Task
 
-__all__ = ["ReplayModel", "ReplayStep", "TokenRates", "count_tokens", "first_user_text", "next_step",
-           "next_step_call"]
+__all__ = [
+    "ReplayModel",
+    "ReplayStep",
+    "TokenRates",
+    "count_tokens",
+    "first_user_text",
+    "next_step",
+    "next_step_call",
+]
 
 
 @dataclass(frozen=True)
@@ -46,8 +54,11 @@ class TokenRates:
     overhead_s: float = 0.0
 
     def seconds(self, new_prompt_tokens: int, output_tokens: int) -> float:
-        return (self.overhead_s + new_prompt_tokens / self.prefill_tok_s
-                + (self.reasoning_tokens + output_tokens) / self.decode_tok_s)
+        return (
+            self.overhead_s
+            + new_prompt_tokens / self.prefill_tok_s
+            + (self.reasoning_tokens + output_tokens) / self.decode_tok_s
+        )
 
 
 def count_tokens(text: str) -> int:
@@ -117,19 +128,34 @@ class ReplayModel:
         task = self.task_for(messages)
         nxt = next_step(task, messages)
         last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
-        new = sum(count_tokens(json.dumps(m, default=str)) for m in messages[last_assistant + 1:])
+        new = sum(count_tokens(json.dumps(m, default=str)) for m in messages[last_assistant + 1 :])
         if isinstance(nxt, list):
-            message = {"role": "assistant", "content": None, "tool_calls": [{
-                "id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments_json}} for c in nxt]}
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{uuid.uuid4().hex[:12]}",
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments_json},
+                    }
+                    for c in nxt
+                ],
+            }
             out_tokens = sum(count_tokens(c.name + c.arguments_json) + 6 for c in nxt)  # + call markup
         else:
             message = {"role": "assistant", "content": nxt}
             out_tokens = count_tokens(nxt)
         total_prompt = sum(count_tokens(json.dumps(m, default=str)) for m in messages)
         seconds = self.rates.seconds(new, out_tokens)
-        return ReplayStep(message, total_prompt, out_tokens, seconds, task.id,
-                          first_token_s=seconds - out_tokens / self.rates.decode_tok_s)
+        return ReplayStep(
+            message,
+            total_prompt,
+            out_tokens,
+            seconds,
+            task.id,
+            first_token_s=seconds - out_tokens / self.rates.decode_tok_s,
+        )
 
     # --- the OpenAI-compatible endpoint (in-process HTTP transport) ---------------------------
 
@@ -148,7 +174,9 @@ class ReplayModel:
 
         async def handler(request: Any) -> Any:
             if request.method != "POST" or not request.url.path.endswith("/chat/completions"):
-                return mod.Response(404, json={"error": {"message": f"replay model: no route {request.url.path}"}})
+                return mod.Response(
+                    404, json={"error": {"message": f"replay model: no route {request.url.path}"}}
+                )
             body = json.loads(request.content or b"{}")
             return await self._answer(mod, body)
 
@@ -160,20 +188,40 @@ class ReplayModel:
         except ConfigError as exc:
             return mod.Response(400, json={"error": {"message": str(exc)}})
         rid = f"chatcmpl-replay-{uuid.uuid4().hex[:16]}"
-        usage = {"prompt_tokens": step.prompt_tokens, "completion_tokens": step.completion_tokens,
-                 "total_tokens": step.prompt_tokens + step.completion_tokens}
+        usage = {
+            "prompt_tokens": step.prompt_tokens,
+            "completion_tokens": step.completion_tokens,
+            "total_tokens": step.prompt_tokens + step.completion_tokens,
+        }
         finish = "tool_calls" if step.message.get("tool_calls") else "stop"
         base = {"id": rid, "created": int(time.time()), "model": body.get("model", "replay")}
         if not body.get("stream"):
             await anyio.sleep(step.seconds)
-            return mod.Response(200, json={**base, "object": "chat.completion", "usage": usage, "choices": [
-                {"index": 0, "message": step.message, "finish_reason": finish}]})
-        return mod.Response(200, content=self._stream(step, base, finish, usage, body),
-                            headers={"content-type": "text/event-stream"})
+            return mod.Response(
+                200,
+                json={
+                    **base,
+                    "object": "chat.completion",
+                    "usage": usage,
+                    "choices": [{"index": 0, "message": step.message, "finish_reason": finish}],
+                },
+            )
+        return mod.Response(
+            200,
+            content=self._stream(step, base, finish, usage, body),
+            headers={"content-type": "text/event-stream"},
+        )
 
-    async def _stream(self, step: ReplayStep, base: dict[str, Any], finish: str, usage: dict[str, Any],
-                      body: Mapping[str, Any]) -> AsyncIterator[bytes]:
+    async def _stream(
+        self,
+        step: ReplayStep,
+        base: dict[str, Any],
+        finish: str,
+        usage: dict[str, Any],
+        body: Mapping[str, Any],
+    ) -> AsyncIterator[bytes]:
         """SSE chunks paced like decoding: pieces of the output at the decode rate."""
+
         def sse(delta: dict[str, Any] | None, finish_reason: str | None = None, **extra: Any) -> bytes:
             choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish_reason}]
             body = {**base, "object": "chat.completion.chunk", "choices": choices, **extra}
@@ -185,13 +233,26 @@ class ReplayModel:
         for i, tc in enumerate(step.message.get("tool_calls") or []):
             fn = tc["function"]
             head = count_tokens(fn["name"]) + 6  # name and call markup: one chunk, its tokens' time
-            pieces.append({"tool_calls": [{"index": i, "id": tc["id"], "type": "function",
-                                           "function": {"name": fn["name"], "arguments": ""}}], "_n": head})
+            pieces.append(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": tc["id"],
+                            "type": "function",
+                            "function": {"name": fn["name"], "arguments": ""},
+                        }
+                    ],
+                    "_n": head,
+                }
+            )
             args = fn["arguments"]
-            pieces.extend({"tool_calls": [{"index": i, "function": {"arguments": args[k:k + 4]}}], "_n": 1}
-                          for k in range(0, len(args), 4))
+            pieces.extend(
+                {"tool_calls": [{"index": i, "function": {"arguments": args[k : k + 4]}}], "_n": 1}
+                for k in range(0, len(args), 4)
+            )
         if text:
-            pieces.extend({"content": text[k:k + 4], "_n": 1} for k in range(0, len(text), 4))
+            pieces.extend({"content": text[k : k + 4], "_n": 1} for k in range(0, len(text), 4))
         await anyio.sleep(max(0.0, step.first_token_s))
         yield sse({"role": "assistant", "content": None if step.message.get("tool_calls") else ""})
         # Sleep per batch of pieces, not per piece: fewer timer wake-ups, same pace.

@@ -8,7 +8,8 @@ The bucket is the first 8 hex digits of sha256(id) modulo 100: 0â€“59 train, 60â
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable, Literal, TypeVar
+from collections.abc import Iterable
+from typing import Literal, TypeVar
 
 __all__ = ["SPLITS", "Split", "in_split", "split_of"]
 

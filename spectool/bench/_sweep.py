@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import anyio
 
@@ -18,8 +19,17 @@ from ._metrics import PRICES, run_row
 from ._oracle import OracleDrafter
 from ._replay import ReplayModel, TokenRates
 
-__all__ = ["Plan", "expected_call_G", "full_plan", "headline_drafters", "headline_plan", "quick_plan", "replay_plan",
-           "run_plan", "tuned_adapter"]
+__all__ = [
+    "Plan",
+    "expected_call_G",
+    "full_plan",
+    "headline_drafters",
+    "headline_plan",
+    "quick_plan",
+    "replay_plan",
+    "run_plan",
+    "tuned_adapter",
+]
 
 
 @dataclass
@@ -59,7 +69,9 @@ class Plan:
     tasks_per_category: int | None = None  # first N tasks of each category (after the split)
     latency_matches_G: bool = False  # tool latency mean = the replay model's mean seconds per call step
     calibration_tokens: int = 1024  # embedded engine: prompt-length difference φ is timed over
-    sample_cost: float = 0.05  # samples="auto": one draft sample's price (and the run it may waste), in seconds
+    sample_cost: float = (
+        0.05  # samples="auto": one draft sample's price (and the run it may waste), in seconds
+    )
     title: str = ""
 
 
@@ -73,10 +85,25 @@ def quick_plan() -> Plan:
     the 135M model rarely calls a tool on its own), ≤ 48 tokens each, greedy; history λ = 1;
     baseline vs client-side vs engine-side. One torch thread: the agent, tools and HTTP share the
     process, and on a busy 2-core box two OpenMP threads spin-wait; ``--threads 2`` on an idle one."""
-    return Plan(main="embedded", model="smollm2", categories=("simple_python",), split="test", tasks_per_category=1,
-                agents=(1,), threads=1, latencies=(1.0,), samples=(1,), drafters=("history",),
-                configs=("client", "engine"), max_turns=1, max_steps_per_turn=2, max_tokens=48, calibration_tokens=384,
-                tool_choice="required", title="Embedded engine end to end (SmolLM2-135M-Instruct as main model, CPU)")
+    return Plan(
+        main="embedded",
+        model="smollm2",
+        categories=("simple_python",),
+        split="test",
+        tasks_per_category=1,
+        agents=(1,),
+        threads=1,
+        latencies=(1.0,),
+        samples=(1,),
+        drafters=("history",),
+        configs=("client", "engine"),
+        max_turns=1,
+        max_steps_per_turn=2,
+        max_tokens=48,
+        calibration_tokens=384,
+        tool_choice="required",
+        title="Embedded engine end to end (SmolLM2-135M-Instruct as main model, CPU)",
+    )
 
 
 def headline_drafters() -> tuple[str, ...]:
@@ -99,11 +126,22 @@ def headline_plan() -> Plan:
     (T ≈ G, where the model says speculation pays most). One agent, so a local drafter's model is
     not shared between agents. Arms: the sequential baseline; eager dispatch alone; each drafter at
     λ = 1 and λ = "auto" with eager dispatch on (their "vs eager" column is the drafter's own)."""
-    return Plan(main="replay", model="replay", categories=("simple_python", "multiple", "parallel", "live_simple"),
-                split="test", tasks_per_category=2, agents=(1,), tasks_per_agent=8, latency_matches_G=True,
-                latency_cv=0.1, samples=(1, "auto"), drafters=headline_drafters(), eager_arm=True,
-                rates=TokenRates(prefill_tok_s=4000.0, decode_tok_s=30.0, overhead_s=0.4),
-                title="Headline: real drafters, BFCL test split, replay main model (T ≈ G)")
+    return Plan(
+        main="replay",
+        model="replay",
+        categories=("simple_python", "multiple", "parallel", "live_simple"),
+        split="test",
+        tasks_per_category=2,
+        agents=(1,),
+        tasks_per_agent=8,
+        latency_matches_G=True,
+        latency_cv=0.1,
+        samples=(1, "auto"),
+        drafters=headline_drafters(),
+        eager_arm=True,
+        rates=TokenRates(prefill_tok_s=4000.0, decode_tok_s=30.0, overhead_s=0.4),
+        title="Headline: real drafters, BFCL test split, replay main model (T ≈ G)",
+    )
 
 
 def replay_plan() -> Plan:
@@ -115,10 +153,20 @@ def full_plan() -> Plan:
     """The paper's grid on the embedded engine: M ∈ {1, 8, 32}, 32 tasks each, λ ∈ {1,3,5,7,9},
     both sweeps, 5 repeats, client- and engine-side (days on a 2-core CPU; meant for a GPU box
     or ``--main endpoint``)."""
-    return Plan(main="embedded", model="smollm2", tasks_per_agent=32, agents=(1, 8, 32),
-                latencies=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0), samples=(1, 3, 5, 7, 9),
-                repeats=5, drafters=("history", "local"), configs=("client", "engine"),
-                max_steps_per_turn=4, max_tokens=128, tool_choice="required")
+    return Plan(
+        main="embedded",
+        model="smollm2",
+        tasks_per_agent=32,
+        agents=(1, 8, 32),
+        latencies=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0),
+        samples=(1, 3, 5, 7, 9),
+        repeats=5,
+        drafters=("history", "local"),
+        configs=("client", "engine"),
+        max_steps_per_turn=4,
+        max_tokens=128,
+        tool_choice="required",
+    )
 
 
 def _make_client(plan: Plan, replay: ReplayModel | None, base_url: str | None) -> Callable[[], Any]:
@@ -126,7 +174,9 @@ def _make_client(plan: Plan, replay: ReplayModel | None, base_url: str | None) -
 
     if plan.main == "replay":
         assert replay is not None
-        return lambda: AsyncOpenAI(api_key="replay", base_url="http://replay.local/v1", http_client=replay.http_client())
+        return lambda: AsyncOpenAI(
+            api_key="replay", base_url="http://replay.local/v1", http_client=replay.http_client()
+        )
     if not base_url:
         raise ConfigError("--main endpoint needs --base-url")
     return lambda: AsyncOpenAI(api_key="EMPTY", base_url=base_url, timeout=600.0)
@@ -166,8 +216,10 @@ def _select_tasks(plan: Plan) -> list:
 def _drafters(plan: Plan, name: str, tasks: list, seed: int) -> list[tuple[Callable[[], Any], str]]:
     """(factory, label) per drafter variant; the oracle has one variant per α."""
     if name == "oracle":
-        return [(_oracle(tasks, a, plan.oracle_delay, seed), OracleDrafter(tasks, a, plan.oracle_delay).label)
-                for a in plan.oracle_alphas]
+        return [
+            (_oracle(tasks, a, plan.oracle_delay, seed), OracleDrafter(tasks, a, plan.oracle_delay).label)
+            for a in plan.oracle_alphas
+        ]
     return [_drafter(plan, name)]
 
 
@@ -192,16 +244,19 @@ def _drafter(plan: Plan, name: str) -> tuple[Callable[[], Any], str]:
     if name == "tuned":
         path = tuned_adapter()
         if path is None:
-            raise ConfigError("the tuned drafter's adapter is not shipped in this checkout "
-                              "(spectool.drafters._adapter.shipped_adapter_path())")
+            raise ConfigError(
+                "the tuned drafter's adapter is not shipped in this checkout "
+                "(spectool.drafters._adapter.shipped_adapter_path())"
+            )
         tuned = drafters.LocalDrafter(adapter=path)  # type: ignore[call-arg]
         _SHARED[name] = (lambda: tuned), "tuned(SmolLM2 + LoRA)"
         return _SHARED[name]
     if name == "endpoint":
         if not plan.drafter_base_url or not plan.drafter_model:
             raise ConfigError("the endpoint drafter needs --drafter-base-url and --drafter-model")
-        return (lambda: drafters.EndpointDrafter(model=plan.drafter_model, base_url=plan.drafter_base_url)), \
-            f"endpoint({plan.drafter_model})"
+        return (
+            lambda: drafters.EndpointDrafter(model=plan.drafter_model, base_url=plan.drafter_base_url)
+        ), f"endpoint({plan.drafter_model})"
     raise ConfigError(f"unknown drafter {name!r} (oracle, history, local, endpoint)")
 
 
@@ -269,8 +324,10 @@ class Progress:
 
 def run_plan(plan: Plan, progress: bool = True) -> dict[str, Any]:
     if "engine" in plan.configs and plan.main == "replay":
-        raise ConfigError("the engine-side config needs a serving engine as main model (--main embedded, or "
-                          "--main endpoint --base-url …); the replay model has no tool cache")
+        raise ConfigError(
+            "the engine-side config needs a serving engine as main model (--main embedded, or "
+            "--main endpoint --base-url …); the replay model has no tool cache"
+        )
     if plan.main not in ("replay", "endpoint", "embedded"):
         raise ConfigError(f"unknown main model {plan.main!r} (replay, endpoint, embedded)")
     if plan.main != "embedded":
@@ -278,10 +335,16 @@ def run_plan(plan: Plan, progress: bool = True) -> dict[str, Any]:
     from ._embedded_main import EmbeddedMain
 
     if progress:
-        sys.stderr.write(f"starting the embedded main model on {plan.backend} (SmolLM2-135M-Instruct, CPU)…\n")
+        sys.stderr.write(
+            f"starting the embedded main model on {plan.backend} (SmolLM2-135M-Instruct, CPU)…\n"
+        )
     # max_rounds: never resolve past the step cap
-    with EmbeddedMain(threads=plan.threads, backend=plan.backend, dtype=plan.dtype,
-                      max_rounds=max(0, plan.max_steps_per_turn - 1)) as main:
+    with EmbeddedMain(
+        threads=plan.threads,
+        backend=plan.backend,
+        dtype=plan.dtype,
+        max_rounds=max(0, plan.max_steps_per_turn - 1),
+    ) as main:
         calibration = main.calibrate(prefill_tokens=plan.calibration_tokens)
         return anyio.run(_run_plan, plan, progress, main.base_url, calibration)
 
@@ -293,19 +356,29 @@ def _expected_steps(plan: Plan, tasks: list) -> int:
     def per_task(t: Any) -> int:
         turns = len(t.turns[: plan.max_turns])
         return turns * plan.max_steps_per_turn if plan.main != "replay" else len(_steps(t))
-    runs_per_cell = 1 + plan.eager_arm + sum(len(plan.samples) if d != "oracle" else len(plan.oracle_alphas)
-                                             for d in plan.drafters) * len(plan.configs)
+
+    runs_per_cell = (
+        1
+        + plan.eager_arm
+        + sum(len(plan.samples) if d != "oracle" else len(plan.oracle_alphas) for d in plan.drafters)
+        * len(plan.configs)
+    )
     cells = 1 if plan.latency_matches_G else len(plan.latencies)
-    return plan.repeats * cells * runs_per_cell * sum(
-        per_task(t) for m in plan.agents for a in assign(tasks, m, plan.tasks_per_agent) for t in a)
+    return (
+        plan.repeats
+        * cells
+        * runs_per_cell
+        * sum(per_task(t) for m in plan.agents for a in assign(tasks, m, plan.tasks_per_agent) for t in a)
+    )
 
 
 async def _warm_main(make_client: Callable[[], Any], plan: Plan, task: Any) -> None:
     """One request before any timed run: the SDK's lazy first-use costs (≈ 1 s on a busy box)
     and the engine's grammar compilation would otherwise be charged to the first baseline."""
     opts = {**_request_options(plan), "max_tokens": 8} if plan.main != "replay" else {}
-    reply = await make_client().chat.completions.create(model=plan.model, messages=[dict(m) for m in task.turns[0]],
-                                                        tools=list(task.tools), **opts)
+    reply = await make_client().chat.completions.create(
+        model=plan.model, messages=[dict(m) for m in task.turns[0]], tools=list(task.tools), **opts
+    )
     if opts.get("stream"):
         async for _ in reply:
             pass
@@ -340,14 +413,21 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
     bar = Progress(_expected_steps(plan, tasks), progress)
     engine = "vLLM + spectool plugins" if plan.backend == "vllm" else "spectool serving engine"
     r = plan.rates
-    main_label = {"replay": f"replay of BFCL ground truth standing in for a remote model (token-rate clock: "
-                            f"{r.overhead_s:g} s per request + prompt at {r.prefill_tok_s:g} tok/s + output at "
-                            f"{r.decode_tok_s:g} tok/s; G ≈ {expected_call_G(tasks, r):.2f} s per call step)",
-                  "embedded": f"embedded ({engine}, SmolLM2-135M-Instruct, CPU)"}.get(
-        plan.main, f"endpoint({plan.model})")
-    common = {"make_client": make_client, "model": plan.model, "on_step": bar.step, "max_turns": plan.max_turns,
-              "max_steps_per_turn": plan.max_steps_per_turn, "stream": True,
-              "request_options": _request_options(plan)}
+    main_label = {
+        "replay": f"replay of BFCL ground truth standing in for a remote model (token-rate clock: "
+        f"{r.overhead_s:g} s per request + prompt at {r.prefill_tok_s:g} tok/s + output at "
+        f"{r.decode_tok_s:g} tok/s; G ≈ {expected_call_G(tasks, r):.2f} s per call step)",
+        "embedded": f"embedded ({engine}, SmolLM2-135M-Instruct, CPU)",
+    }.get(plan.main, f"endpoint({plan.model})")
+    common = {
+        "make_client": make_client,
+        "model": plan.model,
+        "on_step": bar.step,
+        "max_turns": plan.max_turns,
+        "max_steps_per_turn": plan.max_steps_per_turn,
+        "stream": True,
+        "request_options": _request_options(plan),
+    }
     latencies = (round(expected_call_G(tasks, plan.rates), 3),) if plan.latency_matches_G else plan.latencies
     eager = "speculable" if plan.eager_arm else False
     rows: list[dict[str, Any]] = []
@@ -359,33 +439,73 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
                 latency = Latency(mean, plan.latency_cv, seed=seed)
                 bar.label = f"baseline M={m} T={mean}s"
                 base = await run_agents(assignment, Setup(latency=latency, **common))
-                meta = {"config": "baseline", "agents": m, "samples": 0, "drafter": "none",
-                        "tool_latency_mean": mean, "main_model": main_label, "seed": seed, "repeat": repeat}
+                meta = {
+                    "config": "baseline",
+                    "agents": m,
+                    "samples": 0,
+                    "drafter": "none",
+                    "tool_latency_mean": mean,
+                    "main_model": main_label,
+                    "seed": seed,
+                    "repeat": repeat,
+                }
                 rows.append(run_row(meta, base, base, plan.prices, calibration))
                 ref = None
                 if plan.eager_arm:
                     bar.label = f"eager dispatch alone M={m} T={mean}s"
                     ref = await run_agents(assignment, Setup(latency=latency, eager="speculable", **common))
-                    rows.append(run_row({**meta, "config": "eager", "drafter": "none (eager dispatch)"},
-                                        base, ref, plan.prices, calibration, reference=ref))
-                for name, (factory, label) in ((n, v) for n in plan.drafters for v in _drafters(plan, n, tasks, seed)):
+                    rows.append(
+                        run_row(
+                            {**meta, "config": "eager", "drafter": "none (eager dispatch)"},
+                            base,
+                            ref,
+                            plan.prices,
+                            calibration,
+                            reference=ref,
+                        )
+                    )
+                for name, (factory, label) in (
+                    (n, v) for n in plan.drafters for v in _drafters(plan, n, tasks, seed)
+                ):
                     # the oracle ignores λ: one run at the first λ
-                    for lam in (plan.samples if name != "oracle" else plan.samples[:1]):
+                    for lam in plan.samples if name != "oracle" else plan.samples[:1]:
                         for config in plan.configs:
                             bar.label = f"{config} {label} λ={lam} M={m} T={mean}s"
-                            setup = Setup(drafter=factory, samples=lam, latency=latency, mode=config, eager=eager,
-                                          sample_cost=plan.sample_cost,
-                                          engine_options={"base_url": base_url} if config == "engine" else {},
-                                          **common)
+                            setup = Setup(
+                                drafter=factory,
+                                samples=lam,
+                                latency=latency,
+                                mode=config,
+                                eager=eager,
+                                sample_cost=plan.sample_cost,
+                                engine_options={"base_url": base_url} if config == "engine" else {},
+                                **common,
+                            )
                             spec = await run_agents(assignment, setup)
-                            rows.append(run_row({**meta, "config": config + ("+eager" if eager else ""),
-                                                 "samples": lam, "drafter": label},
-                                                base, spec, plan.prices, calibration, reference=ref))
+                            rows.append(
+                                run_row(
+                                    {
+                                        **meta,
+                                        "config": config + ("+eager" if eager else ""),
+                                        "samples": lam,
+                                        "drafter": label,
+                                    },
+                                    base,
+                                    spec,
+                                    plan.prices,
+                                    calibration,
+                                    reference=ref,
+                                )
+                            )
     bar.close()
     timelines = await _record_timelines(plan, tasks, common, latencies[0]) if plan.timeline else None
-    out = {"plan": {k: (asdict(v) if k == "rates" else v) for k, v in vars(plan).items()},
-           "main_model": main_label, "runs": rows, "title": plan.title,
-           "tasks": [t.id for t in tasks[: max(plan.agents) * plan.tasks_per_agent]]}
+    out = {
+        "plan": {k: (asdict(v) if k == "rates" else v) for k, v in vars(plan).items()},
+        "main_model": main_label,
+        "runs": rows,
+        "title": plan.title,
+        "tasks": [t.id for t in tasks[: max(plan.agents) * plan.tasks_per_agent]],
+    }
     if calibration is not None:
         out["engine_calibration"] = asdict(calibration)
     if timelines is not None:
@@ -393,8 +513,9 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
     return out
 
 
-async def _record_timelines(plan: Plan, tasks: Sequence[Task], common: dict[str, Any],
-                            mean: float) -> dict[str, Any] | None:
+async def _record_timelines(
+    plan: Plan, tasks: Sequence[Task], common: dict[str, Any], mean: float
+) -> dict[str, Any] | None:
     """One task run alone twice — sequential baseline, then the first drafter arm — each under a
     TimelineRecorder, for the picture of one turn (``turn_timeline.png``)."""
     from ._timeline import TimelineRecorder
@@ -408,8 +529,12 @@ async def _record_timelines(plan: Plan, tasks: Sequence[Task], common: dict[str,
     setups = {"plain": {}, "fast": {"drafter": factory, "samples": plan.samples[0], "eager": eager}}
     for name, extra in setups.items():
         rec = TimelineRecorder()
-        setup = Setup(latency=Latency(mean, plan.latency_cv, seed=plan.seed), hooks=[rec],
-                      **{**common, "on_step": None}, **extra)
+        setup = Setup(
+            latency=Latency(mean, plan.latency_cv, seed=plan.seed),
+            hooks=[rec],
+            **{**common, "on_step": None},
+            **extra,
+        )
         with rec.observing():
             await run_agents([[tasks[0]]], setup)
         recorded[name] = rec.timeline()

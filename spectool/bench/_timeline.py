@@ -74,8 +74,9 @@ class TimelineRecorder(Observer, RequestHook):
     def tool_finished(self, token: Any, outcome: Any) -> None:
         name, speculative, start = token
         lane = "tool (early)" if speculative else "tool (main path)"
-        self._spans.append(Span(lane, name, start, self._clock(),
-                                "error" if outcome.error is not None else ""))
+        self._spans.append(
+            Span(lane, name, start, self._clock(), "error" if outcome.error is not None else "")
+        )
 
     def resolved(self, kind: str, call: Any, spec: Any, *, started: float, outcome: Any = None) -> None:
         if kind in ("hit", "join"):
@@ -108,8 +109,7 @@ class TimelineRecorder(Observer, RequestHook):
         """The recording so far, shifted so the first event is at 0."""
         t0 = min((s.start for s in self._spans), default=0.0)
         spans = [Span(s.lane, s.label, s.start - t0, s.end - t0, s.outcome) for s in self._spans]
-        return Timeline(sorted(spans, key=lambda s: s.start),
-                        [(t - t0, n, k) for t, n, k in self._served])
+        return Timeline(sorted(spans, key=lambda s: s.start), [(t - t0, n, k) for t, n, k in self._served])
 
 
 class _TimedStream:
@@ -149,7 +149,7 @@ def draw_timeline(plain: Timeline, fast: Timeline, path: str | Path, *, title: s
         for row, lane in enumerate(LANES):
             bars = [(s.start, max(s.end - s.start, end / 400)) for s in tl.lane(lane)]
             ax.broken_barh(bars, (row - 0.35, 0.7), facecolors=COLORS[lane], edgecolor="white", linewidth=0.5)
-        for t, tool, kind in tl.served:
+        for t, _tool, _kind in tl.served:
             ax.plot([t], [LANES.index("tool (early)")], marker="v", color="black", markersize=5)
         ax.set_yticks(range(len(LANES)), LANES)
         ax.invert_yaxis()
@@ -159,9 +159,15 @@ def draw_timeline(plain: Timeline, fast: Timeline, path: str | Path, *, title: s
     saved = plain.total - fast.total
     if saved > 0:
         axes[1].axvspan(fast.total, plain.total, color="#c44e52", alpha=0.15)
-        axes[1].text((fast.total + plain.total) / 2, len(LANES) - 0.6,
-                     f"wait that went away\n{saved:.2f} s ({100 * saved / plain.total:.0f}%)",
-                     ha="center", va="bottom", fontsize=8, color="#c44e52")
+        axes[1].text(
+            (fast.total + plain.total) / 2,
+            len(LANES) - 0.6,
+            f"wait that went away\n{saved:.2f} s ({100 * saved / plain.total:.0f}%)",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            color="#c44e52",
+        )
     axes[1].set_xlabel("seconds (▼: a call served by an early run)")
     if title:
         fig.suptitle(title, fontsize=11)

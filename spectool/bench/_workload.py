@@ -62,8 +62,11 @@ def build_toolbox(task: Task, latency: Latency, stats: ToolStats) -> Toolbox:
             effect, scope = effect_of(cls, name), cls
         else:
             effect, scope = Effect.PURE, "stub"  # precomputed: the output depends on the args only
-        box.add(ToolSpec.from_schema(schema, fn=_runner(task, env, name, params, latency, stats),
-                                     effect=effect, scope=scope))
+        box.add(
+            ToolSpec.from_schema(
+                schema, fn=_runner(task, env, name, params, latency, stats), effect=effect, scope=scope
+            )
+        )
     return box
 
 

@@ -14,8 +14,9 @@ member that has been right about a tool comes first for that tool.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import anyio
 
@@ -47,8 +48,15 @@ class CombinedDrafter:
     custom key functions for deduplication. ``max_calls`` caps the merged list.
     """
 
-    def __init__(self, drafters: Sequence[Any], *, timeout: float | None = None,
-                 toolbox: Any = None, max_calls: int | None = None, rank: str = "order") -> None:
+    def __init__(
+        self,
+        drafters: Sequence[Any],
+        *,
+        timeout: float | None = None,
+        toolbox: Any = None,
+        max_calls: int | None = None,
+        rank: str = "order",
+    ) -> None:
         if rank not in ("order", "confidence"):
             raise ConfigError(f"rank must be 'order' or 'confidence', got {rank!r}")
         self.rank = rank
@@ -84,8 +92,11 @@ class CombinedDrafter:
         schemas = tool_schemas(request.tools)
         if self.rank == "confidence":
             self._calibrate(request.messages, schemas)
-            self._last = (_session_key(request.messages), len(request.messages),
-                          [[(self._key(c, schemas), c.name) for c in calls or ()] for calls in results])
+            self._last = (
+                _session_key(request.messages),
+                len(request.messages),
+                [[(self._key(c, schemas), c.name) for c in calls or ()] for calls in results],
+            )
         candidates = [(i, call) for i, calls in enumerate(results) for call in calls or ()]
         if self.rank == "confidence":  # stable: ties keep member order, then each member's order
             candidates.sort(key=lambda ic: -self.confidence(ic[0], ic[1].name))
@@ -110,8 +121,12 @@ class CombinedDrafter:
         session, start, proposed = self._last
         if session != _session_key(messages) or len(messages) < start:
             return
-        made = {self._key(c, schemas) for m in messages[start:] if m.get("role") == "assistant"
-                for c in assistant_calls(m)}
+        made = {
+            self._key(c, schemas)
+            for m in messages[start:]
+            if m.get("role") == "assistant"
+            for c in assistant_calls(m)
+        }
         if not made:
             return
         for member, props in enumerate(proposed):
@@ -120,8 +135,15 @@ class CombinedDrafter:
                 counts[0] += 1
                 counts[1] += key in made
 
-    async def _run_one(self, i: int, drafter: Drafter, limit: float | None, request: DraftRequest,
-                       results: list[list[ToolCall] | None], errors: list[BaseException]) -> None:
+    async def _run_one(
+        self,
+        i: int,
+        drafter: Drafter,
+        limit: float | None,
+        request: DraftRequest,
+        results: list[list[ToolCall] | None],
+        errors: list[BaseException],
+    ) -> None:
         stats = self.stats[i]
         stats.requests += 1
         try:

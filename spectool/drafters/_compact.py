@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .._types import DraftRequest, ToolCall
 from ._common import assistant_calls, message_text, tool_schemas
@@ -40,8 +41,10 @@ __all__ = [
 #: Bumped whenever the rendering changes: an adapter's manifest records the version it saw.
 COMPACT_FORMAT_VERSION = 1
 
-_INSTRUCTION = ("Predict the next tool calls. Answer with a JSON array of "
-                '{"name": ..., "arguments": {...}} using only these tools:')
+_INSTRUCTION = (
+    "Predict the next tool calls. Answer with a JSON array of "
+    '{"name": ..., "arguments": {...}} using only these tools:'
+)
 _WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -97,7 +100,7 @@ def _ranked(request: DraftRequest, bodies: list[dict[str, Any]]) -> list[int]:
     msgs = list(request.messages)
     last = _last_user(msgs)
     query = _words(message_text(msgs[last].get("content"))) if last >= 0 else set()
-    recent = {c.name for m in msgs[last + 1:] if m.get("role") == "assistant" for c in assistant_calls(m)}
+    recent = {c.name for m in msgs[last + 1 :] if m.get("role") == "assistant" for c in assistant_calls(m)}
     scored = []
     for i, body in enumerate(bodies):
         words = _words(body["name"]) | _words(str(body.get("description") or ""))
@@ -120,26 +123,30 @@ def _signatures(request: DraftRequest, max_tools: int, described: int) -> str:
     (a long tool list is mostly names the tuned drafter already knows)."""
     bodies = compact_tools(request, max_tools=max_tools)
     keep = set(_ranked(request, bodies)[:described]) if len(bodies) > described else set(range(len(bodies)))
-    return "\n".join("- " + compact_signature(b, description_chars=90 if i in keep else 0)
-                     for i, b in enumerate(bodies))
+    return "\n".join(
+        "- " + compact_signature(b, description_chars=90 if i in keep else 0) for i, b in enumerate(bodies)
+    )
 
 
 def _call_text(call: ToolCall) -> str:
     return json.dumps({"name": call.name, "arguments": dict(call.arguments)}, ensure_ascii=False)
 
 
-def _conversation_lines(messages: Sequence[Mapping[str, Any]], *, max_calls: int,
-                        user_chars: int, result_chars: int) -> list[str]:
+def _conversation_lines(
+    messages: Sequence[Mapping[str, Any]], *, max_calls: int, user_chars: int, result_chars: int
+) -> list[str]:
     msgs = [m for m in messages if m.get("role") not in ("system", "developer")]
     last = _last_user(msgs)
     lines: list[str] = []
     if last >= 0:
         earlier = _last_user(msgs[:last])
         if earlier >= 0:
-            lines.append("Earlier user: " + _short(message_text(msgs[earlier].get("content")), user_chars // 3))
+            lines.append(
+                "Earlier user: " + _short(message_text(msgs[earlier].get("content")), user_chars // 3)
+            )
         lines.append("User: " + _short(message_text(msgs[last].get("content")), user_chars))
     events: list[str] = []
-    for m in msgs[last + 1:]:
+    for m in msgs[last + 1 :]:
         role = m.get("role")
         if role == "assistant":
             calls = assistant_calls(m)
@@ -158,20 +165,31 @@ def _conversation_lines(messages: Sequence[Mapping[str, Any]], *, max_calls: int
     return lines + events[start:]
 
 
-def compact_messages(request: DraftRequest, *, max_tools: int = 32, described: int = 6, max_calls: int = 4,
-                     user_chars: int = 600, result_chars: int = 160) -> list[dict[str, str]]:
+def compact_messages(
+    request: DraftRequest,
+    *,
+    max_tools: int = 32,
+    described: int = 6,
+    max_calls: int = 4,
+    user_chars: int = 600,
+    result_chars: int = 160,
+) -> list[dict[str, str]]:
     """The drafter's chat messages (system + user) for ``request``."""
     sigs = _signatures(request, max_tools, described)
-    lines = _conversation_lines(request.messages, max_calls=max_calls, user_chars=user_chars,
-                                result_chars=result_chars)
-    return [{"role": "system", "content": f"{_INSTRUCTION}\n{sigs}"},
-            {"role": "user", "content": "\n".join(lines) or "(no messages)"}]
+    lines = _conversation_lines(
+        request.messages, max_calls=max_calls, user_chars=user_chars, result_chars=result_chars
+    )
+    return [
+        {"role": "system", "content": f"{_INSTRUCTION}\n{sigs}"},
+        {"role": "user", "content": "\n".join(lines) or "(no messages)"},
+    ]
 
 
 def compact_prompt_text(tokenizer: Any, request: DraftRequest, **options: Any) -> str:
     """The prompt string (chat template applied, generation prompt open) for ``request``."""
-    return tokenizer.apply_chat_template(compact_messages(request, **options), tokenize=False,
-                                         add_generation_prompt=True)
+    return tokenizer.apply_chat_template(
+        compact_messages(request, **options), tokenize=False, add_generation_prompt=True
+    )
 
 
 def _ordered(arguments: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
@@ -182,8 +200,7 @@ def _ordered(arguments: Mapping[str, Any], params: Mapping[str, Any]) -> dict[st
     return out
 
 
-def compact_target(calls: Sequence[ToolCall], tools: Sequence[Mapping[str, Any]],
-                   eos: str = "") -> str:
+def compact_target(calls: Sequence[ToolCall], tools: Sequence[Mapping[str, Any]], eos: str = "") -> str:
     """The answer text for ``calls``: what the grammar-constrained drafter would write.
 
     ``eos`` (the tokenizer's end-of-turn token, e.g. ``<|im_end|>``) is appended so a tuned
@@ -199,5 +216,6 @@ def compact_target(calls: Sequence[ToolCall], tools: Sequence[Mapping[str, Any]]
 
 def compact_prompt_ids(tokenizer: Any, request: DraftRequest, **options: Any) -> list[int]:
     """Token ids of the prompt: the one tokenization both drafting and tuning use."""
-    return list(tokenizer(compact_prompt_text(tokenizer, request, **options),
-                          add_special_tokens=False)["input_ids"])
+    return list(
+        tokenizer(compact_prompt_text(tokenizer, request, **options), add_special_tokens=False)["input_ids"]
+    )

@@ -15,8 +15,8 @@ torch is imported lazily (callers hold the model's lock).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["DecodeStats", "PrefixCache", "decode_rows"]
@@ -58,8 +58,9 @@ class PrefixCache:
     def reset(self) -> None:
         self.ids, self.cache = [], None
 
-    def prefill(self, model: Any, ids: Sequence[int], stop: threading.Event, stats: DecodeStats,
-                reuse: bool = True) -> Any:
+    def prefill(
+        self, model: Any, ids: Sequence[int], stop: threading.Event, stats: DecodeStats, reuse: bool = True
+    ) -> Any:
         """Bring the cache to ``ids`` and return the logits after the last prompt token."""
         from transformers import DynamicCache
 
@@ -76,7 +77,7 @@ class PrefixCache:
             for start in range(keep, len(ids), PREFILL_CHUNK):
                 if stop.is_set():
                     raise _Stopped
-                chunk = list(ids[start:start + PREFILL_CHUNK])
+                chunk = list(ids[start : start + PREFILL_CHUNK])
                 logits = _forward(model, self.cache, chunk, stats)
                 self.ids.extend(chunk)
         except BaseException:
@@ -100,8 +101,7 @@ def _crop(cache: Any, length: int) -> None:
 def _forward(model: Any, cache: Any, tokens: list[int], stats: DecodeStats) -> Any:
     import torch
 
-    out = model(input_ids=torch.tensor([tokens]), past_key_values=cache, use_cache=True,
-                logits_to_keep=1)
+    out = model(input_ids=torch.tensor([tokens]), past_key_values=cache, use_cache=True, logits_to_keep=1)
     stats.forwards += 1
     return out.logits[0, -1].float()
 
@@ -134,11 +134,27 @@ def _pick(scores: Any, temperature: float, top_p: float, generator: Any) -> int:
     return int(index[int(choice)])
 
 
-def decode_rows(model: Any, tokenizer: Any, grammar: Any, xgr: Any, prompt: Sequence[int],
-                prefix: PrefixCache, stop: threading.Event, *, rows: int, max_new_tokens: int,
-                stop_ids: Sequence[int], vocab: int, temperature: float = 0.0, top_p: float = 1.0,
-                greedy_first: bool = True, jump_forward: bool = True, reuse: bool = True,
-                seed: int | None = None, stats: DecodeStats | None = None) -> list[list[int]]:
+def decode_rows(
+    model: Any,
+    tokenizer: Any,
+    grammar: Any,
+    xgr: Any,
+    prompt: Sequence[int],
+    prefix: PrefixCache,
+    stop: threading.Event,
+    *,
+    rows: int,
+    max_new_tokens: int,
+    stop_ids: Sequence[int],
+    vocab: int,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    greedy_first: bool = True,
+    jump_forward: bool = True,
+    reuse: bool = True,
+    seed: int | None = None,
+    stats: DecodeStats | None = None,
+) -> list[list[int]]:
     """Decode ``rows`` answers for ``prompt`` under ``grammar``; returns each row's new ids.
 
     Row 0 is greedy when ``greedy_first`` (or when ``temperature`` is 0); the others sample.
@@ -160,8 +176,25 @@ def decode_rows(model: Any, tokenizer: Any, grammar: Any, xgr: Any, prompt: Sequ
         for r in range(rows):
             temp = 0.0 if (r == 0 and greedy_first) else temperature
             try:
-                out.append(_decode_one(model, tokenizer, xgr, grammar, prefix, first, stop, stops, vocab,
-                                       max_new_tokens, temp, top_p, generator, jump_forward, stats))
+                out.append(
+                    _decode_one(
+                        model,
+                        tokenizer,
+                        xgr,
+                        grammar,
+                        prefix,
+                        first,
+                        stop,
+                        stops,
+                        vocab,
+                        max_new_tokens,
+                        temp,
+                        top_p,
+                        generator,
+                        jump_forward,
+                        stats,
+                    )
+                )
             finally:
                 if prefix.cache is not None:
                     prefix.rewind(len(prompt))
@@ -170,9 +203,23 @@ def decode_rows(model: Any, tokenizer: Any, grammar: Any, xgr: Any, prompt: Sequ
         return []
 
 
-def _decode_one(model: Any, tokenizer: Any, xgr: Any, grammar: Any, prefix: PrefixCache, logits: Any,
-                stop: threading.Event, stops: set[int], vocab: int, max_new_tokens: int, temperature: float,
-                top_p: float, generator: Any, jump_forward: bool, stats: DecodeStats) -> list[int]:
+def _decode_one(
+    model: Any,
+    tokenizer: Any,
+    xgr: Any,
+    grammar: Any,
+    prefix: PrefixCache,
+    logits: Any,
+    stop: threading.Event,
+    stops: set[int],
+    vocab: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    generator: Any,
+    jump_forward: bool,
+    stats: DecodeStats,
+) -> list[int]:
     row = _Row(xgr, grammar, vocab) if grammar is not None else None
     new: list[int] = []
     while len(new) < max_new_tokens:
@@ -185,7 +232,9 @@ def _decode_one(model: Any, tokenizer: Any, xgr: Any, grammar: Any, prefix: Pref
         if row is not None:
             if not row.matcher.accept_token(token):
                 break
-            feed += _forced(tokenizer, row, max_new_tokens - len(new) - 1, stops, vocab) if jump_forward else []
+            feed += (
+                _forced(tokenizer, row, max_new_tokens - len(new) - 1, stops, vocab) if jump_forward else []
+            )
             stats.forced_tokens += len(feed) - 1
             if row.matcher.is_terminated() or _only_stop(row, stops, vocab):
                 new.extend(feed)  # the grammar can only end here: no forward needed

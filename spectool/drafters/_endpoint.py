@@ -9,7 +9,8 @@ version-specific openai types are touched: openai 1.x, 2.x and 3.x all work.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import anyio
 
@@ -30,11 +31,20 @@ class EndpointDrafter:
     ``extra_body`` goes through to the server (e.g. vLLM sampling options).
     """
 
-    def __init__(self, client: Any = None, *, model: str, base_url: str | None = None,
-                 api_key: str | None = None, sampling: Literal["n", "parallel"] = "n",
-                 timeout: float | None = 10.0, temperature: float | None = 0.7,
-                 max_tokens: int | None = 256, tool_choice: Any = None,
-                 extra_body: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        sampling: Literal["n", "parallel"] = "n",
+        timeout: float | None = 10.0,
+        temperature: float | None = 0.7,
+        max_tokens: int | None = 256,
+        tool_choice: Any = None,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
         if sampling not in ("n", "parallel"):
             raise ConfigError(f"sampling must be 'n' or 'parallel', got {sampling!r}")
         if client is None and base_url is None:
@@ -67,7 +77,7 @@ class EndpointDrafter:
             client, self._client = self._client, None
             await client.close()
 
-    async def __aenter__(self) -> "EndpointDrafter":
+    async def __aenter__(self) -> EndpointDrafter:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -103,8 +113,11 @@ class EndpointDrafter:
         return out
 
     async def _create(self, request: DraftRequest, n: int) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"model": self.model, "messages": list(request.messages),
-                                  "tools": list(request.tools)}
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": list(request.messages),
+            "tools": list(request.tools),
+        }
         if n > 1:
             kwargs["n"] = n
         for name in ("temperature", "max_tokens", "tool_choice"):

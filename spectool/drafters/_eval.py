@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import anyio
 
@@ -25,37 +26,66 @@ __all__ = ["CASES", "TOOLS", "main", "valid"]
 
 
 def _fn(name: str, desc: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": name, "description": desc, "parameters": {
-        "type": "object", "properties": props, "required": required}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": desc,
+            "parameters": {"type": "object", "properties": props, "required": required},
+        },
+    }
 
 
 TOOLS = [
-    _fn("get_weather", "Current weather in a city",
+    _fn(
+        "get_weather",
+        "Current weather in a city",
         {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-        ["city"]),
+        ["city"],
+    ),
     _fn("add", "Add two numbers", {"a": {"type": "number"}, "b": {"type": "number"}}, ["a", "b"]),
-    _fn("get_stock_price", "Latest price of a stock by ticker symbol",
-        {"symbol": {"type": "string"}}, ["symbol"]),
-    _fn("send_email", "Send an email", {"to": {"type": "string"}, "subject": {"type": "string"}},
-        ["to", "subject"]),
-    _fn("search_files", "Find files whose names match a glob pattern",
-        {"pattern": {"type": "string"}}, ["pattern"]),
+    _fn(
+        "get_stock_price",
+        "Latest price of a stock by ticker symbol",
+        {"symbol": {"type": "string"}},
+        ["symbol"],
+    ),
+    _fn(
+        "send_email",
+        "Send an email",
+        {"to": {"type": "string"}, "subject": {"type": "string"}},
+        ["to", "subject"],
+    ),
+    _fn(
+        "search_files",
+        "Find files whose names match a glob pattern",
+        {"pattern": {"type": "string"}},
+        ["pattern"],
+    ),
 ]
 
 CASES: list[tuple[str, ToolCall]] = [
     ("What's the weather in Paris?", ToolCall("get_weather", {"city": "Paris"})),
     ("What is 17 plus 25?", ToolCall("add", {"a": 17, "b": 25})),
     ("What's the current stock price of NVDA?", ToolCall("get_stock_price", {"symbol": "NVDA"})),
-    ("Email bob@example.com with the subject Lunch.",
-     ToolCall("send_email", {"to": "bob@example.com", "subject": "Lunch"})),
+    (
+        "Email bob@example.com with the subject Lunch.",
+        ToolCall("send_email", {"to": "bob@example.com", "subject": "Lunch"}),
+    ),
     ("Find files matching *.py", ToolCall("search_files", {"pattern": "*.py"})),
     ("How warm is it in Tokyo right now?", ToolCall("get_weather", {"city": "Tokyo"})),
     ("Add 3.5 and 4.", ToolCall("add", {"a": 3.5, "b": 4})),
     ("Look up the share price for AAPL.", ToolCall("get_stock_price", {"symbol": "AAPL"})),
 ]
 
-_TYPES = {"string": str, "number": (int, float), "integer": int, "boolean": bool, "object": dict,
-          "array": list}
+_TYPES = {
+    "string": str,
+    "number": (int, float),
+    "integer": int,
+    "boolean": bool,
+    "object": dict,
+    "array": list,
+}
 
 
 def valid(call: ToolCall, tools: Mapping[str, Mapping[str, Any]]) -> bool:
@@ -111,8 +141,11 @@ def _parses(text: str) -> bool:
 async def _run(args: argparse.Namespace) -> None:
     n = len(CASES)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"model={args.model} threads={args.threads} max_new_tokens={args.max_new_tokens} cases={n} "
-          f"load average={load:.1f} (other processes slow every figure)", flush=True)
+    print(
+        f"model={args.model} threads={args.threads} max_new_tokens={args.max_new_tokens} cases={n} "
+        f"load average={load:.1f} (other processes slow every figure)",
+        flush=True,
+    )
     if args.only in ("quality", "all"):
         await _table(args)
     if args.only in ("lambda", "all"):
@@ -124,11 +157,16 @@ async def _table(args: argparse.Namespace) -> None:
     print(f"{'examples':>8} {'constrained':>11} {'parsed':>7} {'valid':>6} {'correct':>8} {'gen s':>7}")
     for examples in (False, True):
         for constrained in (False, True):
-            drafter = LocalDrafter(args.model, constrained=constrained, max_new_tokens=args.max_new_tokens,
-                                   **({} if examples else {"examples": ()}))
+            drafter = LocalDrafter(
+                args.model,
+                constrained=constrained,
+                max_new_tokens=args.max_new_tokens,
+                **({} if examples else {"examples": ()}),
+            )
             p, v, c, s = await _quality(drafter)
-            print(f"{examples!s:>8} {constrained!s:>11} {p:>4}/{n} {v:>3}/{n} {c:>5}/{n} {s:7.1f}",
-                  flush=True)
+            print(
+                f"{examples!s:>8} {constrained!s:>11} {p:>4}/{n} {v:>3}/{n} {c:>5}/{n} {s:7.1f}", flush=True
+            )
 
 
 async def _lambdas(args: argparse.Namespace) -> None:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from ._common import assistant_calls, message_text
 
@@ -28,8 +29,10 @@ _ENTITY = re.compile(r"\b(?:[A-Z][\w-]*(?:\.[\w-]+)*|[\w-]+\.[A-Za-z0-9]{1,8}|[a
 _SENTENCE_START = re.compile(r"(?:^|[.!?]\s+)$")
 # Multi-word names, optionally with a region after a comma: "San Francisco", "New York, NY",
 # "Chennai, Tamil Nadu", "2020 Addison Street, Berkeley, CA, USA".
-_PLACE = re.compile(r"\b(?:\d+[A-Z]?\s)?[A-Z][a-z]+(?:\s[A-Z][a-z]+)+(?:,\s[A-Z][A-Za-z]+(?:\s[A-Z][a-z]+)*)*"
-                    r"|\b[A-Z][a-z]+(?:,\s[A-Z][A-Za-z]+(?:\s[A-Z][a-z]+)*)+")
+_PLACE = re.compile(
+    r"\b(?:\d+[A-Z]?\s)?[A-Z][a-z]+(?:\s[A-Z][a-z]+)+(?:,\s[A-Z][A-Za-z]+(?:\s[A-Z][a-z]+)*)*"
+    r"|\b[A-Z][a-z]+(?:,\s[A-Z][A-Za-z]+(?:\s[A-Z][a-z]+)*)+"
+)
 _NOT_ENTITY = frozenset({"I", "I'm", "I'd", "I've"})
 
 
@@ -55,8 +58,13 @@ class Evidence:
     #: latest values per data-flow source (``("arg", tool, param)`` / ``("out", tool, field)``)
     sourced: dict[tuple[str, ...], list[tuple[Any, int]]] = field(default_factory=dict)
 
-    def candidates(self, pname: str, schema: Mapping[str, Any], taken: set[int],
-                   mined: Sequence[tuple[tuple[str, ...], float]] = ()) -> list[Candidate]:
+    def candidates(
+        self,
+        pname: str,
+        schema: Mapping[str, Any],
+        taken: set[int],
+        mined: Sequence[tuple[tuple[str, ...], float]] = (),
+    ) -> list[Candidate]:
         found: list[Candidate] = []
         for source, share in mined:
             for order, (value, rec) in enumerate(self.sourced.get(source, ())):
@@ -81,12 +89,16 @@ class Evidence:
                 unique.append(cand)
         return unique
 
-    def _from_text(self, pname: str, schema: Mapping[str, Any], text: str, rec: int,
-                   t_index: int, taken: set[int]) -> Iterator[Candidate]:
+    def _from_text(
+        self, pname: str, schema: Mapping[str, Any], text: str, rec: int, t_index: int, taken: set[int]
+    ) -> Iterator[Candidate]:
         words = r"[\s_-]*".join(re.escape(w) for w in re.split(r"[_\W]+", pname) if w)
         if words:
-            phrase = re.compile(rf"\b{words}\b\s*(?:[:=]|is|of|as|to|named|called)?\s*"
-                                r"(\"[^\"]*\"|'[^']*'|[\w./@:+-]+)", re.I)
+            phrase = re.compile(
+                rf"\b{words}\b\s*(?:[:=]|is|of|as|to|named|called)?\s*"
+                r"(\"[^\"]*\"|'[^']*'|[\w./@:+-]+)",
+                re.I,
+            )
             for m in phrase.finditer(text):
                 raw = m.group(1).strip("\"'")
                 coerced = _coerce(_scalar(raw), schema)

@@ -106,8 +106,9 @@ def mine_flows(traces: Iterable[Sequence[Mapping[str, Any]]]) -> Flows:
     return flows
 
 
-def _observe(flows: Flows, tool: str, arguments: Mapping[str, Any], seen: Mapping[str, set[Source]],
-             user_text: str) -> None:
+def _observe(
+    flows: Flows, tool: str, arguments: Mapping[str, Any], seen: Mapping[str, set[Source]], user_text: str
+) -> None:
     for k, v in arguments.items():
         key = (tool, str(k))
         flows.totals[key] += 1

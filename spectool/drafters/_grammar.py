@@ -16,7 +16,8 @@ import copy
 import json
 import threading
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .._errors import ConfigError, DrafterError
 from ._common import tool_schemas
@@ -26,8 +27,13 @@ __all__ = ["GrammarConstraint", "calls_schema"]
 _STRING_FREE = ("enum", "const", "maxLength", "pattern", "format")
 
 
-def calls_schema(tools: Sequence[Mapping[str, Any]], *, max_string_length: int = 64,
-                 max_array_items: int = 8, max_calls: int = 4) -> dict[str, Any]:
+def calls_schema(
+    tools: Sequence[Mapping[str, Any]],
+    *,
+    max_string_length: int = 64,
+    max_array_items: int = 8,
+    max_calls: int = 4,
+) -> dict[str, Any]:
     """JSON schema of xLAM's answer: 1..``max_calls`` calls to the offered tools."""
     branches = []
     defs: dict[str, Any] = {}
@@ -39,12 +45,14 @@ def calls_schema(tools: Sequence[Mapping[str, Any]], *, max_string_length: int =
         else:
             defs.update(local_defs)
         params.setdefault("type", "object")
-        branches.append({
-            "type": "object",
-            "properties": {"name": {"const": name}, "arguments": params},
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        })
+        branches.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": name}, "arguments": params},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
     if not branches:
         raise DrafterError("no tools to constrain the draft to")
     schema: dict[str, Any] = {
@@ -64,8 +72,10 @@ def _bounded(node: Any, max_len: int, max_items: int) -> Any:
         return [_bounded(x, max_len, max_items) for x in node]
     if not isinstance(node, dict):
         return node
-    out = {k: _bounded(v, max_len, max_items) if k not in ("enum", "const", "default") else v
-           for k, v in node.items()}
+    out = {
+        k: _bounded(v, max_len, max_items) if k not in ("enum", "const", "default") else v
+        for k, v in node.items()
+    }
     types = out.get("type")
     types = {types} if isinstance(types, str) else set(types or ())
     if "string" in types and not any(k in out for k in _STRING_FREE):
@@ -78,8 +88,15 @@ def _bounded(node: Any, max_len: int, max_items: int) -> Any:
 class GrammarConstraint:
     """xgrammar compiled for one tokenizer; caches compiled schemas by tool set."""
 
-    def __init__(self, tokenizer: Any, vocab_size: int, *, max_string_length: int = 64,
-                 max_calls: int = 4, cache_size: int = 32) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        vocab_size: int,
+        *,
+        max_string_length: int = 64,
+        max_calls: int = 4,
+        cache_size: int = 32,
+    ) -> None:
         try:
             import xgrammar as xgr
         except ImportError as exc:
@@ -104,8 +121,7 @@ class GrammarConstraint:
         return self._xgr
 
     def compiled(self, tools: Sequence[Mapping[str, Any]]) -> Any:
-        schema = calls_schema(tools, max_string_length=self.max_string_length,
-                              max_calls=self.max_calls)
+        schema = calls_schema(tools, max_string_length=self.max_string_length, max_calls=self.max_calls)
         text = json.dumps(schema)  # key order matters: it is the order the model writes
         with self._lock:
             hit = self._cache.get(text)
@@ -122,10 +138,15 @@ class GrammarConstraint:
                 self._cache.popitem(last=False)
         return grammar
 
-    def processor(self, tools: Sequence[Mapping[str, Any]], batch: int) -> "_MaskProcessor":
+    def processor(self, tools: Sequence[Mapping[str, Any]], batch: int) -> _MaskProcessor:
         """A fresh logits processor for one ``generate`` over ``batch`` rows."""
-        return _MaskProcessor(self._xgr, self.compiled(tools), batch, self.vocab_size,
-                              self.stop_token_ids[0] if self.stop_token_ids else 0)
+        return _MaskProcessor(
+            self._xgr,
+            self.compiled(tools),
+            batch,
+            self.vocab_size,
+            self.stop_token_ids[0] if self.stop_token_ids else 0,
+        )
 
 
 class _MaskProcessor:

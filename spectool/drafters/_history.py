@@ -15,7 +15,8 @@ import hashlib
 import json
 import re
 from collections import Counter, OrderedDict
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from .._errors import ConfigError
 from .._types import DraftRequest, ToolCall
@@ -28,8 +29,10 @@ __all__ = ["HistoryDrafter"]
 _START = "<s>"
 _WORD = re.compile(r"[a-z0-9]+")
 # Words too common in requests and tool names to say which tool is meant.
-_STOP = frozenset("a an and are as at be by can do does for from get give i in is it me my of on "
-                  "or please set show tell the this to what which with you".split())
+_STOP = frozenset(
+    "a an and are as at be by can do does for from get give i in is it me my of on "
+    "or please set show tell the this to what which with you".split()
+)
 
 
 class HistoryDrafter:
@@ -44,9 +47,17 @@ class HistoryDrafter:
     form the first sample together.
     """
 
-    def __init__(self, *, order: int = 3, remember: bool = True, max_sessions: int = 1000,
-                 corpus: Iterable[Sequence[str]] = (), variants: int = 2, flows: Flows | None = None,
-                 fan_out: int = 2) -> None:
+    def __init__(
+        self,
+        *,
+        order: int = 3,
+        remember: bool = True,
+        max_sessions: int = 1000,
+        corpus: Iterable[Sequence[str]] = (),
+        variants: int = 2,
+        flows: Flows | None = None,
+        fan_out: int = 2,
+    ) -> None:
         if order < 1 or max_sessions < 0 or variants < 1:
             raise ConfigError("order and variants must be ≥ 1, max_sessions ≥ 0")
         self.order = order
@@ -77,13 +88,13 @@ class HistoryDrafter:
         tools = tool_schemas(request.tools)
         if not tools:
             return []
-        history = [c for m in request.messages if m.get("role") == "assistant"
-                   for c in assistant_calls(m)]
+        history = [c for m in request.messages if m.get("role") == "assistant" for c in assistant_calls(m)]
         names = [c.name for c in history]
         session = _session_key(request.messages)
         turn_start = bool(request.messages) and request.messages[-1].get("role") == "user"
-        ranked = self.rank_tools(names, _latest_user_text(request.messages), tools, session,
-                                 word_weight=3.0 if turn_start else 1.0)
+        ranked = self.rank_tools(
+            names, _latest_user_text(request.messages), tools, session, word_weight=3.0 if turn_start else 1.0
+        )
         if self.remember and session is not None and names:
             self._sessions[session] = names
             self._sessions.move_to_end(session)
@@ -91,11 +102,24 @@ class HistoryDrafter:
                 self._sessions.popitem(last=False)
         evidence = collect_evidence(request.messages)
         done = set(map(_tag, _trailing_run(request.messages)))  # an agent seldom repeats what it just did
-        per_tool = [fills for name in ranked if (fills := [
-            f for f in _fillings(name, tools[name]["parameters"], evidence, self.variants + 2, self.flows)
-            if _tag(f) not in done][: self.variants])]
-        parallel = (_fan_out(ranked[0], tools[ranked[0]]["parameters"], evidence, self.fan_out)
-                    if turn_start and ranked and self.fan_out else [])
+        per_tool = [
+            fills
+            for name in ranked
+            if (
+                fills := [
+                    f
+                    for f in _fillings(
+                        name, tools[name]["parameters"], evidence, self.variants + 2, self.flows
+                    )
+                    if _tag(f) not in done
+                ][: self.variants]
+            )
+        ]
+        parallel = (
+            _fan_out(ranked[0], tools[ranked[0]]["parameters"], evidence, self.fan_out)
+            if turn_start and ranked and self.fan_out
+            else []
+        )
         limit = max(1, int(request.samples)) + len(parallel)
         out: list[ToolCall] = []
         if per_tool and parallel and per_tool[0][0].name == ranked[0]:
@@ -106,8 +130,14 @@ class HistoryDrafter:
                     out.append(fills[round_])
         return out
 
-    def rank_tools(self, names: Sequence[str], user_text: str, tools: Mapping[str, Any],
-                   session: str | None = None, word_weight: float = 1.0) -> list[str]:
+    def rank_tools(
+        self,
+        names: Sequence[str],
+        user_text: str,
+        tools: Mapping[str, Any],
+        session: str | None = None,
+        word_weight: float = 1.0,
+    ) -> list[str]:
         """Offered tool names by score (n-gram backoff + word overlap), best first; ties by name.
 
         ``word_weight`` scales the share of the request's words a tool's name and description
@@ -119,7 +149,7 @@ class HistoryDrafter:
         scores: Counter[str] = Counter()
         for k in range(min(self.order - 1, len(context)), -1, -1):
             weight = 0.4 ** (min(self.order - 1, len(context)) - k)
-            tail = tuple(context[len(context) - k:]) if k else ()
+            tail = tuple(context[len(context) - k :]) if k else ()
             nexts = _next_counts(sequences, tail)
             total = sum(nexts.values())
             for name, count in nexts.items():
@@ -144,7 +174,7 @@ def _next_counts(sequences: Sequence[Sequence[str]], tail: tuple[str, ...]) -> C
         padded = [_START, *seq]
         k = len(tail)
         for i in range(max(k, 1), len(padded)):
-            if tuple(padded[i - k:i]) == tail:
+            if tuple(padded[i - k : i]) == tail:
                 counts[padded[i]] += 1
     return counts
 
@@ -169,8 +199,14 @@ def _fan_out(name: str, params: Mapping[str, Any], evidence: Evidence, most: int
     return out
 
 
-def _fillings(name: str, params: Mapping[str, Any], evidence: Evidence, variants: int,
-              flows: Flows | None = None, taken: set[int] | None = None) -> list[ToolCall]:
+def _fillings(
+    name: str,
+    params: Mapping[str, Any],
+    evidence: Evidence,
+    variants: int,
+    flows: Flows | None = None,
+    taken: set[int] | None = None,
+) -> list[ToolCall]:
     """Up to ``variants`` argument fillings; [] when a required parameter has no value.
     ``taken``: user literals already used (by this call's other parameters or earlier calls);
     the ones this filling uses are added."""
@@ -186,10 +222,20 @@ def _fillings(name: str, params: Mapping[str, Any], evidence: Evidence, variants
         if pname in required and not options:
             return []
         # Optional parameters take named evidence, or a number the user wrote and nobody used.
-        strong = options if pname in required else [
-            o for o in options if o.strength >= 2 or (
-                o.literal_id is not None and isinstance(o.value, (int, float))
-                and not isinstance(o.value, bool))]
+        strong = (
+            options
+            if pname in required
+            else [
+                o
+                for o in options
+                if o.strength >= 2
+                or (
+                    o.literal_id is not None
+                    and isinstance(o.value, (int, float))
+                    and not isinstance(o.value, bool)
+                )
+            ]
+        )
         if strong:
             chosen[pname] = [o.value for o in strong]
             used.append(strong[0].value)

@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -53,13 +54,15 @@ class LocalModel:
     def constraint(self, max_string_length: int, max_calls: int) -> Any:
         with self._grammar_lock:
             if self.grammar is None or (self.grammar.max_string_length, self.grammar.max_calls) != (
-                    max_string_length, max_calls):
+                max_string_length,
+                max_calls,
+            ):
                 from ._grammar import GrammarConstraint
 
                 vocab = self.model.get_output_embeddings().weight.shape[0]
-                self.grammar = GrammarConstraint(self.tokenizer, vocab,
-                                                 max_string_length=max_string_length,
-                                                 max_calls=max_calls)
+                self.grammar = GrammarConstraint(
+                    self.tokenizer, vocab, max_string_length=max_string_length, max_calls=max_calls
+                )
             return self.grammar
 
 
@@ -87,8 +90,11 @@ def _hub_cached(repo_id: str) -> bool:
     return isinstance(found, str)
 
 
-def load_shared(model: str | os.PathLike[str] | None, dtype: str = "float32",
-                adapter: str | os.PathLike[str] | None = None) -> LocalModel:
+def load_shared(
+    model: str | os.PathLike[str] | None,
+    dtype: str = "float32",
+    adapter: str | os.PathLike[str] | None = None,
+) -> LocalModel:
     """Load a model once per process (keyed by source, dtype and adapter) and share it."""
     source = _resolve_source(model)
     key = (source or "embedded", dtype, os.fspath(adapter) if adapter is not None else "")
@@ -157,19 +163,34 @@ class LocalDrafter:
     row 0 greedy.
     """
 
-    def __init__(self, model: Any = DEFAULT_LOCAL_MODEL, *, constrained: bool = True,
-                 examples: Sequence[WorkedExample] = DEFAULT_EXAMPLES, max_new_tokens: int = 96,
-                 temperature: float = 0.8, top_p: float = 0.95, dtype: str = "float32",
-                 max_string_length: int = 64, max_calls: int = 1,
-                 max_prompt_tokens: int = 2048, greedy_first: bool = True,
-                 prompt: str = "compact", decoder: str = "fast", jump_forward: bool = True,
-                 prefix_cache: bool = True, adapter: str | os.PathLike[str] | None = None,
-                 compact_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        model: Any = DEFAULT_LOCAL_MODEL,
+        *,
+        constrained: bool = True,
+        examples: Sequence[WorkedExample] = DEFAULT_EXAMPLES,
+        max_new_tokens: int = 96,
+        temperature: float = 0.8,
+        top_p: float = 0.95,
+        dtype: str = "float32",
+        max_string_length: int = 64,
+        max_calls: int = 1,
+        max_prompt_tokens: int = 2048,
+        greedy_first: bool = True,
+        prompt: str = "compact",
+        decoder: str = "fast",
+        jump_forward: bool = True,
+        prefix_cache: bool = True,
+        adapter: str | os.PathLike[str] | None = None,
+        compact_options: Mapping[str, Any] | None = None,
+    ) -> None:
         if max_new_tokens < 1 or temperature < 0 or max_calls < 1:
             raise ConfigError("max_new_tokens and max_calls must be ≥ 1 and temperature ≥ 0")
         if prompt not in ("compact", "examples") or decoder not in ("fast", "generate"):
-            raise ConfigError(f"prompt must be 'compact' or 'examples' (got {prompt!r}) and decoder "
-                              f"'fast' or 'generate' (got {decoder!r})")
+            raise ConfigError(
+                f"prompt must be 'compact' or 'examples' (got {prompt!r}) and decoder "
+                f"'fast' or 'generate' (got {decoder!r})"
+            )
         self._source = model
         self._loaded: LocalModel | None = None
         self.adapter = adapter
@@ -260,10 +281,24 @@ class LocalDrafter:
             ids = self.token_ids(loaded, request)
             start, cpu = time.perf_counter(), time.thread_time()
             rows_out = decode_rows(
-                loaded.model, loaded.tokenizer, grammar, xgr, ids, loaded.prefix, stop, rows=rows,
-                max_new_tokens=self.max_new_tokens, stop_ids=sorted(stops), vocab=vocab,
-                temperature=self.temperature, top_p=self.top_p, greedy_first=self.greedy_first,
-                jump_forward=self.jump_forward, reuse=self.prefix_cache, stats=stats)
+                loaded.model,
+                loaded.tokenizer,
+                grammar,
+                xgr,
+                ids,
+                loaded.prefix,
+                stop,
+                rows=rows,
+                max_new_tokens=self.max_new_tokens,
+                stop_ids=sorted(stops),
+                vocab=vocab,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                greedy_first=self.greedy_first,
+                jump_forward=self.jump_forward,
+                reuse=self.prefix_cache,
+                stats=stats,
+            )
             self.last_generate_s = time.perf_counter() - start
             self.last_generate_cpu_s = time.thread_time() - cpu
         self.last_stats = stats
@@ -284,13 +319,17 @@ class LocalDrafter:
     @staticmethod
     def _template(tokenizer: Any, messages: list[dict[str, str]]) -> Any:
         try:
-            return tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                 return_tensors="pt", return_dict=True)["input_ids"]
+            return tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+            )["input_ids"]
         except Exception:  # a template that rejects role "tool": pass results as user turns
-            fixed = [m if m["role"] != "tool" else {"role": "user", "content": f"Tool result: {m['content']}"}
-                     for m in messages]
-            return tokenizer.apply_chat_template(fixed, add_generation_prompt=True,
-                                                 return_tensors="pt", return_dict=True)["input_ids"]
+            fixed = [
+                m if m["role"] != "tool" else {"role": "user", "content": f"Tool result: {m['content']}"}
+                for m in messages
+            ]
+            return tokenizer.apply_chat_template(
+                fixed, add_generation_prompt=True, return_tensors="pt", return_dict=True
+            )["input_ids"]
 
     def _generate(self, loaded: LocalModel, request: DraftRequest, stop: threading.Event) -> list[str]:
         import torch
@@ -322,12 +361,13 @@ class LocalDrafter:
                 return []
             start, cpu = time.perf_counter(), time.thread_time()
             batch, extra = _shared_prefill(loaded.model, ids, n)
-            out = loaded.model.generate(input_ids=batch, attention_mask=torch.ones_like(batch),
-                                        **extra, **kwargs)
+            out = loaded.model.generate(
+                input_ids=batch, attention_mask=torch.ones_like(batch), **extra, **kwargs
+            )
             self.last_generate_s = time.perf_counter() - start
             # CPU seconds of this thread: all of it with torch at one thread, robust to load
             self.last_generate_cpu_s = time.thread_time() - cpu
-        texts = loaded.tokenizer.batch_decode(out[:, ids.shape[-1]:], skip_special_tokens=True)
+        texts = loaded.tokenizer.batch_decode(out[:, ids.shape[-1] :], skip_special_tokens=True)
         self.last_texts = texts
         return texts
 
@@ -353,8 +393,10 @@ def _shared_prefill(model: Any, ids: Any, n: int) -> tuple[Any, dict[str, Any]]:
 
 def _eos_ids(loaded: LocalModel) -> list[int]:
     found: set[int] = set()
-    for value in (getattr(loaded.model.generation_config, "eos_token_id", None),
-                  loaded.tokenizer.eos_token_id):
+    for value in (
+        getattr(loaded.model.generation_config, "eos_token_id", None),
+        loaded.tokenizer.eos_token_id,
+    ):
         if isinstance(value, int):
             found.add(value)
         elif isinstance(value, (list, tuple)):

@@ -8,7 +8,8 @@ with two worked examples in front of the conversation.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .._toolcall_text import format_tool_calls
 from .._types import ToolCall
@@ -21,11 +22,17 @@ __all__ = ["DEFAULT_EXAMPLES", "WorkedExample", "draft_messages", "system_prompt
 WorkedExample = tuple[str, Sequence[ToolCall]]
 
 DEFAULT_EXAMPLES: tuple[WorkedExample, ...] = (
-    ("Translate 'good morning' into French.",
-     (ToolCall("translate", {"text": "good morning", "target_language": "French"}),)),
-    ("Convert 12 miles to kilometers, and define the word 'serendipity'.",
-     (ToolCall("convert_units", {"value": 12, "from_unit": "mile", "to_unit": "km"}),
-      ToolCall("define_word", {"word": "serendipity"}))),
+    (
+        "Translate 'good morning' into French.",
+        (ToolCall("translate", {"text": "good morning", "target_language": "French"}),),
+    ),
+    (
+        "Convert 12 miles to kilometers, and define the word 'serendipity'.",
+        (
+            ToolCall("convert_units", {"value": 12, "from_unit": "mile", "to_unit": "km"}),
+            ToolCall("define_word", {"word": "serendipity"}),
+        ),
+    ),
 )
 
 _INSTRUCTIONS = (
@@ -38,22 +45,26 @@ _INSTRUCTIONS = (
 
 def system_prompt(tools: Sequence[Mapping[str, Any]], preamble: str = "") -> str:
     """The system prompt: an optional preamble, the instructions, each tool as indented JSON."""
-    listed = "\n\n".join(json.dumps(t, indent=4, ensure_ascii=False)
-                         for t in tool_schemas(tools).values())
+    listed = "\n\n".join(json.dumps(t, indent=4, ensure_ascii=False) for t in tool_schemas(tools).values())
     head = f"{preamble.strip()}\n\n" if preamble.strip() else ""
     return f"{head}{_INSTRUCTIONS}\n\n{listed}"
 
 
-def draft_messages(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
-                   examples: Sequence[WorkedExample] = DEFAULT_EXAMPLES,
-                   *, tool_role: str = "tool") -> list[dict[str, str]]:
+def draft_messages(
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+    examples: Sequence[WorkedExample] = DEFAULT_EXAMPLES,
+    *,
+    tool_role: str = "tool",
+) -> list[dict[str, str]]:
     """Chat messages (role + text content) ready for a chat template.
 
     The agent's own system messages join the preamble; assistant tool calls become JSON-array
     text; tool results keep role ``tool_role`` (``"user"`` for templates that reject ``tool``).
     """
-    preamble = "\n\n".join(message_text(m.get("content")) for m in messages
-                           if m.get("role") in ("system", "developer"))
+    preamble = "\n\n".join(
+        message_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer")
+    )
     out = [{"role": "system", "content": system_prompt(tools, preamble)}]
     for text, calls in examples:
         out.append({"role": "user", "content": text})

@@ -21,9 +21,10 @@ import random
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .._errors import ConfigError
 from .._traces import TraceExample, load_traces
@@ -51,13 +52,21 @@ def encode_example(tokenizer: Any, example: TraceExample) -> Encoded:
     """Prompt (compact format, exactly as drafting renders it) + target, prompt masked."""
     prompt = compact_prompt_ids(tokenizer, example.request)
     eos = tokenizer.eos_token or ""
-    target = list(tokenizer(compact_target(example.calls, example.request.tools, eos),
-                            add_special_tokens=False)["input_ids"])
+    target = list(
+        tokenizer(compact_target(example.calls, example.request.tools, eos), add_special_tokens=False)[
+            "input_ids"
+        ]
+    )
     return Encoded(prompt + target, [IGNORE] * len(prompt) + target)
 
 
-def select_examples(examples: Sequence[TraceExample], *, max_examples: int | None = None,
-                    max_per_category: int | None = None, seed: int = 0) -> list[TraceExample]:
+def select_examples(
+    examples: Sequence[TraceExample],
+    *,
+    max_examples: int | None = None,
+    max_per_category: int | None = None,
+    seed: int = 0,
+) -> list[TraceExample]:
     """A seeded, shuffled subset: at most ``max_per_category`` per ``meta.category``, then
     ``max_examples`` in all (categories interleaved by the shuffle)."""
     rng = random.Random(seed)
@@ -78,7 +87,7 @@ def select_examples(examples: Sequence[TraceExample], *, max_examples: int | Non
 def _batches(encoded: list[Encoded], batch_size: int, rng: random.Random) -> list[list[Encoded]]:
     """Batches of similar length (sorted runs), visited in random order."""
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].input_ids))
-    groups = [[encoded[i] for i in order[k:k + batch_size]] for k in range(0, len(order), batch_size)]
+    groups = [[encoded[i] for i in order[k : k + batch_size]] for k in range(0, len(order), batch_size)]
     rng.shuffle(groups)
     return groups
 
@@ -107,15 +116,34 @@ def _lora(model: Any, rank: int, alpha: float, dropout: float) -> Any:
     targets = [t for t in LORA_TARGETS if t in names]
     if not targets:
         raise ConfigError(f"no LoRA target layers ({', '.join(LORA_TARGETS)}) in this model")
-    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets,
-                        task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=alpha,  # type: ignore[arg-type]  # peft accepts a float scale
+        lora_dropout=dropout,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, config)
 
 
-def tune(model: Any, tokenizer: Any, examples: Sequence[TraceExample], *, epochs: float = 1.0,
-         rank: int = 16, alpha: float | None = None, lr: float = 5e-4, batch_size: int = 4,
-         max_tokens: int = 768, seed: int = 0, log_every: int = 10, dropout: float = 0.0,
-         bf16: bool = False, max_seconds: float | None = None, out=sys.stderr) -> tuple[Any, dict[str, Any]]:
+def tune(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[TraceExample],
+    *,
+    epochs: float = 1.0,
+    rank: int = 16,
+    alpha: float | None = None,
+    lr: float = 5e-4,
+    batch_size: int = 4,
+    max_tokens: int = 768,
+    seed: int = 0,
+    log_every: int = 10,
+    dropout: float = 0.0,
+    bf16: bool = False,
+    max_seconds: float | None = None,
+    out=sys.stderr,
+) -> tuple[Any, dict[str, Any]]:
     """LoRA-tune ``model`` on ``examples``; returns the peft model and a training report."""
     import torch
 
@@ -134,7 +162,8 @@ def tune(model: Any, tokenizer: Any, examples: Sequence[TraceExample], *, epochs
     total = max(1, round(per_epoch * epochs))
     warmup = max(1, total // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / max(1, total - warmup))))
+        opt, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / max(1, total - warmup)))
+    )
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
     curve: list[dict[str, float]] = []
     start, seen, step, ema = time.perf_counter(), 0, 0, None
@@ -158,15 +187,26 @@ def tune(model: Any, tokenizer: Any, examples: Sequence[TraceExample], *, epochs
                 rate = seen / elapsed
                 eta = (total - step) * elapsed / step
                 curve.append({"step": step, "loss": round(ema, 4), "elapsed_s": round(elapsed, 1)})
-                print(f"step {step}/{total}  loss {ema:.4f}  {rate:.2f} ex/s  eta {eta / 60:.1f} min",
-                      file=out, flush=True)
+                print(
+                    f"step {step}/{total}  loss {ema:.4f}  {rate:.2f} ex/s  eta {eta / 60:.1f} min",
+                    file=out,
+                    flush=True,
+                )
     peft_model.eval()
     tokens = [len(e.input_ids) for e in encoded]
-    report = {"examples": len(encoded), "dropped_too_long": dropped, "steps": step, "planned_steps": total,
-              "examples_seen": seen, "epochs": epochs,
-              "seconds": round(time.perf_counter() - start, 1), "loss_curve": curve,
-              "tokens_median": sorted(tokens)[len(tokens) // 2], "tokens_max": max(tokens),
-              "target_tokens": sum(len(e.labels) - e.prompt_tokens for e in encoded)}
+    report = {
+        "examples": len(encoded),
+        "dropped_too_long": dropped,
+        "steps": step,
+        "planned_steps": total,
+        "examples_seen": seen,
+        "epochs": epochs,
+        "seconds": round(time.perf_counter() - start, 1),
+        "loss_curve": curve,
+        "tokens_median": sorted(tokens)[len(tokens) // 2],
+        "tokens_max": max(tokens),
+        "target_tokens": sum(len(e.labels) - e.prompt_tokens for e in encoded),
+    }
     return peft_model, report
 
 
@@ -178,10 +218,14 @@ def save_adapter(peft_model: Any, out_dir: str | Path, manifest: dict[str, Any])
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to(torch.float16).contiguous() for k, v in get_peft_model_state_dict(peft_model).items()}
+    state = {
+        k: v.detach().to(torch.float16).contiguous() for k, v in get_peft_model_state_dict(peft_model).items()
+    }
     save_file(state, str(out / "adapter_model.safetensors"))
     peft_model.peft_config["default"].save_pretrained(str(out))
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / "manifest.json").write_text(
+        json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     return out
 
 
@@ -189,8 +233,12 @@ def _data_summary(path: str, examples: Sequence[TraceExample]) -> dict[str, Any]
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16] if Path(path).is_file() else None
     cats = collections.Counter(str(e.meta.get("category", "?")) for e in examples)
     splits = sorted({str(e.meta.get("split", "?")) for e in examples})
-    return {"traces": str(path), "sha256_16": digest, "examples_by_category": dict(sorted(cats.items())),
-            "splits": splits}
+    return {
+        "traces": str(path),
+        "sha256_16": digest,
+        "examples_by_category": dict(sorted(cats.items())),
+        "splits": splits,
+    }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -205,11 +253,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-per-category", type=int, default=None)
     parser.add_argument("--max-tokens", type=int, default=768, help="drop longer examples")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
-                        help="compute precision of the forward/backward (weights stay fp32)")
+    parser.add_argument(
+        "--precision",
+        choices=("bf16", "fp32"),
+        default="bf16",
+        help="compute precision of the forward/backward (weights stay fp32)",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-minutes", type=float, default=None,
-                        help="stop after this much training time (the manifest records the steps done)")
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="stop after this much training time (the manifest records the steps done)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -224,30 +280,51 @@ def run(args: argparse.Namespace) -> int:
         # a pipe or process substitution can be read once only: keep a copy beside the adapter
         Path(args.out).mkdir(parents=True, exist_ok=True)
         copy = Path(args.out) / "traces.jsonl"
-        copy.write_text(sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8"), encoding="utf-8")
+        copy.write_text(
+            sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8"), encoding="utf-8"
+        )
         path = str(copy)
-    examples = select_examples(load_traces(path), max_examples=args.max_examples,
-                               max_per_category=args.max_per_category, seed=args.seed)
+    examples = select_examples(
+        load_traces(path),
+        max_examples=args.max_examples,
+        max_per_category=args.max_per_category,
+        seed=args.seed,
+    )
     source = None if args.model in ("", "embedded") else args.model
     model, tokenizer = load_causal_lm(source, dtype="float32")
     digest = _model_digest(model)  # before LoRA layers are injected
     print(f"tuning on {len(examples)} examples from {path}", file=sys.stderr, flush=True)
-    peft_model, report = tune(model, tokenizer, examples, epochs=args.epochs, rank=args.rank, lr=args.lr,
-                              batch_size=args.batch_size, max_tokens=args.max_tokens, seed=args.seed,
-                              bf16=args.precision == "bf16",
-                              max_seconds=args.max_minutes * 60 if args.max_minutes else None)
+    peft_model, report = tune(
+        model,
+        tokenizer,
+        examples,
+        epochs=args.epochs,
+        rank=args.rank,
+        lr=args.lr,
+        batch_size=args.batch_size,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        bf16=args.precision == "bf16",
+        max_seconds=args.max_minutes * 60 if args.max_minutes else None,
+    )
     manifest = {
-        "format": "spectool-drafter-adapter", "compact_format_version": COMPACT_FORMAT_VERSION,
+        "format": "spectool-drafter-adapter",
+        "compact_format_version": COMPACT_FORMAT_VERSION,
         "base_model": getattr(model.config, "_name_or_path", "") or str(args.model),
-        "base_model_source": args.model, "base_model_digest": digest,
+        "base_model_source": args.model,
+        "base_model_digest": digest,
         "data": _data_summary(path, examples),
-        "command": "spectool drafters tune " + " ".join(shlex.quote(a) for a in sys.argv[1:]
-                                                         if a not in ("drafters", "tune")),
+        "command": "spectool drafters tune "
+        + " ".join(shlex.quote(a) for a in sys.argv[1:] if a not in ("drafters", "tune")),
         "options": {k: v for k, v in vars(args).items() if k not in ("func", "handler")},
-        "torch_threads": torch.get_num_threads(), **report,
+        "torch_threads": torch.get_num_threads(),
+        **report,
     }
     save_adapter(peft_model, args.out, manifest)
-    print(f"saved adapter to {args.out} ({report['seconds']:.0f} s, {report['examples']} examples)", file=sys.stderr)
+    print(
+        f"saved adapter to {args.out} ({report['seconds']:.0f} s, {report['examples']} examples)",
+        file=sys.stderr,
+    )
     return 0
 
 

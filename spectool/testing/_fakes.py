@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import anyio
 
@@ -62,8 +63,15 @@ def fake_tool(
         return result(arguments) if callable(result) else result
 
     schema = parameters or {"type": "object", "properties": {}, "additionalProperties": True}
-    return ToolSpec(name=name, description=f"fake {name}", parameters=schema, effect=Effect(effect),
-                    scope=scope, fn=run, **options)
+    return ToolSpec(
+        name=name,
+        description=f"fake {name}",
+        parameters=schema,
+        effect=Effect(effect),
+        scope=scope,
+        fn=run,
+        **options,
+    )
 
 
 class KeyValueWorld:
@@ -88,6 +96,7 @@ class KeyValueWorld:
             """Read one key (empty string if absent)."""
             await self._nap("get", {"key": key})
             return self.data.get(key, "")
+
         return get
 
     def _keys(self) -> Any:
@@ -96,6 +105,7 @@ class KeyValueWorld:
             """All keys, sorted."""
             await self._nap("keys", {})
             return sorted(self.data)
+
         return keys
 
     def _put(self) -> Any:
@@ -106,6 +116,7 @@ class KeyValueWorld:
             await self._nap("put", {"key": key, "value": value})
             self.data[key] = value
             return "ok"
+
         return put
 
     def _delete(self) -> Any:
@@ -114,6 +125,7 @@ class KeyValueWorld:
             """Remove a key."""
             await self._nap("delete", {"key": key})
             return "ok" if self.data.pop(key, None) is not None else "absent"
+
         return delete
 
     def _add(self) -> Any:
@@ -122,6 +134,7 @@ class KeyValueWorld:
             """a + b."""
             await self._nap("add", {"a": a, "b": b})
             return a + b
+
         return add
 
 
@@ -156,8 +169,15 @@ class ScriptedDrafter:
         if self.failure == "hang":
             await anyio.sleep_forever()
         if self.failure == "garbage":
-            return [None, 42, {"name": 7}, {"name": "get", "arguments": "{not json"},  # type: ignore[list-item]
-                    ToolCall("no_such_tool", {}), {"function": "x"}, "call get()"]
+            return [
+                None,
+                42,
+                {"name": 7},
+                {"name": "get", "arguments": "{not json"},  # type: ignore[list-item]
+                ToolCall("no_such_tool", {}),
+                {"function": "x"},
+                "call get()",
+            ]
         truth = list(self.oracle(list(request.messages)))
         out: list[ToolCall] = []
         for _ in range(request.samples):

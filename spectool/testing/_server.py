@@ -8,7 +8,8 @@ configurable latency per generated token. Use it in-process through an ASGI tran
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import anyio
 
@@ -87,22 +88,39 @@ class ScriptedModel:
                 break
         path = scope["path"].rstrip("/")
         if scope["method"] == "GET" and path.endswith("/models"):
-            return await _json(send, 200, {"object": "list", "data": [
-                {"id": self.model, "object": "model", "created": _CREATED, "owned_by": "spectool"}]})
-        if scope["method"] != "POST" or not (path.endswith("/chat/completions") or path.endswith("/responses")):
+            return await _json(
+                send,
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {"id": self.model, "object": "model", "created": _CREATED, "owned_by": "spectool"}
+                    ],
+                },
+            )
+        if scope["method"] != "POST" or not (
+            path.endswith("/chat/completions") or path.endswith("/responses")
+        ):
             return await _json(send, 404, {"error": {"message": f"no route {path}", "type": "not_found"}})
         try:
             request = json.loads(body or b"{}")
         except ValueError:
-            return await _json(send, 400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
+            return await _json(
+                send, 400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}}
+            )
         self.requests.append(request)
         if path.endswith("/chat/completions"):
             events = self._chat(request)
         else:
             events = self._responses(request)
         if request.get("stream"):
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+                }
+            )
             async for chunk in events:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -116,12 +134,19 @@ class ScriptedModel:
         messages = req.get("messages") or []
         reply = self.reply_for(messages)
         rid = "chatcmpl-" + digest(messages)
-        calls = [{"id": f"call_{rid[-8:]}_{i}", "type": "function",
-                  "function": {"name": c.name, "arguments": c.arguments_json}}
-                 for i, c in enumerate(reply.tool_calls)]
+        calls = [
+            {
+                "id": f"call_{rid[-8:]}_{i}",
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments_json},
+            }
+            for i, c in enumerate(reply.tool_calls)
+        ]
         tokens = self._tokens(reply)
-        usage = {"prompt_tokens": sum(len(str(m.get("content") or "")) // 4 + 4 for m in messages),
-                 "completion_tokens": len(tokens)}
+        usage = {
+            "prompt_tokens": sum(len(str(m.get("content") or "")) // 4 + 4 for m in messages),
+            "completion_tokens": len(tokens),
+        }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         finish = "tool_calls" if calls else "stop"
         base = {"id": rid, "created": _CREATED, "model": req.get("model", self.model)}
@@ -133,14 +158,23 @@ class ScriptedModel:
             if calls:
                 message["tool_calls"] = calls
             n = max(1, int(req.get("n") or 1))  # λ samples by `n`: the script is deterministic
-            yield {**base, "object": "chat.completion", "usage": usage, "choices": [
-                {"index": i, "message": message, "finish_reason": finish, "logprobs": None}
-                for i in range(n)]}
+            yield {
+                **base,
+                "object": "chat.completion",
+                "usage": usage,
+                "choices": [
+                    {"index": i, "message": message, "finish_reason": finish, "logprobs": None}
+                    for i in range(n)
+                ],
+            }
             return
 
         def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-            body = {**base, "object": "chat.completion.chunk",
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+            body = {
+                **base,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+            }
             return _sse(body)
 
         yield chunk({"role": "assistant", "content": ""})
@@ -158,8 +192,18 @@ class ScriptedModel:
             yield chunk({"tool_calls": [tc]})
         for i, c in enumerate(calls):  # calls with empty arguments never got a piece
             if i not in started:
-                yield chunk({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
-                                             "function": {"name": c["function"]["name"], "arguments": ""}}]})
+                yield chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": i,
+                                "id": c["id"],
+                                "type": "function",
+                                "function": {"name": c["function"]["name"], "arguments": ""},
+                            }
+                        ]
+                    }
+                )
         yield chunk({}, finish)
         if (req.get("stream_options") or {}).get("include_usage"):
             yield _sse({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
@@ -174,24 +218,46 @@ class ScriptedModel:
         rid = "resp_" + digest(messages)
         items: list[dict[str, Any]] = []
         if reply.text is not None:
-            items.append({"type": "message", "id": f"msg_{rid[-8:]}", "role": "assistant",
-                          "status": "completed",
-                          "content": [{"type": "output_text", "text": reply.text, "annotations": []}]})
+            items.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{rid[-8:]}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": reply.text, "annotations": []}],
+                }
+            )
         for i, c in enumerate(reply.tool_calls):
-            items.append({"type": "function_call", "id": f"fc_{rid[-8:]}_{i}",
-                          "call_id": f"call_{rid[-8:]}_{i}", "name": c.name,
-                          "arguments": c.arguments_json, "status": "completed"})
+            items.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{rid[-8:]}_{i}",
+                    "call_id": f"call_{rid[-8:]}_{i}",
+                    "name": c.name,
+                    "arguments": c.arguments_json,
+                    "status": "completed",
+                }
+            )
         self._conversations[rid] = [*messages, *responses_input_to_messages(items)]
         tokens = self._tokens(reply)
         n_in = sum(len(str(m.get("content") or "")) // 4 + 4 for m in messages)
         response = {
-            "id": rid, "object": "response", "created_at": _CREATED, "status": "completed",
-            "model": req.get("model", self.model), "output": items, "parallel_tool_calls": True,
-            "tool_choice": req.get("tool_choice", "auto"), "tools": req.get("tools", []),
-            "usage": {"input_tokens": n_in, "output_tokens": len(tokens),
-                      "total_tokens": n_in + len(tokens),
-                      "input_tokens_details": {"cached_tokens": 0},
-                      "output_tokens_details": {"reasoning_tokens": 0}},
+            "id": rid,
+            "object": "response",
+            "created_at": _CREATED,
+            "status": "completed",
+            "model": req.get("model", self.model),
+            "output": items,
+            "parallel_tool_calls": True,
+            "tool_choice": req.get("tool_choice", "auto"),
+            "tools": req.get("tools", []),
+            "usage": {
+                "input_tokens": n_in,
+                "output_tokens": len(tokens),
+                "total_tokens": n_in + len(tokens),
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            },
         }
         if self.first_token_latency:
             await anyio.sleep(self.first_token_latency)
@@ -202,8 +268,9 @@ class ScriptedModel:
         async for event in self._response_events(response, tokens, reply):
             yield event
 
-    async def _response_events(self, response: dict[str, Any], tokens: list[tuple[int, str]],
-                               reply: Reply) -> AsyncIterator[bytes]:
+    async def _response_events(
+        self, response: dict[str, Any], tokens: list[tuple[int, str]], reply: Reply
+    ) -> AsyncIterator[bytes]:
         seq = 0
 
         def event(kind: str, **body: Any) -> bytes:
@@ -227,11 +294,21 @@ class ScriptedModel:
                     continue
                 await self._pause(1)
                 if slot < 0:
-                    yield event("response.output_text.delta", item_id=item["id"], output_index=idx,
-                                content_index=0, delta=piece, logprobs=[])
+                    yield event(
+                        "response.output_text.delta",
+                        item_id=item["id"],
+                        output_index=idx,
+                        content_index=0,
+                        delta=piece,
+                        logprobs=[],
+                    )
                 else:
-                    yield event("response.function_call_arguments.delta", item_id=item["id"],
-                                output_index=idx, delta=piece)
+                    yield event(
+                        "response.function_call_arguments.delta",
+                        item_id=item["id"],
+                        output_index=idx,
+                        delta=piece,
+                    )
             yield event("response.output_item.done", output_index=idx, item=item)
         yield event("response.completed", response=response)
 
@@ -243,7 +320,11 @@ def _sse(body: dict[str, Any], event: str | None = None) -> bytes:
 
 async def _json(send: Callable, status: int, payload: Any) -> None:
     body = json.dumps(payload).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -7,7 +7,8 @@ Also builds SDK clients for either path (in-process ASGI transport or a URL).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 from anyio.abc import SocketAttribute, TaskGroup
@@ -26,7 +27,7 @@ class SocketServer:
         self.url = ""
         self._tg: TaskGroup | None = None
 
-    async def __aenter__(self) -> "SocketServer":
+    async def __aenter__(self) -> SocketServer:
         listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
         self.port = listener.extra(SocketAttribute.local_port)
         self.url = f"http://{self.host}:{self.port}/v1"
@@ -46,8 +47,13 @@ class SocketServer:
             try:
                 while await self._one_request(stream, reader):
                     pass
-            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError,
-                    anyio.ClosedResourceError, anyio.DelimiterNotFound):
+            except (
+                anyio.EndOfStream,
+                anyio.IncompleteRead,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+                anyio.DelimiterNotFound,
+            ):
                 return
 
     async def _one_request(self, stream: Any, reader: BufferedByteReceiveStream) -> bool:
@@ -60,11 +66,18 @@ class SocketServer:
         body = await reader.receive_exactly(length) if length else b""
         path, _, query = target.partition("?")
         scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": version[5:],
-            "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
-            "query_string": query.encode(), "root_path": "",
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": version[5:],
+            "method": method,
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": query.encode(),
+            "root_path": "",
             "headers": [(k.strip().lower().encode(), v.strip().encode()) for k, v in headers],
-            "server": (self.host, self.port), "client": ("127.0.0.1", 0),
+            "server": (self.host, self.port),
+            "client": ("127.0.0.1", 0),
         }
         sent_body = False
 
@@ -86,8 +99,13 @@ class SocketServer:
             if state["chunked"] is None:
                 state["chunked"] = more
                 names = {k.lower() for k, _ in state["headers"]}
-                extra = [(b"transfer-encoding", b"chunked")] if more else (
-                    [] if b"content-length" in names else [(b"content-length", str(len(data)).encode())])
+                extra = (
+                    [(b"transfer-encoding", b"chunked")]
+                    if more
+                    else (
+                        [] if b"content-length" in names else [(b"content-length", str(len(data)).encode())]
+                    )
+                )
                 lines = [f"HTTP/1.1 {state['status']} OK".encode()]
                 lines += [k + b": " + v for k, v in [*state["headers"], *extra]]
                 await stream.send(b"\r\n".join(lines) + b"\r\n\r\n")
@@ -106,7 +124,7 @@ class SocketServer:
 class ServerThread:
     """A :class:`SocketServer` on a background event loop, for sync code and examples::
 
-        with ServerThread(app) as url: ...
+    with ServerThread(app) as url: ...
     """
 
     def __init__(self, app: Callable, host: str = "127.0.0.1", port: int = 0) -> None:

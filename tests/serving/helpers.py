@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from spectool_serving.requests import build_sequences
 
@@ -54,21 +55,35 @@ def normalized(messages: list[dict]) -> list[tuple]:
     return out
 
 
-def agent(engine, body: dict, tool: Callable[[dict], str], *, turns: int,
-          speculate: Callable[[str, list], None] | None = None) -> tuple[list[dict], list[dict]]:
+def agent(
+    engine,
+    body: dict,
+    tool: Callable[[dict], str],
+    *,
+    turns: int,
+    speculate: Callable[[str, list], None] | None = None,
+) -> tuple[list[dict], list[dict]]:
     """The client-run loop: request, run the returned call, append, repeat (``turns`` requests
     at most). ``speculate(rid, messages)`` may post outputs before the engine starts."""
     messages = list(body["messages"])
     finishes = []
     for _ in range(turns):
-        fin = run_request(engine, {**body, "messages": messages},
-                          before=(lambda rid: speculate(rid, messages)) if speculate else None)
+        fin = run_request(
+            engine,
+            {**body, "messages": messages},
+            before=(lambda rid, m=messages: speculate(rid, m)) if speculate else None,
+        )
         finishes.append(fin)
         new = transcript_of(fin)
         messages += new
         if not fin["tool_call"]:
             break
         call = fin["tool_call"]
-        messages.append({"role": "tool", "tool_call_id": call["id"],
-                         "content": tool(json.loads(call["function"]["arguments"]))})
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": call["id"],
+                "content": tool(json.loads(call["function"]["arguments"])),
+            }
+        )
     return messages, finishes

@@ -45,9 +45,8 @@ def test_batched_decode_equals_alone(engine, alone):
 
 
 def test_eviction_under_memory_pressure_falls_back(smol, alone):
-    from spectool_serving.server import build_engine
-
     from spectool_serving.prompts import encode_prompt
+    from spectool_serving.server import build_engine
 
     longest = max(len(encode_prompt(smol.tokenizer, smol.fmt, _body(p)["messages"])) for p in PROMPTS)
     # two rows fit at admission, but not once they have grown by a few tokens

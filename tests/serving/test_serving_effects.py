@@ -17,8 +17,13 @@ from .helpers import normalized, run_request, transcript_of
 
 pytestmark = pytest.mark.model
 
-BODY = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}],
-        "tools": [WEATHER], "tool_choice": "required", "temperature": 0, "max_tokens": 40}
+BODY = {
+    "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+    "tools": [WEATHER],
+    "tool_choice": "required",
+    "temperature": 0,
+    "max_tokens": 40,
+}
 CALLS = 3
 
 
@@ -34,8 +39,18 @@ def _world_agent(engine, speculate: bool, effect: str = "read_only"):
 
     def post_now(rid):
         for city in ("Paris", "paris"):
-            engine.store.post(rid, "", [{"name": "get_weather", "params": {"city": city},
-                                         "output": read({"city": city}), "effect": effect}])
+            engine.store.post(
+                rid,
+                "",
+                [
+                    {
+                        "name": "get_weather",
+                        "params": {"city": city},
+                        "output": read({"city": city}),
+                        "effect": effect,
+                    }
+                ],
+            )
 
     while sum(m["role"] == "assistant" for m in messages) < CALLS:
         fin = run_request(engine, {**BODY, "messages": messages}, before=post_now if speculate else None)
@@ -46,8 +61,13 @@ def _world_agent(engine, speculate: bool, effect: str = "read_only"):
         call = fin["tool_call"]
         if call is None:
             break
-        messages.append({"role": "tool", "tool_call_id": call["id"],
-                         "content": read(json.loads(call["function"]["arguments"]))})
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": call["id"],
+                "content": read(json.loads(call["function"]["arguments"])),
+            }
+        )
         world["version"] += 1
     return messages[: 1 + 2 * CALLS]
 
@@ -68,7 +88,10 @@ def test_forced_choice_splices_a_read_only_entry_once_and_a_pure_one_again(engin
 
     def post(effect):
         def before(rid):
-            engine.store.post(rid, "", [{"name": "get_weather", "params": args, "output": "sunny", "effect": effect}])
+            engine.store.post(
+                rid, "", [{"name": "get_weather", "params": args, "output": "sunny", "effect": effect}]
+            )
+
         return before
 
     first = run_request(engine, BODY)

@@ -51,8 +51,12 @@ def live(app):
 
 
 def _client(app, key="key-a"):
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
-                             headers={"Authorization": f"Bearer {key}"} if key else {}, timeout=600)
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://t",
+        headers={"Authorization": f"Bearer {key}"} if key else {},
+        timeout=600,
+    )
 
 
 async def _open_stream(client, body):
@@ -82,19 +86,31 @@ def test_health_models_and_auth(app):
         async with _client(app, key="nope") as c:
             r = await c.post("/v1/chat/completions", json=SHORT)
             assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+
     asyncio.run(go())
 
 
 def test_bad_requests_are_400(app):
     async def go():
         async with _client(app) as c:
-            for body, param in [({"messages": []}, "messages"), ({**SHORT, "n": 99}, "n"),
-                                ({**SHORT, "tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
-                                ({**SHORT, "stop": 5}, "stop")]:
+            for body, param in [
+                ({"messages": []}, "messages"),
+                ({**SHORT, "n": 99}, "n"),
+                (
+                    {
+                        **SHORT,
+                        "tools": [WEATHER],
+                        "tool_choice": {"type": "function", "function": {"name": "nope"}},
+                    },
+                    "tool_choice",
+                ),
+                ({**SHORT, "stop": 5}, "stop"),
+            ]:
                 r = await c.post("/v1/chat/completions", json=body)
                 assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
             r = await c.post("/v1/chat/completions", content=b"{not json")
             assert r.status_code == 400
+
     asyncio.run(go())
 
 
@@ -111,7 +127,9 @@ def test_tool_cache_endpoint_errors_and_tenants(app):
             ok = await a.post(f"/cache-tool-output/{rid}", json=[item, {**item, "keep_alive": 5}])
             assert ok.status_code == 200 and ok.json() == {"cached": 2}
             # tenant B cannot post into A's response: ids are per tenant, A's is unknown to B
-            assert (await b.post(f"/cache-tool-output/{rid}", json=[{**item, "output": "evil"}])).status_code == 404
+            assert (
+                await b.post(f"/cache-tool-output/{rid}", json=[{**item, "output": "evil"}])
+            ).status_code == 404
             # B choosing the same id (as a vLLM client can with X-Request-Id) gets its own scope:
             # what A posted is not readable there, and what B posts there never reaches A
             store.open(rid, "key-b", [WEATHER])
@@ -120,9 +138,15 @@ def test_tool_cache_endpoint_errors_and_tenants(app):
             assert r.status_code == 200
             assert store.take(rid, "key-a", "get_weather", {"city": "Paris"}).output == "sunny"
             assert (await a.post(f"/cache-tool-output/{rid}", json=[item])).status_code == 200  # still A's
-            for bad in [{"x": 1}, [{"params": {}}], [{"name": "f"}], [{"name": "f", "params": [1], "output": 1}],
-                        [{"name": "f", "output": 1, "keep_alive": -1}], [{"name": "f", "output": 1, "extra": 1}],
-                        [{"name": "f", "output": 1, "effect": "write"}]]:
+            for bad in [
+                {"x": 1},
+                [{"params": {}}],
+                [{"name": "f"}],
+                [{"name": "f", "params": [1], "output": 1}],
+                [{"name": "f", "output": 1, "keep_alive": -1}],
+                [{"name": "f", "output": 1, "extra": 1}],
+                [{"name": "f", "output": 1, "effect": "write"}],
+            ]:
                 r = await a.post(f"/cache-tool-output/{rid}", json=bad)
                 assert r.status_code == 422, (bad, r.text)
             big = [{"name": "f", "output": "x" * 5000}]
@@ -134,6 +158,7 @@ def test_tool_cache_endpoint_errors_and_tenants(app):
             store.close(rid, "key-b")
             r = await a.post(f"/cache-tool-output/{rid}", json=[item])
             assert r.status_code == 410 and "finished" in r.json()["error"]["message"]
+
     asyncio.run(go())
 
 
@@ -153,6 +178,7 @@ def test_body_limit_is_enforced_before_the_body_is_read(app):
             assert r.status_code == 413
             r = await a.post("/v1/chat/completions", content=b"{}", headers={"content-length": "99999999"})
             assert r.status_code == 413
+
     asyncio.run(go())
     assert sent[0] <= 4096 + 2 * 1024
 
@@ -161,6 +187,7 @@ def test_openapi_documents_the_tool_output_endpoint(app):
     async def go():
         async with _client(app) as a:
             return (await a.get("/openapi.json")).json()
+
     spec = asyncio.run(go())
     post = spec["paths"]["/cache-tool-output/{response_id}"]["post"]
     body = post["requestBody"]["content"]["application/json"]["schema"]
@@ -172,14 +199,18 @@ def test_openapi_documents_the_tool_output_endpoint(app):
 
 def test_post_during_a_live_stream(live):
     """Over a real socket: learn the id from the first chunk, post while the model runs."""
+
     async def go():
-        async with httpx.AsyncClient(base_url=live, headers={"Authorization": "Bearer key-a"}, timeout=600) as c:
+        async with httpx.AsyncClient(
+            base_url=live, headers={"Authorization": "Bearer key-a"}, timeout=600
+        ) as c:
             rid, lines, cm = await _open_stream(c, {**SHORT, "max_tokens": 24, "tools": [WEATHER]})
             r = await c.post(f"/cache-tool-output/{rid}", json=[{"name": "get_weather", "output": 1}])
             assert r.status_code == 200 and r.json() == {"cached": 1}
             chunks = await _drain(lines)
             await cm.__aexit__(None, None, None)
             assert all(ch["id"] == rid for ch in chunks)
+
     asyncio.run(go())
 
 
@@ -197,6 +228,7 @@ def test_stream_first_chunk_has_id_and_usage(app):
             assert [ch["index"] for ch in r["choices"]] == [0, 1]
             text = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks if ch["choices"])
             assert text == r["choices"][0]["message"]["content"]  # greedy: stream == non-stream
+
     asyncio.run(go())
 
 
@@ -205,7 +237,9 @@ def test_eight_streamed_agents_share_the_batch(app, live):
     before = engine.counters()
 
     async def one(i):
-        async with httpx.AsyncClient(base_url=live, headers={"Authorization": "Bearer key-a"}, timeout=600) as c:
+        async with httpx.AsyncClient(
+            base_url=live, headers={"Authorization": "Bearer key-a"}, timeout=600
+        ) as c:
             body = {**SHORT, "messages": [{"role": "user", "content": f"Count to {i + 2}."}], "max_tokens": 8}
             rid, lines, cm = await _open_stream(c, body)
             chunks = await _drain(lines)
@@ -217,7 +251,9 @@ def test_eight_streamed_agents_share_the_batch(app, live):
 
     results = asyncio.run(go())
     assert len({rid for rid, _ in results}) == 8
-    assert all(any(ch["choices"] and ch["choices"][0]["finish_reason"] for ch in chunks) for _, chunks in results)
+    assert all(
+        any(ch["choices"] and ch["choices"][0]["finish_reason"] for ch in chunks) for _, chunks in results
+    )
     after = engine.counters()
     steps, rows = after["decode_steps"] - before["decode_steps"], after["decode_rows"] - before["decode_rows"]
     assert rows > steps  # decode steps were batched across sequences
@@ -227,18 +263,28 @@ def test_stock_openai_client_with_tools(app):
     import openai
 
     async def go():
-        client = openai.AsyncOpenAI(api_key="key-a", base_url="http://t/v1",
-                                    http_client=httpx.AsyncClient(transport=httpx.ASGITransport(app=app), timeout=600))
+        client = openai.AsyncOpenAI(
+            api_key="key-a",
+            base_url="http://t/v1",
+            http_client=httpx.AsyncClient(transport=httpx.ASGITransport(app=app), timeout=600),
+        )
         r = await client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER],
-            tool_choice="required", temperature=0, max_tokens=40)
+            model="m",
+            messages=[{"role": "user", "content": "Weather in Paris?"}],
+            tools=[WEATHER],
+            tool_choice="required",
+            temperature=0,
+            max_tokens=40,
+        )
         call = r.choices[0].message.tool_calls[0]
         assert r.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
         assert "city" in json.loads(call.function.arguments)
-        stream = await client.chat.completions.create(model="m", messages=SHORT["messages"], max_tokens=4,
-                                                      temperature=0, stream=True)
+        stream = await client.chat.completions.create(
+            model="m", messages=SHORT["messages"], max_tokens=4, temperature=0, stream=True
+        )
         ids = {chunk.id async for chunk in stream}
         assert len(ids) == 1
+
     asyncio.run(go())
 
 
@@ -269,7 +315,9 @@ def test_engine_client_posts_and_degrades(live, app):
         entry = store.take("chatcmpl-sink", "key-a", "get_weather", {"city": "Paris"})
         assert entry is not None and entry.output == '{"temp": 3}' and sink.counters["cached"] == 1
 
-        bare = EngineClient("http://t/v1", http_client=httpx.AsyncClient(transport=httpx.ASGITransport(app=FastAPI())))
+        bare = EngineClient(
+            "http://t/v1", http_client=httpx.AsyncClient(transport=httpx.ASGITransport(app=FastAPI()))
+        )
         bare.on_response_id("chatcmpl-x")
         await bare.on_tool_output(call, "k", Outcome(value=1))
         assert bare.enabled is False  # degraded to client-side mode
@@ -277,8 +325,11 @@ def test_engine_client_posts_and_degrades(live, app):
         assert bare.counters["posted"] == 1
 
     asyncio.run(go())
-    rec = {"content": None, "tool_call": {"id": "c1", "type": "function",
-                                          "function": {"name": "get_weather", "arguments": "{}"}}, "output": "x"}
+    rec = {
+        "content": None,
+        "tool_call": {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
+        "output": "x",
+    }
     msgs = resolved_messages({"spectool_resolved_calls": [rec]})
     assert [m["role"] for m in msgs] == ["assistant", "tool"] and msgs[1]["tool_call_id"] == "c1"
 
@@ -308,10 +359,17 @@ def test_wrapper_engine_mode_end_to_end(live, app):
 
     async def go():
         client = openai.AsyncOpenAI(api_key="key-a", base_url=f"{live}/v1", timeout=600)
-        async with spectool.speculative(client, [get_weather], GuessParis(), mode="engine", samples=1) as agent:
+        async with spectool.speculative(
+            client, [get_weather], GuessParis(), mode="engine", samples=1
+        ) as agent:
             stream = await agent.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "Weather in Paris?"}],
-                tool_choice="required", temperature=0, max_tokens=40, stream=True)
+                model="m",
+                messages=[{"role": "user", "content": "Weather in Paris?"}],
+                tool_choice="required",
+                temperature=0,
+                max_tokens=40,
+                stream=True,
+            )
             mine = []
             async for chunk in stream:
                 for ch in chunk.choices:
@@ -327,5 +385,7 @@ def test_wrapper_engine_mode_end_to_end(live, app):
         engine.ctx.max_rounds = 16
     assert counters["cached"] >= 1
     assert engine.counters()["o3_hits"] == hits_before + 1
-    assert [m["role"] for m in resolved] == ["assistant", "tool"] and resolved[1]["content"] == "Paris: 21C, clear"
+    assert [m["role"] for m in resolved] == ["assistant", "tool"] and resolved[1][
+        "content"
+    ] == "Paris: 21C, clear"
     assert results and results[0]["role"] == "tool"

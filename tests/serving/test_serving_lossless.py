@@ -17,8 +17,13 @@ from .helpers import agent, normalized, run_request
 
 pytestmark = pytest.mark.model
 
-BODY = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}],
-        "tools": [WEATHER], "tool_choice": "required", "temperature": 0, "max_tokens": 40}
+BODY = {
+    "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+    "tools": [WEATHER],
+    "tool_choice": "required",
+    "temperature": 0,
+    "max_tokens": 40,
+}
 CALLS = 2  # assistant messages per transcript
 
 
@@ -56,9 +61,16 @@ def _post_reference_outputs(engine, messages):
     calls = [m["tool_calls"][0]["function"] for m in messages if m.get("tool_calls")]
 
     def speculate(rid, _history):
-        items = [{"name": c["name"], "params": json.loads(c["arguments"]),
-                  "output": weather_tool(json.loads(c["arguments"]))} for c in calls]
+        items = [
+            {
+                "name": c["name"],
+                "params": json.loads(c["arguments"]),
+                "output": weather_tool(json.loads(c["arguments"])),
+            }
+            for c in calls
+        ]
         assert engine.store.post(rid, "", items) == len(items)
+
     return speculate
 
 
@@ -77,7 +89,9 @@ def test_full_hit_is_lossless_and_stays_in_batch(engine, reference):
 
 def test_partial_hit_rejects_mid_call_and_is_lossless(engine, reference):
     ref_messages, _, _ = reference
-    city = json.loads([m for m in ref_messages if m.get("tool_calls")][0]["tool_calls"][0]["function"]["arguments"])["city"]
+    city = json.loads(
+        [m for m in ref_messages if m.get("tool_calls")][0]["tool_calls"][0]["function"]["arguments"]
+    )["city"]
     wrong = "Rome" if city != "Rome" else "Oslo"
 
     def speculate(rid, _history):
@@ -102,9 +116,12 @@ def test_miss_is_lossless(engine, reference):
 
 
 def test_streamed_content_equals_final_content(engine):
-    fin = run_request(engine, {"messages": [{"role": "user", "content": "Say hello."}],
-                               "temperature": 0, "max_tokens": 12})
+    fin = run_request(
+        engine, {"messages": [{"role": "user", "content": "Say hello."}], "temperature": 0, "max_tokens": 12}
+    )
     assert fin["reason"] in ("stop", "length") and fin["streamed"] == fin["content"]
-    one = run_request(engine, {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0})
+    one = run_request(
+        engine, {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0}
+    )
     assert one["reason"] == "length" and one["usage"]["completion_tokens"] == 1
     assert engine.kv.rows == [] and engine.scheduler.running == []  # it left the batch at once

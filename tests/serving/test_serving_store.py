@@ -9,9 +9,9 @@ serve."""
 from __future__ import annotations
 
 import pytest
-from spectool_serving.store import ToolOutputStore
 
 from spectool._errors import ToolCacheError
+from spectool_serving.store import ToolOutputStore
 
 from .conftest import WEATHER
 
@@ -87,8 +87,9 @@ def test_a_live_id_cannot_be_reopened_or_taken_over():
 def test_read_only_entries_are_served_once_pure_ones_again():
     store, _ = _store()
     store.open("r", "a", [WEATHER])
-    store.post("r", "a", [READ, {"name": "get_weather", "params": {"city": "Rome"}, "output": "p",
-                                 "effect": "pure"}])
+    store.post(
+        "r", "a", [READ, {"name": "get_weather", "params": {"city": "Rome"}, "output": "p", "effect": "pure"}]
+    )
     assert store.take("r", "a", "get_weather", {"city": "Paris"}).output == "old"
     assert store.take("r", "a", "get_weather", {"city": "Paris"}) is None  # consumed
     assert all(store.take("r", "a", "get_weather", {"city": "Rome"}).output == "p" for _ in range(3))
@@ -116,9 +117,15 @@ def test_entries_are_bound_to_their_response():
 def test_malformed_items_are_422():
     store, _ = _store()
     store.open("r", "a", [WEATHER])
-    for bad in [{"params": {}}, {"name": "f"}, {"name": "f", "params": [1], "output": 1},
-                {"name": "f", "output": 1, "keep_alive": -1}, {"name": "f", "output": 1, "keep_alive": True},
-                {"name": "f", "output": 1, "extra": 1}, {"name": "f", "output": 1, "effect": "write"}]:
+    for bad in [
+        {"params": {}},
+        {"name": "f"},
+        {"name": "f", "params": [1], "output": 1},
+        {"name": "f", "output": 1, "keep_alive": -1},
+        {"name": "f", "output": 1, "keep_alive": True},
+        {"name": "f", "output": 1, "extra": 1},
+        {"name": "f", "output": 1, "effect": "write"},
+    ]:
         with pytest.raises(ToolCacheError) as e:
             store.post("r", "a", [bad])
         assert e.value.status_code == 422, bad

@@ -13,8 +13,14 @@ from spectool_serving.kv import BatchKV
 from spectool_serving.sampling import SamplingParams, probs_from_logits
 from spectool_serving.scheduler import Scheduler
 from spectool_serving.store import ToolOutputStore
-from spectool_serving.toolcalls import (FORMATS, draft_cached_call, held_back, parse_call,
-                                        render_segments, tool_results_text)
+from spectool_serving.toolcalls import (
+    FORMATS,
+    draft_cached_call,
+    held_back,
+    parse_call,
+    render_segments,
+    tool_results_text,
+)
 from spectool_serving.verify import accept_greedy, accept_sampled
 
 from .conftest import WEATHER
@@ -62,7 +68,10 @@ def test_store_keys_ttl_capacity_owner():
     now[0] = 2.0
     assert tc.take("r", "alice", "get_weather", {"city": "A"}) is None  # keep_alive elapsed
     tc.post("r", "alice", [{"name": "get_weather", "params": {"city": c}, "output": c} for c in "BCD"])
-    assert [e.output for e in tc.by_name("r", "alice", "get_weather")] == ["D", "C"]  # capacity 2, newest first
+    assert [e.output for e in tc.by_name("r", "alice", "get_weather")] == [
+        "D",
+        "C",
+    ]  # capacity 2, newest first
     with pytest.raises(ToolCacheError) as e:
         tc.post("r", "mallory", [])
     assert e.value.status_code == 404  # ids are per tenant: mallory has no "r"
@@ -83,8 +92,10 @@ def test_tool_results_render_like_the_next_request(name):
     history = [{"role": "user", "content": "hi"}]
     first = "".join(t for t, _ in render_segments(fmt, history, [WEATHER]))
     body = fmt.render_call("get_weather", '{"city": "X"}')
-    nxt = history + [{"role": "assistant", "content": None, "tool_calls": [call]},
-                     {"role": "tool", "tool_call_id": "c", "content": "out"}]
+    nxt = history + [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "content": "out"},
+    ]
     segs = render_segments(fmt, nxt, [WEATHER])
     assert [b for _, b in segs] == [False, True, False] and segs[1][0] == body
     assert "".join(t for t, _ in segs) == first + body + fmt.eos + tool_results_text(fmt, ["out"])
@@ -99,8 +110,10 @@ def test_boundaries_drafts_and_parsing():
     rest = draft_cached_call(fmt, '\n{"name": "get_weather", "arguments": ', entries)
     assert rest == '{"city": "Paris"}}\n</tool_call>'
     assert draft_cached_call(fmt, '\n{"name": "get_weather", "arguments": {"city": "R', entries) is None
-    assert parse_call(fmt, '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>') == \
-        ("get_weather", '{"city": "Paris"}')
+    assert parse_call(fmt, '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>') == (
+        "get_weather",
+        '{"city": "Paris"}',
+    )
     assert json.loads(parse_call(FORMATS["xlam"], '{"name": "f", "arguments": {}}]')[1]) == {}
 
 
@@ -121,6 +134,7 @@ def test_scheduler_admits_within_budget_and_preempts_newest():
     class S:  # the scheduler reads only tokens/status
         def __init__(self, n):
             self.tokens, self.status = [0] * n, None
+
     sch = Scheduler(max_batch=2, max_slots=100, prefills_per_step=4)
     a, b, c = S(10), S(10), S(10)
     for s in (a, b, c):
@@ -145,8 +159,10 @@ def test_kv_tree_row_sees_only_its_ancestors_at_depth_positions_and_keeps_its_pa
     assert seen[1, 1].tolist() == [True, False, True, True, False, False]
     kv.cache = None  # commit's compaction needs no tensors when there is no cache
     kv.commit([[0, 1, 3], [0]], 4)
-    assert kv.valid.tolist() == [[True, True, True, True, False, True],
-                                 [True, False, True, False, False, False]]
+    assert kv.valid.tolist() == [
+        [True, True, True, True, False, True],
+        [True, False, True, False, False, False],
+    ]
     assert kv.step_inputs([1, 1], torch.float32)[0].tolist() == [[5], [2]]
 
 
@@ -155,4 +171,9 @@ def test_assistant_content_parts_render_as_text():
     prompt memo unhashed (TypeError → 500)."""
     from spectool_serving.toolcalls import assistant_body
 
-    assert assistant_body(FORMATS["chatml"], {"role": "assistant", "content": [{}, {"type": "text", "text": "hi"}]}) == "hi"
+    assert (
+        assistant_body(
+            FORMATS["chatml"], {"role": "assistant", "content": [{}, {"type": "text", "text": "hi"}]}
+        )
+        == "hi"
+    )

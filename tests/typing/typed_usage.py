@@ -19,11 +19,13 @@ def lookup(city: str) -> str:
 async def main() -> None:
     async with spectool.speculative(AsyncOpenAI(api_key="x"), [lookup]) as client:
         completion = await client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}])
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )
         reveal_type(completion)  # noqa: F821
         reveal_type(completion.choices[0].message.tool_calls)  # noqa: F821
         stream = await client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
         async for chunk in stream:
             reveal_type(chunk)  # noqa: F821
         response = await client.responses.create(model="m", input="hi")

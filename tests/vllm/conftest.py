@@ -7,7 +7,6 @@ greedy decoding is reproducible and starts in well under a minute.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 from pathlib import Path

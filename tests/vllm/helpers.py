@@ -9,19 +9,39 @@ import uuid
 
 import httpx
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
-                   "required": ["city"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 20}},
+            "required": ["city"],
+        },
+    },
+}
 
 
 def chat_body(question: str, **extra) -> dict:
-    return {"model": "smollm2", "messages": [{"role": "user", "content": question}], "tools": [WEATHER],
-            "tool_choice": "required", "max_tokens": 40, "temperature": 0, **extra}
+    return {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": question}],
+        "tools": [WEATHER],
+        "tool_choice": "required",
+        "max_tokens": 40,
+        "temperature": 0,
+        **extra,
+    }
 
 
-def stream_and_post(client: httpx.Client, body: dict, items: list | None, headers: dict | None = None,
-                    post_headers: dict | None = None) -> tuple[str, list[dict], list]:
+def stream_and_post(
+    client: httpx.Client,
+    body: dict,
+    items: list | None,
+    headers: dict | None = None,
+    post_headers: dict | None = None,
+) -> tuple[str, list[dict], list]:
     """Stream a chat and post ``items`` to it while it is live.
 
     The response id is fixed up front (``X-Request-Id``) and a poster thread retries while the
@@ -35,10 +55,13 @@ def stream_and_post(client: httpx.Client, body: dict, items: list | None, header
     replies: list = []
     poster = None
     if items is not None:
+
         def post_until_known() -> None:
             deadline = time.monotonic() + 120
             while True:
-                r = client.post(f"/cache-tool-output/{rid}", json=items, headers=post_headers or headers or {})
+                r = client.post(
+                    f"/cache-tool-output/{rid}", json=items, headers=post_headers or headers or {}
+                )
                 if r.status_code != 404 or time.monotonic() > deadline:
                     replies.append((r.status_code, r.json()))
                     return
@@ -48,8 +71,12 @@ def stream_and_post(client: httpx.Client, body: dict, items: list | None, header
         poster.start()
     chunks = []
     try:
-        with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True},
-                           headers={**(headers or {}), "X-Request-Id": base}) as resp:
+        with client.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={**body, "stream": True},
+            headers={**(headers or {}), "X-Request-Id": base},
+        ) as resp:
             assert resp.status_code == 200, resp.read()
             for line in resp.iter_lines():
                 if line.startswith("data: ") and line != "data: [DONE]":

@@ -20,7 +20,10 @@ def stats(client) -> dict:
 
 
 def test_endpoint_errors(client):
-    assert client.post("/cache-tool-output/chatcmpl-unknown", json=[{"name": "f", "output": 1}]).status_code == 404
+    assert (
+        client.post("/cache-tool-output/chatcmpl-unknown", json=[{"name": "f", "output": 1}]).status_code
+        == 404
+    )
     bad = client.post("/cache-tool-output/x", content=b"{not json")
     assert bad.status_code == 400 and "JSON" in bad.json()["error"]["message"]
     # a finished response: its id is known but closed
@@ -52,10 +55,15 @@ def test_o2_is_lossless_and_drafts_tool_calls(client):
     # a right entry (drafts accepted) and a wrong one (drafts rejected): same output both times
     for params in (call[1], {"city": "Lisbon, Portugal"}):
         rid, chunks, replies = stream_and_post(
-            client, body, [{"name": "get_weather", "params": params, "output": "sunny"}], headers=off)
+            client, body, [{"name": "get_weather", "params": params, "output": "sunny"}], headers=off
+        )
         assert replies[0][0] == 200
-        args = "".join(tc["function"].get("arguments") or "" for ch in chunks for c in ch["choices"]
-                       for tc in (c.get("delta", {}).get("tool_calls") or []))
+        args = "".join(
+            tc["function"].get("arguments") or ""
+            for ch in chunks
+            for c in ch["choices"]
+            for tc in (c.get("delta", {}).get("tool_calls") or [])
+        )
         assert json.loads(args) == call[1]
     after = stats(client)["o2"][0]
     assert after["tool_proposed"] > before["tool_proposed"]
@@ -71,8 +79,10 @@ def _client_driven(client, body: dict, outputs: list) -> list[dict]:
         transcript.append({"content": msg.get("content") or None, "call": final_call(msg)})
         if output is None or not msg.get("tool_calls"):
             break
-        messages += [{"role": "assistant", "content": msg.get("content"), "tool_calls": msg["tool_calls"]},
-                     {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": output}]
+        messages += [
+            {"role": "assistant", "content": msg.get("content"), "tool_calls": msg["tool_calls"]},
+            {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": output},
+        ]
     return transcript
 
 
@@ -81,19 +91,31 @@ def test_o3_transcript_equals_client_driven_and_history_is_not_prefilled_again(c
     first = client.post("/v1/chat/completions", json=body, headers={"x-spectool-o3": "off"}).json()
     name, args = final_call(first["choices"][0]["message"])
     rid, chunks, replies = stream_and_post(
-        client, {**body, "stream_options": {"include_usage": True}},
-        [{"name": name, "params": args, "output": "sunny, 25 C"}])
+        client,
+        {**body, "stream_options": {"include_usage": True}},
+        [{"name": name, "params": args, "output": "sunny, 25 C"}],
+    )
     assert replies[0] == (200, {"cached": 1})
-    resolved = [c["spectool_resolved_call"] for ch in chunks for c in ch["choices"] if "spectool_resolved_call" in c]
+    resolved = [
+        c["spectool_resolved_call"] for ch in chunks for c in ch["choices"] if "spectool_resolved_call" in c
+    ]
     assert resolved and all(r["output"] == "sunny, 25 C" for r in resolved)
     assert all(ch["id"] == rid for ch in chunks)
     # the engine's transcript, rebuilt from the resolved calls and the final message
     tail = [ch for ch in chunks if ch["choices"] and ch["choices"][0].get("finish_reason")][-1]
-    final_args = "".join(tc["function"].get("arguments") or "" for ch in chunks for c in ch["choices"]
-                         for tc in (c.get("delta", {}).get("tool_calls") or []))
-    engine = [{"content": r["content"], "call": (r["tool_call"]["function"]["name"],
-                                                 json.loads(r["tool_call"]["function"]["arguments"]))}
-              for r in resolved]
+    final_args = "".join(
+        tc["function"].get("arguments") or ""
+        for ch in chunks
+        for c in ch["choices"]
+        for tc in (c.get("delta", {}).get("tool_calls") or [])
+    )
+    engine = [
+        {
+            "content": r["content"],
+            "call": (r["tool_call"]["function"]["name"], json.loads(r["tool_call"]["function"]["arguments"])),
+        }
+        for r in resolved
+    ]
     assert tail["choices"][0]["finish_reason"] == "tool_calls"  # required: the model calls again
     engine.append({"content": None, "call": (name, json.loads(final_args))})
     assert engine == _client_driven(client, body, [r["output"] for r in resolved])
@@ -114,11 +136,16 @@ def _non_streamed_with_entry(client, body, name, args) -> dict:
 
     rid = f"spectool-test-{uuid.uuid4().hex}"
     result = {}
-    t = threading.Thread(target=lambda: result.update(r=client.post(
-        "/v1/chat/completions", json=body, headers={"X-Request-Id": rid}).json()))
+    t = threading.Thread(
+        target=lambda: result.update(
+            r=client.post("/v1/chat/completions", json=body, headers={"X-Request-Id": rid}).json()
+        )
+    )
     t.start()
     for _ in range(200):
-        r = client.post(f"/cache-tool-output/chatcmpl-{rid}", json=[{"name": name, "params": args, "output": "sunny"}])
+        r = client.post(
+            f"/cache-tool-output/chatcmpl-{rid}", json=[{"name": name, "params": args, "output": "sunny"}]
+        )
         if r.status_code == 200:
             break
         time.sleep(0.01)
@@ -132,8 +159,12 @@ def test_eight_concurrent_streamed_agents(client):
 
     def agent(i: int):
         body = chat_body("What is the weather in Paris?")
-        return stream_and_post(client, body, [{"name": "get_weather", "params": {"city": "Paris"},
-                                               "output": f"out-{i}"}], headers={"Authorization": f"Bearer a{i}"})
+        return stream_and_post(
+            client,
+            body,
+            [{"name": "get_weather", "params": {"city": "Paris"}, "output": f"out-{i}"}],
+            headers={"Authorization": f"Bearer a{i}"},
+        )
 
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(agent, range(8)))

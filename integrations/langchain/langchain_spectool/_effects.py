@@ -10,7 +10,8 @@ are never speculable either: what they return depends on graph state that a draf
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -56,8 +57,13 @@ def speculable(
         raise ToolDefinitionError(f"ttl must be positive seconds or None; got {ttl!r}")
     if max_concurrency is not None and max_concurrency < 1:
         raise ToolDefinitionError(f"max_concurrency must be >= 1; got {max_concurrency!r}")
-    options = {"effect": effect.value, "scope": scope, "ttl": ttl, "max_concurrency": max_concurrency,
-               "injected_ok": injected_ok}
+    options = {
+        "effect": effect.value,
+        "scope": scope,
+        "ttl": ttl,
+        "max_concurrency": max_concurrency,
+        "injected_ok": injected_ok,
+    }
 
     def declare(t: T) -> T:
         if not isinstance(t, BaseTool):

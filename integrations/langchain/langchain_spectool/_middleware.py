@@ -9,7 +9,8 @@ Sync hooks (``invoke``) and async hooks (``ainvoke``) share the same spectool co
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ToolCallRequest
 from langchain_core.tools import BaseTool
@@ -29,9 +30,7 @@ log = logging.getLogger("langchain_spectool")
 def tool_specs(tools: Sequence[Any], *, asynchronous: bool) -> list[ToolSpec]:
     """spectool specs of the LangChain tools in ``tools`` (provider dict tools skipped)."""
     return [
-        to_tool_spec(t, body_runner(t, asynchronous=asynchronous))
-        for t in tools
-        if isinstance(t, BaseTool)
+        to_tool_spec(t, body_runner(t, asynchronous=asynchronous)) for t in tools if isinstance(t, BaseTool)
     ]
 
 
@@ -61,8 +60,9 @@ class _Speculation:
             log.warning("spectool: could not start drafts", exc_info=True)
             return None
 
-    def run_tool(self, key: str, call: Mapping[str, Any], tool: BaseTool | None,
-                 run: Callable[[BaseTool | None], Any]) -> Any:
+    def run_tool(
+        self, key: str, call: Mapping[str, Any], tool: BaseTool | None, run: Callable[[BaseTool | None], Any]
+    ) -> Any:
         """Run one tool call; ``run(tool)`` is LangChain's own execution of it."""
         session = self.sessions.find_sync(key) if tool is not None else None
         if session is None:
@@ -80,8 +80,7 @@ class _Speculation:
 
     # -- async ------------------------------------------------------------------------------
 
-    async def astart(self, key: str, messages: Sequence[Any], system: Any,
-                     tools: Sequence[Any]) -> Any:
+    async def astart(self, key: str, messages: Sequence[Any], system: Any, tools: Sequence[Any]) -> Any:
         try:
             session = await self.sessions.open_async(key, tool_specs(tools, asynchronous=True))
             session.start_turn(draft_messages(messages, system), draft_tools(tools))
@@ -90,8 +89,13 @@ class _Speculation:
             log.warning("spectool: could not start drafts", exc_info=True)
             return None
 
-    async def arun_tool(self, key: str, call: Mapping[str, Any], tool: BaseTool | None,
-                        run: Callable[[BaseTool | None], Awaitable[Any]]) -> Any:
+    async def arun_tool(
+        self,
+        key: str,
+        call: Mapping[str, Any],
+        tool: BaseTool | None,
+        run: Callable[[BaseTool | None], Awaitable[Any]],
+    ) -> Any:
         session = self.sessions.find_async(key) if tool is not None else None
         if session is None:
             return await run(tool)
@@ -111,8 +115,7 @@ def _drafter(drafter: Drafter | str | None) -> Drafter | None:
     """A drafter, or spectool's by name: "local" (embedded model) or "history"."""
     if not isinstance(drafter, str):
         return drafter
-    from spectool import ConfigError
-    from spectool import drafters
+    from spectool import ConfigError, drafters
 
     if drafter == "local":
         return drafters.LocalDrafter()
@@ -155,8 +158,15 @@ class SpeculativeToolMiddleware(AgentMiddleware):
             ``capacity``, ``ttl``, ``max_proposals``).
     """
 
-    def __init__(self, drafter: Drafter | str | None = None, *, samples: int = 3,
-                 draft_timeout: float = 5.0, max_sessions: int = 64, **options: Any) -> None:
+    def __init__(
+        self,
+        drafter: Drafter | str | None = None,
+        *,
+        samples: int = 3,
+        draft_timeout: float = 5.0,
+        max_sessions: int = 64,
+        **options: Any,
+    ) -> None:
         super().__init__()
         options = {"samples": samples, "draft_timeout": draft_timeout, **options}
         self._spec = _Speculation(drafter, options, max_sessions)
@@ -180,11 +190,11 @@ class SpeculativeToolMiddleware(AgentMiddleware):
         finally:
             _end_turn(session)
 
-    async def awrap_model_call(self, request: ModelRequest,
-                               handler: Callable[[ModelRequest], Awaitable[Any]]) -> Any:
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[Any]]
+    ) -> Any:
         key = session_key(_messages(request.state) or request.messages)
-        session = await self._spec.astart(key, request.messages, request.system_message,
-                                          request.tools)
+        session = await self._spec.astart(key, request.messages, request.system_message, request.tools)
         try:
             return await handler(request)
         finally:
@@ -195,15 +205,20 @@ class SpeculativeToolMiddleware(AgentMiddleware):
     def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Any:
         key = session_key(_messages(request.state))
         return self._spec.run_tool(
-            key, request.tool_call, request.tool,
+            key,
+            request.tool_call,
+            request.tool,
             lambda tool: handler(request if tool is request.tool else request.override(tool=tool)),
         )
 
-    async def awrap_tool_call(self, request: ToolCallRequest,
-                              handler: Callable[[ToolCallRequest], Awaitable[Any]]) -> Any:
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]
+    ) -> Any:
         key = session_key(_messages(request.state))
         return await self._spec.arun_tool(
-            key, request.tool_call, request.tool,
+            key,
+            request.tool_call,
+            request.tool,
             lambda tool: handler(request if tool is request.tool else request.override(tool=tool)),
         )
 

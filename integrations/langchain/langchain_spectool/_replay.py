@@ -81,7 +81,7 @@ class ReplayTool(BaseTool):
     _outcome: _Unwrappable = PrivateAttr()
 
     @classmethod
-    def of(cls, origin: BaseTool, outcome: _Unwrappable) -> "ReplayTool":
+    def of(cls, origin: BaseTool, outcome: _Unwrappable) -> ReplayTool:
         replay = cls(
             name=origin.name,
             description=origin.description,

@@ -16,8 +16,9 @@ import atexit
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from spectool import Outcome, SpectoolError, Speculator, SyncSpeculator, ToolCall, ToolSpec, Turn
 
@@ -151,9 +152,12 @@ class Sessions:
     in a :class:`SyncSpeculator` built by ``make_sync(tool_specs)``.
     """
 
-    def __init__(self, make: Callable[[list[ToolSpec]], Speculator],
-                 make_sync: Callable[[list[ToolSpec]], SyncSpeculator],
-                 max_sessions: int = 64) -> None:
+    def __init__(
+        self,
+        make: Callable[[list[ToolSpec]], Speculator],
+        make_sync: Callable[[list[ToolSpec]], SyncSpeculator],
+        max_sessions: int = 64,
+    ) -> None:
         self._make, self._make_sync, self._max = make, make_sync, max_sessions
         self._sync: OrderedDict[str, SyncSession] = OrderedDict()
         self._async: OrderedDict[str, AsyncSession] = OrderedDict()

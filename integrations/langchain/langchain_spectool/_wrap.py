@@ -130,8 +130,9 @@ class SpeculativeChatModel(BaseChatModel):
 
     # -- generation ------------------------------------------------------------------------
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                  **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         key = session_key(messages)
         session = self._spec.start(key, messages, None, list(self._tools.values()))
         try:
@@ -141,14 +142,13 @@ class SpeculativeChatModel(BaseChatModel):
         self._owners.note(result, key)
         return result
 
-    async def _agenerate(self, messages: list[BaseMessage], stop: Any = None,
-                         run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    async def _agenerate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         key = session_key(messages)
         session = await self._spec.astart(key, messages, None, list(self._tools.values()))
         try:
-            result = await self.model._agenerate(
-                messages, stop=stop, run_manager=run_manager, **kwargs
-            )
+            result = await self.model._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
         finally:
             _end_turn(session)
         self._owners.note(result, key)
@@ -157,8 +157,9 @@ class SpeculativeChatModel(BaseChatModel):
     # Streaming: drafts run for the whole generation; each tool call's id is noted from the
     # chunk that carries it, before the chunk is handed on (the ToolNode runs after the stream).
 
-    def _stream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                **kwargs: Any) -> Iterator[Any]:
+    def _stream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> Iterator[Any]:
         key = session_key(messages)
         session = self._spec.start(key, messages, None, list(self._tools.values()))
         try:
@@ -168,13 +169,13 @@ class SpeculativeChatModel(BaseChatModel):
         finally:
             _end_turn(session)
 
-    async def _astream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                       **kwargs: Any) -> AsyncIterator[Any]:
+    async def _astream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
         key = session_key(messages)
         session = await self._spec.astart(key, messages, None, list(self._tools.values()))
         try:
-            async for chunk in self.model._astream(
-                    messages, stop=stop, run_manager=run_manager, **kwargs):
+            async for chunk in self.model._astream(messages, stop=stop, run_manager=run_manager, **kwargs):
                 self._owners.note_chunk(chunk, key)
                 yield chunk
         finally:

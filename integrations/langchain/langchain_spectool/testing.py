@@ -43,9 +43,17 @@ def transcript(messages: Sequence[BaseMessage]) -> list[tuple[Any, ...]]:
     out = []
     for m in messages:
         calls = tuple((c["name"], repr(c["args"]), c["id"]) for c in getattr(m, "tool_calls", ()) or ())
-        out.append((m.type, repr(m.content), calls, getattr(m, "tool_call_id", None),
-                    getattr(m, "status", None), getattr(m, "name", None),
-                    repr(getattr(m, "artifact", None))))
+        out.append(
+            (
+                m.type,
+                repr(m.content),
+                calls,
+                getattr(m, "tool_call_id", None),
+                getattr(m, "status", None),
+                getattr(m, "name", None),
+                repr(getattr(m, "artifact", None)),
+            )
+        )
     return out
 
 
@@ -93,14 +101,16 @@ class ScriptedChatModel(BaseChatModel):
         message = self.script[turn].model_copy(deep=True)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                  **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         if self.latency:
             time.sleep(self.latency)
         return self._answer(messages)
 
-    async def _agenerate(self, messages: list[BaseMessage], stop: Any = None,
-                         run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    async def _agenerate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         if self.latency:
             await asyncio.sleep(self.latency)
         return self._answer(messages)
@@ -118,20 +128,40 @@ class ScriptedChatModel(BaseChatModel):
         for i, c in enumerate(getattr(message, "tool_calls", None) or ()):
             args = json.dumps(c["args"])
             half = len(args) // 2
-            pieces.append(AIMessageChunk(content="", tool_call_chunks=[
-                {"index": i, "id": c["id"], "name": c["name"], "args": args[:half], "type": "tool_call_chunk"}]))
-            pieces.append(AIMessageChunk(content="", tool_call_chunks=[
-                {"index": i, "id": None, "name": None, "args": args[half:], "type": "tool_call_chunk"}]))
+            pieces.append(
+                AIMessageChunk(
+                    content="",
+                    tool_call_chunks=[
+                        {
+                            "index": i,
+                            "id": c["id"],
+                            "name": c["name"],
+                            "args": args[:half],
+                            "type": "tool_call_chunk",
+                        }
+                    ],
+                )
+            )
+            pieces.append(
+                AIMessageChunk(
+                    content="",
+                    tool_call_chunks=[
+                        {"index": i, "id": None, "name": None, "args": args[half:], "type": "tool_call_chunk"}
+                    ],
+                )
+            )
         return [ChatGenerationChunk(message=p) for p in pieces or [AIMessageChunk(content="")]]
 
-    def _stream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                **kwargs: Any) -> Any:
+    def _stream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> Any:
         if self.latency:
             time.sleep(self.latency)
         yield from self._chunks(self._answer(messages))
 
-    async def _astream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                       **kwargs: Any) -> Any:
+    async def _astream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> Any:
         if self.latency:
             await asyncio.sleep(self.latency)
         for chunk in self._chunks(self._answer(messages)):

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from langchain_core.tools import BaseTool
-from langchain_spectool import speculable
 
+from langchain_spectool import speculable
 from spectool import ConfigError, Effect
 
 from ._effects import spec_options
@@ -39,8 +39,13 @@ def declare_mcp_tools(
     if unknown:
         raise ConfigError(f"overrides name tools that were not loaded: {', '.join(sorted(unknown))}")
     for t in tools:
-        options = spec_options(t.name, t.metadata or None, scope=scope,
-                               override=overrides.get(t.name), allow_external=allow_external)
+        options = spec_options(
+            t.name,
+            t.metadata or None,
+            scope=scope,
+            override=overrides.get(t.name),
+            allow_external=allow_external,
+        )
         if options.pop("external", False):  # langchain-spectool cannot say "reaches outside"
             options["effect"] = Effect.MUTATING
         options["effect"] = Effect(options["effect"]).value

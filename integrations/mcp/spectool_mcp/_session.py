@@ -47,8 +47,9 @@ def mcp_tool_spec(
     async def run(**arguments: Any) -> Any:
         return result_value(name, await session.call_tool(name, arguments))
 
-    options = spec_options(name, tool.annotations, scope=scope, override=override,
-                           allow_external=allow_external)
+    options = spec_options(
+        name, tool.annotations, scope=scope, override=override, allow_external=allow_external
+    )
     return ToolSpec(
         name=name,
         description=tool.description or "",
@@ -76,8 +77,9 @@ async def mcp_tools(
     listed: list[types.Tool] = []
     cursor: str | None = None
     while True:
-        page = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor)
-                                        if cursor else None)
+        page = await session.list_tools(
+            params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        )
         listed.extend(page.tools)
         cursor = page.nextCursor
         if not cursor:
@@ -86,5 +88,7 @@ async def mcp_tools(
     unknown = set(overrides) - {t.name for t in listed}
     if unknown:
         raise ConfigError(f"overrides name tools the MCP server does not have: {', '.join(sorted(unknown))}")
-    return [mcp_tool_spec(session, t, scope=scope, override=overrides.get(t.name),
-                          allow_external=allow_external) for t in listed]
+    return [
+        mcp_tool_spec(session, t, scope=scope, override=overrides.get(t.name), allow_external=allow_external)
+        for t in listed
+    ]

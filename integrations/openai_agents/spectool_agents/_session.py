@@ -57,8 +57,9 @@ async def speculate(
     for twin, spec in zip(twins, specs):
         twin.on_invoke_tool = SpeculativeInvoker(twin.on_invoke_tool, speculator, spec)
     by_name = {t.name: twin for t, twin in zip(function_tools, twins)}
-    tools = [by_name.get(getattr(t, "name", None), t) if isinstance(t, FunctionTool) else t
-             for t in agent.tools]
+    tools = [
+        by_name.get(getattr(t, "name", None), t) if isinstance(t, FunctionTool) else t for t in agent.tools
+    ]
     model = SpeculativeModel(_resolve_model(agent, model_provider), speculator)
     async with speculator:
         fast = agent.clone(model=model, tools=tools)

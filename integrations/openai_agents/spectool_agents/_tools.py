@@ -62,16 +62,23 @@ def tool_spec_of(tool: FunctionTool, invoker: Invoker, declaration: Any) -> Tool
     if options["effect"].speculable and _takes_context(tool):
         raise ToolDefinitionError(
             f"tool {tool.name!r} reads the run context: it cannot run before the model asks for it",
-            tool=tool.name)
+            tool=tool.name,
+        )
 
     async def run_early(**arguments: Any) -> Any:
         raw = json.dumps(arguments, ensure_ascii=False)
-        ctx = ToolContext(context=None, tool_name=tool.name, tool_call_id=f"spectool-{uuid.uuid4().hex}",
-                          tool_arguments=raw)
+        ctx = ToolContext(
+            context=None, tool_name=tool.name, tool_call_id=f"spectool-{uuid.uuid4().hex}", tool_arguments=raw
+        )
         return await invoker(ctx, raw)
 
-    return ToolSpec(name=tool.name, description=tool.description, parameters=tool.params_json_schema,
-                    fn=run_early, **options)
+    return ToolSpec(
+        name=tool.name,
+        description=tool.description,
+        parameters=tool.params_json_schema,
+        fn=run_early,
+        **options,
+    )
 
 
 class SpeculativeInvoker:

@@ -50,8 +50,10 @@ def _owner(request: Any) -> str:
 def _error(status: int, message: str) -> Any:
     from fastapi.responses import JSONResponse
 
-    return JSONResponse({"error": {"message": message, "type": "invalid_request_error",
-                                   "param": None, "code": status}}, status_code=status)
+    return JSONResponse(
+        {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": status}},
+        status_code=status,
+    )
 
 
 class SpectoolEndpoint:
@@ -64,8 +66,7 @@ class SpectoolEndpoint:
         self.o3 = os.environ.get("SPECTOOL_VLLM_O3", "1") != "0"
         self.engine: Any = None
         self.o2 = False
-        self.stats = {"posts": 0, "entries": 0, "o3_hits": 0, "o3_round_trips_saved": 0,
-                      "o3_responses": 0}
+        self.stats = {"posts": 0, "entries": 0, "o3_hits": 0, "o3_round_trips_saved": 0, "o3_responses": 0}
 
     # -- EndpointPlugin ---------------------------------------------------------------------
     def attach_router(self, app: Any) -> None:
@@ -113,8 +114,15 @@ class SpectoolEndpoint:
         self.stats["entries"] += n
         if self.o2:
             now, ttl = time.time(), self.cache.ttl
-            mirrored = [(response_id, it.name, json.dumps(it.params or {}, ensure_ascii=False),
-                         now + min(ttl, it.keep_alive or ttl)) for it in items]
+            mirrored = [
+                (
+                    response_id,
+                    it.name,
+                    json.dumps(it.params or {}, ensure_ascii=False),
+                    now + min(ttl, it.keep_alive or ttl),
+                )
+                for it in items
+            ]
             try:
                 await self.engine.collective_rpc("spectool_put", args=(mirrored,))
             except Exception:
@@ -158,8 +166,10 @@ class SpectoolEndpoint:
             if not hasattr(first, "__aiter__"):
                 await self._close(rid, owner)
                 return JSONResponse(first.model_dump(), status_code=first.error.code)
-            return StreamingResponse(self._streamed(run, request, rid, owner, base, lookup, first, then),
-                                     media_type="text/event-stream")
+            return StreamingResponse(
+                self._streamed(run, request, rid, owner, base, lookup, first, then),
+                media_type="text/event-stream",
+            )
         try:
             body = await _continue.complete(run, request, rid, base, lookup, self.max_hops, then)
         finally:
@@ -172,8 +182,9 @@ class SpectoolEndpoint:
     async def _streamed(self, run, request, rid, owner, base, lookup, first, then):
         report: dict = {}
         try:
-            async for chunk in _continue.stream(run, request, rid, base, lookup, self.max_hops, first,
-                                                report, then):
+            async for chunk in _continue.stream(
+                run, request, rid, base, lookup, self.max_hops, first, report, then
+            ):
                 yield chunk
         finally:
             await self._close(rid, owner)
