@@ -35,9 +35,11 @@ def test_endpoint_errors(client):
 def test_malformed_items_and_tenancy_on_a_live_response(client):
     body = chat_body("What is the weather in Paris?")
     items = [{"name": "get_weather", "params": {"city": "Rome"}, "output": "x"}]
-    # while ALICE's request streams, BOB may not post to it and malformed items are refused
+    # while ALICE's request streams, BOB may not post to it (ids are scoped per tenant: to BOB
+    # the id does not exist, so no tenant learns which ids another holds) and malformed items
+    # are refused
     _, _, replies = stream_and_post(client, body, items, headers=ALICE, post_headers=BOB)
-    assert replies[0][0] == 403
+    assert replies[0][0] == 404
     _, _, replies = stream_and_post(client, body, [{"params": {}}], headers=ALICE)
     assert replies[0][0] == 422 and "name" in replies[0][1]["error"]["message"]
     _, _, replies = stream_and_post(client, body, items, headers=ALICE)
