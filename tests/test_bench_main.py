@@ -101,7 +101,12 @@ def test_eager_arm_is_lossless_and_the_drafter_is_credited_over_it():
     # its last call, so with similar latencies it gains little (its timing is tested in test_eager).
     assert e["time_saved_pct"] > -3 and e["wasted_tool_runs"] == 0
     assert d["hit_rate"] == 1.0 and d["speedup_over"] == "eager"
-    assert d["time_saved_vs_eager_pct"] < d["time_saved_pct"]  # eager's share is not the drafter's
+    # eager's share is not the drafter's: the drafter's column is measured over the eager run,
+    # (1 - saved) = (1 - saved by eager) * (1 - saved over eager), whatever eager saved this time
+    s_d, s_e, s_de = (
+        x / 100 for x in (d["time_saved_pct"], e["time_saved_pct"], d["time_saved_vs_eager_pct"])
+    )
+    assert 1 - s_d == pytest.approx((1 - s_e) * (1 - s_de), rel=0.02)
     assert d["measured_over_predicted"] == pytest.approx(1.0, abs=0.1)
     curve = d["model_curve"]
     assert (
