@@ -95,6 +95,22 @@ def test_many_tools_are_ranked_by_overlap_with_the_last_user_message() -> None:
     assert system.count(" - ") == 1  # only the best-ranked tool keeps its description
 
 
+def test_system_message_is_the_same_for_every_step_of_a_turn() -> None:
+    # the prefix KV cache can only cover the system message if later steps render it alike
+    noise = [_fn(f"tool_{i}", "does something unrelated", {}) for i in range(40)]
+    user = {"role": "user", "content": "what is the weather in Oslo"}
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "tool_7", "arguments": "{}"}}],
+    }
+    first = DraftRequest(messages=[user], tools=noise + TOOLS)
+    later = DraftRequest(
+        messages=[user, call, {"role": "tool", "tool_call_id": "c1", "content": "ok"}], tools=noise + TOOLS
+    )
+    assert compact_messages(first, max_tools=5)[0] == compact_messages(later, max_tools=5)[0]
+
+
 def test_target_is_what_the_grammar_lets_the_drafter_write(smol_tokenizer) -> None:
     pytest.importorskip("xgrammar")
     import xgrammar as xgr

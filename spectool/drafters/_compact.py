@@ -4,9 +4,10 @@ A :class:`~spectool._types.DraftRequest` becomes two short chat messages (≈ 15
 
 * **system**: one instruction line and the candidate tools as compact signatures,
   ``name(city: string, unit?: "c"|"f") - first sentence of the description``. Tools are ranked
-  by the words they share with the last user message (tools called since it first): only the
-  ``described`` best keep a description and at most ``max_tools`` are listed, so a long tool
-  list does not swamp a 135M model or the tuning budget.
+  by the words they share with the last user message only: only the ``described`` best keep a
+  description and at most ``max_tools`` are listed, so a long tool list does not swamp a 135M
+  model or the tuning budget. The system message therefore stays byte-identical for every step
+  of one user turn, and the drafter's prefix KV cache covers it across those steps.
 * **user**: the recent conversation as lines, oldest first: the previous user message
   (shortened), the last user message, and the calls made since, each with a short result.
 
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 #: Bumped whenever the rendering changes: an adapter's manifest records the version it saw.
-COMPACT_FORMAT_VERSION = 1
+COMPACT_FORMAT_VERSION = 2
 
 _INSTRUCTION = (
     "Predict the next tool calls. Answer with a JSON array of "
@@ -95,17 +96,15 @@ def _last_user(messages: Sequence[Mapping[str, Any]]) -> int:
 
 
 def _ranked(request: DraftRequest, bodies: list[dict[str, Any]]) -> list[int]:
-    """Tool indices, best first: words shared with the last user message; tools already called
-    since it first of all (they are likely to be called again); ties keep the offered order."""
+    """Tool indices, best first, by words shared with the last user message; ties keep the
+    offered order. Nothing after that message counts, so every step of a turn ranks alike."""
     msgs = list(request.messages)
     last = _last_user(msgs)
     query = _words(message_text(msgs[last].get("content"))) if last >= 0 else set()
-    recent = {c.name for m in msgs[last + 1 :] if m.get("role") == "assistant" for c in assistant_calls(m)}
     scored = []
     for i, body in enumerate(bodies):
         words = _words(body["name"]) | _words(str(body.get("description") or ""))
-        score = len(query & words) + (100 if body["name"] in recent else 0)
-        scored.append((-score, i))
+        scored.append((-len(query & words), i))
     return [i for _, i in sorted(scored)]
 
 
