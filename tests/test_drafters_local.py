@@ -143,7 +143,9 @@ def smol():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the CI box has 2 shared cores; one thread is steadier there
     try:
-        yield load_shared(None)
+        # fp32: these tests compare decoding paths token for token, and int8 weights quantize
+        # activations per forward (a batch's rows, a prefill's chunks, shift each other's scale)
+        yield load_shared(None, "float32")
     finally:
         torch.set_num_threads(threads)
 
@@ -152,7 +154,13 @@ def smol():
 @pytest.mark.anyio
 async def test_one_batched_generate_gives_lambda_valid_calls(smol, monkeypatch):
     drafter = LocalDrafter(
-        None, max_new_tokens=40, max_string_length=16, max_calls=1, prompt="examples", decoder="generate"
+        None,
+        max_new_tokens=40,
+        max_string_length=16,
+        max_calls=1,
+        prompt="examples",
+        decoder="generate",
+        dtype="float32",
     )
     calls_to_generate = []
     real = smol.model.generate
@@ -200,7 +208,7 @@ def test_shared_prefill_gives_what_num_return_sequences_gives(smol):
 @pytest.mark.model
 @pytest.mark.anyio
 async def test_unconstrained_output_is_filtered_to_offered_tools(smol):
-    drafter = LocalDrafter(None, constrained=False, examples=(), max_new_tokens=24)
+    drafter = LocalDrafter(None, constrained=False, examples=(), max_new_tokens=24, dtype="float32")
     calls = await drafter.propose(DraftRequest(ASK, TOOLS, samples=1))
     assert all(isinstance(c, ToolCall) and c.name in {"add", "get_weather"} for c in calls)
     assert len(drafter.last_texts) == 1
@@ -209,7 +217,7 @@ async def test_unconstrained_output_is_filtered_to_offered_tools(smol):
 @pytest.mark.model
 @pytest.mark.anyio
 async def test_cancellation_returns_at_once_and_stops_the_worker(smol):
-    drafter = LocalDrafter(None, max_new_tokens=400, max_calls=3)
+    drafter = LocalDrafter(None, max_new_tokens=400, max_calls=3, dtype="float32")
     start = time.perf_counter()
     with anyio.move_on_after(0.5):
         await drafter.propose(DraftRequest(ASK, TOOLS, samples=2))
@@ -222,7 +230,29 @@ async def test_cancellation_returns_at_once_and_stops_the_worker(smol):
 
     await anyio.to_thread.run_sync(wait_lock)
     assert freed.is_set() and time.perf_counter() - start < 5
-    assert load_shared(None) is smol  # loaded once, shared
+    assert load_shared(None, "float32") is smol  # loaded once, shared
+
+
+@pytest.mark.model
+@pytest.mark.anyio
+async def test_int8_drafter_quantizes_every_linear_layer_and_still_drafts_valid_calls():
+    import torch
+
+    from spectool.drafters._quant import int8_available
+
+    if not int8_available():
+        pytest.fail("torch on this CPU has no quantized engine: the default drafter dtype would be fp32")
+    drafter = LocalDrafter(None, max_new_tokens=40, dtype="auto")
+    calls = await drafter.propose(DraftRequest(ASK, TOOLS, samples=1))
+    model = (await drafter.load()).model
+    assert not any(type(m) is torch.nn.Linear for m in model.modules())  # every one swapped
+    tools = tool_schemas(TOOLS)
+    assert len(calls) == 1 and valid(calls[0], tools)
+
+
+def test_unknown_drafter_dtype_is_a_config_error():
+    with pytest.raises(ConfigError, match="dtype"):
+        load_shared(None, "int4")
 
 
 def test_greedy_row_keeps_only_the_best_token_of_row_zero():

@@ -41,7 +41,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "compact+generate": {"prompt": "compact", "decoder": "generate", "max_calls": 1},
     "new-nojump": {"prompt": "compact", "decoder": "fast", "jump_forward": False},
     "new-nocache": {"prompt": "compact", "decoder": "fast", "prefix_cache": False},
-    "new": {"prompt": "compact", "decoder": "fast"},
+    "new": {"prompt": "compact", "decoder": "fast"},  # dtype "auto": int8 weights on CPU
+    "new-fp32": {"prompt": "compact", "decoder": "fast", "dtype": "float32"},
     "new-bf16": {"prompt": "compact", "decoder": "fast", "dtype": "bfloat16"},
     # no tool descriptions: the tool list no longer depends on the last user message, so
     # multi-turn drafts reuse far more of the previous prompt's cache

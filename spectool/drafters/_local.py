@@ -59,7 +59,7 @@ class LocalModel:
             ):
                 from ._grammar import GrammarConstraint
 
-                vocab = self.model.get_output_embeddings().weight.shape[0]
+                vocab = output_width(self.model)
                 self.grammar = GrammarConstraint(
                     self.tokenizer, vocab, max_string_length=max_string_length, max_calls=max_calls
                 )
@@ -92,10 +92,19 @@ def _hub_cached(repo_id: str) -> bool:
 
 def load_shared(
     model: str | os.PathLike[str] | None,
-    dtype: str = "float32",
+    dtype: str = "auto",
     adapter: str | os.PathLike[str] | None = None,
 ) -> LocalModel:
-    """Load a model once per process (keyed by source, dtype and adapter) and share it."""
+    """Load a model once per process (keyed by source, dtype and adapter) and share it.
+
+    ``dtype`` is one of :data:`~._quant.DTYPES`; ``"int8"`` (what ``"auto"`` picks on CPUs
+    with a quantized engine) loads fp32, merges the adapter, then quantizes the linear layers.
+    """
+    from ._quant import DTYPES, quantize_int8, resolve_dtype
+
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+    dtype = resolve_dtype(dtype)
     source = _resolve_source(model)
     key = (source or "embedded", dtype, os.fspath(adapter) if adapter is not None else "")
     with _LOAD_LOCK:
@@ -103,15 +112,24 @@ def load_shared(
             from .._embedded import load_causal_lm
 
             try:
-                m, tok = load_causal_lm(source, dtype=dtype)
+                m, tok = load_causal_lm(source, dtype="float32" if dtype == "int8" else dtype)
             except ConfigError:
                 raise
             except Exception as exc:  # OSError, ValueError from transformers: a bad source
                 raise ConfigError(f"cannot load local drafter model {key[0]!r}: {exc}") from exc
             if adapter is not None:
                 m = _with_adapter(m, adapter)
+            if dtype == "int8":
+                m = quantize_int8(m)
             _LOADED[key] = LocalModel(m, tok, key[0] + (f"+{key[2]}" if key[2] else ""))
         return _LOADED[key]
+
+
+def output_width(model: Any) -> int:
+    """Logits per position: the output layer's width (an int8 layer has no ``.weight`` tensor)."""
+    head = model.get_output_embeddings()
+    width = getattr(head, "out_features", None)
+    return int(width) if width is not None else int(head.weight.shape[0])
 
 
 def _with_adapter(model: Any, adapter: str | os.PathLike[str]) -> Any:
@@ -172,7 +190,7 @@ class LocalDrafter:
         max_new_tokens: int = 96,
         temperature: float = 0.8,
         top_p: float = 0.95,
-        dtype: str = "float32",
+        dtype: str = "auto",
         max_string_length: int = 64,
         max_calls: int = 1,
         max_prompt_tokens: int = 2048,
@@ -267,7 +285,7 @@ class LocalDrafter:
         import torch
 
         rows = max(1, int(request.samples)) if self.temperature > 0 else 1
-        vocab = loaded.model.get_output_embeddings().weight.shape[0]
+        vocab = output_width(loaded.model)
         grammar = xgr = None
         stops = set(_eos_ids(loaded))
         if self.constrained:
