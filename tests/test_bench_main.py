@@ -21,7 +21,7 @@ from spectool.bench._oracle import OracleDrafter
 from spectool.bench._replay import ReplayModel, TokenRates, next_step
 from spectool.bench._splits import split_of
 from spectool.bench._sweep import headline_plan
-from spectool.bench._workload import precomputed_output
+from spectool.bench._workload import ToolStats, build_toolbox, precomputed_output, task_output
 from spectool.cli import main
 
 
@@ -34,6 +34,19 @@ def test_equal_canonical_calls_get_equal_stub_outputs():
     assert a == precomputed_output("t1", ToolCall("f", {"x": 2.0, "unit": "m"}), schema)  # default, int/float
     assert a != precomputed_output("t1", ToolCall("f", {"x": 3}), schema)
     assert a != precomputed_output("t2", ToolCall("f", {"x": 2}), schema)  # fixed per task
+
+
+def test_drafter_prompts_show_the_outputs_the_bench_tools_return():
+    # traces and drafter-eval prompts render tool results with task_output: it must be the
+    # very string the bench's stub tool returns, schema-keyed (2 and 2.0 give one output)
+    task = next(t for t in load_tasks("multiple", limit=20) if t.ground_truth[0])
+    call = task.ground_truth[0][0]
+    box = build_toolbox(task, Latency(0.0), ToolStats())
+
+    async def run_tool():
+        return await box.get(call.name).fn(**dict(call.arguments))
+
+    assert anyio.run(run_tool) == task_output(task, call)
 
 
 def test_single_turn_steps_are_parallel_calls_streamed_at_the_decode_rate():

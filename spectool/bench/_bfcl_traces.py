@@ -27,7 +27,7 @@ from ._bfcl import MULTI_TURN_CATEGORIES, Task, load_tasks
 from ._effects import effect_of
 from ._executable import Environment
 from ._splits import in_split
-from ._workload import precomputed_output
+from ._workload import task_output
 
 __all__ = ["add_arguments", "bfcl_examples", "run", "task_examples"]
 
@@ -70,7 +70,7 @@ def task_examples(task: Task, split: str = "") -> Iterator[TraceExample]:
                 "speculable": _speculable(task, env, call),
             }
             yield TraceExample(DraftRequest(messages=list(messages), tools=task.tools), target, meta)
-            out = env.call(call) if env is not None else precomputed_output(task.id, call)
+            out = env.call(call) if env is not None else task_output(task, call)
             messages.append(_assistant(call, n))
             messages.append({"role": "tool", "tool_call_id": f"call_{n}", "content": out})
             n += 1

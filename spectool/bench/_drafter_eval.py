@@ -29,7 +29,7 @@ from ._drafter_metrics import StepScore, score_step, summarize
 from ._effects import effect_of
 from ._executable import Environment
 from ._splits import in_split
-from ._workload import precomputed_output
+from ._workload import task_output
 
 __all__ = [
     "Prepared",
@@ -109,7 +109,7 @@ def replay(task: Task) -> tuple[list[Step], list[dict[str, Any]], set[str]]:
                 }
             )
             for i, c in zip(ids, group):
-                out = env.call(c) if env is not None else precomputed_output(task.id, c)
+                out = env.call(c) if env is not None else task_output(task, c)
                 messages.append({"role": "tool", "tool_call_id": i, "content": out})
         messages.append(
             {

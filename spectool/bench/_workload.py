@@ -21,7 +21,7 @@ from ._effects import effect_of
 from ._executable import Environment
 from ._latency import Latency
 
-__all__ = ["ToolStats", "build_toolbox", "precomputed_output"]
+__all__ = ["ToolStats", "build_toolbox", "precomputed_output", "task_output"]
 
 
 @dataclass
@@ -48,6 +48,13 @@ def precomputed_output(task_id: str, call: ToolCall, schema: Any = None) -> str:
     key = canonical_key(call.name, dict(call.arguments), schema)
     digest = hashlib.sha256(f"{task_id}\x00{key}".encode()).hexdigest()[:12]
     return json.dumps({"tool": call.name, "status": "ok", "result_id": digest})
+
+
+def task_output(task: Task, call: ToolCall) -> str:
+    """:func:`precomputed_output` keyed with the task's own schema for ``call``'s tool: what
+    the bench's stub returns, so drafter prompts and traces show the bench's very outputs."""
+    body = next((t["function"] for t in task.tools if t["function"]["name"] == call.name), None)
+    return precomputed_output(task.id, call, body.get("parameters") if body else None)
 
 
 def build_toolbox(task: Task, latency: Latency, stats: ToolStats) -> Toolbox:
