@@ -90,27 +90,21 @@ def _local(category: str = "") -> Any:
 
 def _tuned(category: str = "") -> Any:
     from ..drafters import LocalDrafter
+    from ..drafters._adapter import shipped_adapter_path
 
-    try:
-        from ..drafters._adapter import shipped_adapter_path
-    except ImportError as exc:
-        raise ConfigError(
-            "the 'tuned' drafter needs the shipped adapter (spectool.drafters._adapter."
-            "shipped_adapter_path), which this installation lacks"
-        ) from exc
-    path = shipped_adapter_path()
-    if path is None or not Path(path).exists():
-        raise ConfigError(f"no shipped drafter adapter at {path}; build one with `spectool drafters tune`")
-    try:
-        return LocalDrafter("embedded", adapter=path)
-    except TypeError as exc:
-        raise ConfigError("this LocalDrafter does not take adapter=; the 'tuned' drafter needs it") from exc
+    return LocalDrafter("embedded", adapter=shipped_adapter_path())  # ConfigError if it is missing
 
 
 def _combined(category: str = "") -> Any:
     from ..drafters import CombinedDrafter
 
     return CombinedDrafter([_mined(category), _local()], rank="confidence")
+
+
+def _tuned_mined(category: str = "") -> Any:
+    from ..drafters import CombinedDrafter
+
+    return CombinedDrafter([_mined(category), _tuned(category)], rank="confidence")
 
 
 def _mined(category: str = "") -> Any:
@@ -126,6 +120,7 @@ DRAFTERS: dict[str, Callable[[str], Any]] = {
     "local": _local,
     "mined": _mined,
     "tuned": _tuned,
+    "tuned+mined": _tuned_mined,
 }
 
 
