@@ -6,7 +6,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -107,14 +106,8 @@ def quick_plan() -> Plan:
 
 
 def headline_drafters() -> tuple[str, ...]:
-    """history beside the tuned drafter where its adapter is shipped (and ``LocalDrafter`` takes
-    it), else beside the untuned local."""
-    import inspect
-
-    from ..drafters import LocalDrafter
-
-    takes = "adapter" in inspect.signature(LocalDrafter.__init__).parameters
-    return ("history", "tuned") if takes and tuned_adapter() is not None else ("history", "local")
+    """history beside the tuned drafter where its adapter is shipped, else beside the untuned local."""
+    return ("history", "tuned") if tuned_adapter() is not None else ("history", "local")
 
 
 def headline_plan() -> Plan:
@@ -242,13 +235,9 @@ def _drafter(plan: Plan, name: str) -> tuple[Callable[[], Any], str]:
         _SHARED[name] = (lambda: shared), "local(embedded SmolLM2)"
         return _SHARED[name]
     if name == "tuned":
-        path = tuned_adapter()
-        if path is None:
-            raise ConfigError(
-                "the tuned drafter's adapter is not shipped in this checkout "
-                "(spectool.drafters._adapter.shipped_adapter_path())"
-            )
-        tuned = drafters.LocalDrafter(adapter=path)  # type: ignore[call-arg]
+        from ..drafters._adapter import shipped_adapter_path
+
+        tuned = drafters.LocalDrafter(adapter=shipped_adapter_path())  # ConfigError if missing
         _SHARED[name] = (lambda: tuned), "tuned(SmolLM2 + LoRA)"
         return _SHARED[name]
     if name == "endpoint":
@@ -262,13 +251,12 @@ def _drafter(plan: Plan, name: str) -> tuple[Callable[[], Any], str]:
 
 def tuned_adapter() -> Any:
     """The shipped LoRA adapter of the tuned drafter, or None where this checkout has none."""
-    try:
-        from ..drafters._adapter import shipped_adapter_path  # type: ignore[import-not-found]
+    from ..drafters._adapter import shipped_adapter_path
 
-        path = shipped_adapter_path()  # raises ConfigError where the adapter is missing
-    except (ImportError, ConfigError):
+    try:
+        return shipped_adapter_path()
+    except ConfigError:  # the adapter's folder is missing from this installation
         return None
-    return path if path is not None and Path(path).exists() else None
 
 
 def expected_call_G(tasks: list, rates: TokenRates) -> float:
