@@ -36,7 +36,7 @@ __all__ = ["CONFIGS", "main", "requests_for"]
 
 #: name -> LocalDrafter keywords. "old" is the drafter as it was before the fast path.
 CONFIGS: dict[str, dict[str, Any]] = {
-    "old": {"prompt": "examples", "decoder": "generate", "max_calls": 3},
+    "old": {"prompt": "examples", "decoder": "generate", "max_calls": 3, "dtype": "float32"},
     "old+1call": {"prompt": "examples", "decoder": "generate", "max_calls": 1},
     "compact+generate": {"prompt": "compact", "decoder": "generate", "max_calls": 1},
     "new-nojump": {"prompt": "compact", "decoder": "fast", "jump_forward": False},
