@@ -2,8 +2,9 @@
 
 One CLI run (one model load): one agent, one short single-turn BFCL task, two tool calls per
 turn, baseline vs client-side vs engine-side (``mode="engine"``, posting to the engine's tool
-cache). Checks results.json's fields, the engine model's columns and that speculation left the
-transcripts unchanged.
+cache). Checks results.json's fields, the engine model's columns, that the client and engine
+runs' transcripts equal the baseline run's (digests across rows), and that the engine really
+answered a call from its tool cache.
 """
 
 import json
@@ -93,6 +94,11 @@ def test_embedded_main_baseline_client_engine(tmp_path, capsys):
         assert 0.0 <= r["hit_rate"] <= 1.0 and r["wall_spec_s"] > 0
         assert r["eq4_base_s"] > 0 and r["predicted_engine_speedup"] >= 1.0
     base, client, engine = runs
+    # the same transcripts with and without speculation, compared across the three runs
+    assert client["transcript_sha256"] == engine["transcript_sha256"] == base["transcript_sha256"]
     assert base["engine_resolved_calls"] == client["engine_resolved_calls"] == 0  # only engine mode posts
+    # SmolLM2 repeats its first call at step 2 (greedy, tool_choice required); the history drafter
+    # predicts the repeat, so the engine answers it in place from the posted output
+    assert engine["engine_resolved_calls"] >= 1
     assert engine["predicted_speedup"] == engine["predicted_engine_speedup"]
     assert client["predicted_speedup"] >= 1.0 and engine["predicted_client_speedup"] >= 1.0

@@ -9,13 +9,15 @@ the baseline's measured G_i and T_i, the speculative run's hit rate α and mean 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
 from ._harness import AgentResult
 
-__all__ = ["PRICES", "engine_prediction", "predicted_speedup", "run_row"]
+__all__ = ["PRICES", "engine_prediction", "predicted_speedup", "run_row", "transcript_digest"]
 
 #: USD per million tokens, overridable (``--price main=…,drafter=…``).
 PRICES = {"main": 0.0, "drafter": 0.0}
@@ -178,6 +180,7 @@ def run_row(
         "extra_drafter_tokens": drafter_tokens,
         "cost_per_100_turns_usd": 100.0 * cost / turns,
         "same_transcripts": all(_same(b, s) for b, s in zip(base, spec)),
+        "transcript_sha256": transcript_digest(spec),
         "engine_resolved_calls": sum(s.engine_resolved for s in spec),
     }
     if not is_ref and meta.get("config") != "baseline":
@@ -209,13 +212,20 @@ def _engine_fields(base: Sequence[AgentResult], spec: Sequence[AgentResult], cal
     }
 
 
+def _strip(ts: list[list[dict[str, Any]]]) -> list[Any]:
+    """What the agent saw: roles, contents and calls (tool call ids are random per run)."""
+    return [
+        [(m.get("role"), m.get("content"), [c["function"] for c in m.get("tool_calls") or []]) for m in t]
+        for t in ts
+    ]
+
+
 def _same(b: AgentResult, s: AgentResult) -> bool:
     """Speculation must not change what the agent saw (tool call ids aside)."""
+    return _strip(b.transcript) == _strip(s.transcript)
 
-    def strip(ts: list[list[dict[str, Any]]]) -> list[Any]:
-        return [
-            [(m.get("role"), m.get("content"), [c["function"] for c in m.get("tool_calls") or []]) for m in t]
-            for t in ts
-        ]
 
-    return strip(b.transcript) == strip(s.transcript)
+def transcript_digest(runs: Sequence[AgentResult]) -> str:
+    """sha256 of every agent's transcript (ids aside): equal across rows iff the transcripts are."""
+    text = json.dumps([_strip(r.transcript) for r in runs], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
