@@ -53,6 +53,8 @@ class EngineStats:
     o3_hits: int = 0
     o3_misses: int = 0
     appended_tokens: int = 0
+    #: requests ended with an error event (their own prefill failed, or a batched step did)
+    failed_requests: int = 0
 
 
 class Engine:
@@ -92,7 +94,11 @@ class Engine:
     def step(self) -> None:
         self._drain_inbox()
         for seq in self.scheduler.admit(self.kv.width):
-            self._prefill(seq)
+            try:
+                self._prefill(seq)
+            except Exception as exc:  # this request's own prompt broke: fail it, not the batch
+                self._fail(seq, exc)
+                continue
             if seq.finish_reason is not None:  # done on its first token (EOS, max_tokens=1)
                 self._retire(seq)
         batch = [s for s in self.scheduler.running if s.n_cached > 0]
@@ -235,6 +241,16 @@ class Engine:
         self._recent.append((tuple(seq.tokens), seq.prompt_len))
         seq.n_cached = 0
 
+    def _fail(self, seq: Sequence, exc: BaseException) -> None:
+        """End one sequence with an error event; the others keep their rows and go on."""
+        if seq.seq_id in self.kv.rows:
+            self.kv.leave({seq.seq_id})
+        self.scheduler.finish(seq)
+        if self.decoding is not None:
+            self.decoding.forget(seq.seq_id)
+        self.stats.failed_requests += 1
+        seq.emit({"type": "error", "message": f"engine failure: {exc!r}"})
+
     def _retire(self, seq: Sequence) -> None:
         if seq.seq_id in self.kv.rows:
             self.kv.leave({seq.seq_id})
@@ -306,7 +322,9 @@ class Engine:
                 self.step()
             except BaseException as exc:  # a broken step must fail the requests, not hang them
                 self.error = exc
+                # a batched forward cannot say whose row broke it: fail the batch, keep serving
                 for seq in [*self.scheduler.running, *self.scheduler.waiting]:
+                    self.stats.failed_requests += 1
                     seq.emit({"type": "error", "message": f"engine failure: {exc!r}"})
                     self.scheduler.finish(seq)
                 self.kv = BatchKV()

@@ -1,0 +1,84 @@
+"""One request's failure stays that request's: the engine thread keeps serving the others.
+
+The failure is injected by wrapping the real runner's ``prefill`` (a fault no real prompt can be
+relied on to cause); everything else is the real engine on the real SmolLM2.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from spectool_serving.requests import build_sequences
+
+pytestmark = pytest.mark.model
+
+POISON = "please break the engine"
+
+
+def _body(text: str) -> dict:
+    return {"messages": [{"role": "user", "content": text}], "max_tokens": 6, "temperature": 0}
+
+
+async def _collect(engine, text: str, n: int) -> list[dict]:
+    seqs = build_sequences(_body(text), engine, f"chatcmpl-iso-{n}", "")
+    return [event async for _, event in engine.stream(seqs)]
+
+
+def _poison_prefill(engine, monkeypatch) -> None:
+    real = engine.runner.prefill
+    marker = engine.tokenizer(POISON, add_special_tokens=False)["input_ids"][:3]
+
+    def prefill(tokens):
+        if any(tokens[i : i + len(marker)] == marker for i in range(len(tokens))):
+            raise RuntimeError("injected prefill failure")
+        return real(tokens)
+
+    monkeypatch.setattr(engine.runner, "prefill", prefill)
+
+
+def test_a_failing_prefill_fails_only_its_own_request(engine, monkeypatch):
+    _poison_prefill(engine, monkeypatch)
+    engine.start()
+
+    async def main():
+        results: dict[str, list[dict]] = {}
+
+        async def one(name: str, text: str, n: int) -> None:
+            results[name] = await _collect(engine, text, n)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, "good", "Say hello.", 1)
+            tg.start_soon(one, "bad", POISON, 2)
+        results["later"] = await _collect(engine, "Name a colour.", 3)  # after the failure
+        return results
+
+    results = anyio.run(main)
+    assert results["bad"][-1]["type"] == "error" and "injected" in results["bad"][-1]["message"]
+    for name in ("good", "later"):
+        finish = results[name][-1]
+        assert finish["type"] == "finish" and finish["usage"]["completion_tokens"] > 0, name
+    assert engine.counters()["failed_requests"] == 1
+
+
+def test_a_failing_batched_step_fails_the_batch_and_the_engine_serves_the_next(engine, monkeypatch):
+    calls = {"n": 0}
+    real = engine._decode
+
+    def decode(batch):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected decode failure")
+        return real(batch)
+
+    monkeypatch.setattr(engine, "_decode", decode)
+    engine.start()
+
+    async def main():
+        first = await _collect(engine, "Say hello.", 4)
+        second = await _collect(engine, "Say hello.", 5)
+        return first, second
+
+    first, second = anyio.run(main)
+    assert first[-1]["type"] == "error"
+    assert second[-1]["type"] == "finish" and second[-1]["usage"]["completion_tokens"] > 0
