@@ -19,7 +19,7 @@ LINT_PATHS := spectool serving integrations tests
 lint: setup
 	.venv/bin/ruff check $(LINT_PATHS)
 	.venv/bin/ruff format --check $(LINT_PATHS)
-	PYTHONPATH=.:serving:integrations/langchain .venv/bin/lint-imports
+	PYTHONPATH=.:serving:integrations/langchain:integrations/mcp:integrations/openai_agents .venv/bin/lint-imports
 	.venv/bin/mypy -p spectool -p spectool_serving
 
 # Rewrites files: import order and pyupgrade fixes, then the formatter.

@@ -31,6 +31,7 @@ from ._tools import Effect, Toolbox, ToolSpec, tool, tool_spec
 from ._traces import TraceExample, TraceRecorder, load_traces
 from ._tracing import instrument, uninstrument
 from ._types import Drafter, DraftRequest, ToolCall
+from ._wire import responses_input_to_messages
 from .drafters import CombinedDrafter, EndpointDrafter, HistoryDrafter, LocalDrafter
 
 __version__ = "0.1.0"
@@ -79,6 +80,7 @@ __all__ = [
     "instrument",
     "load_traces",
     "remove_observer",
+    "responses_input_to_messages",
     "run_agent",
     "speculative",
     "speculative_sync",

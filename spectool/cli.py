@@ -25,7 +25,7 @@ from importlib import metadata
 
 # subcommand -> (module with `add_arguments(parser)` and `run(args) -> int`, help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "bench": ("spectool._bench_cli", "BFCL multi-agent benchmark of speculative tool calling"),
+    "bench": ("spectool.bench._bench_cli", "BFCL multi-agent benchmark of speculative tool calling"),
     "calibrate": ("spectool.bench._decode_cli", "re-measure tree-decoding cost tables and draft size g*"),
     "decode-bench": (
         "spectool.bench._decode_cli",

@@ -76,7 +76,7 @@ def test_auto_probes_once_then_reads_the_record(monkeypatch, tmp_path):
 def test_bench_cli_backend_and_dtype_reach_the_plan():
     import argparse
 
-    from spectool._bench_cli import add_arguments, build_plan
+    from spectool.bench._bench_cli import add_arguments, build_plan
 
     p = argparse.ArgumentParser()
     add_arguments(p)

@@ -187,7 +187,7 @@ def test_cli_replay_with_eager_arm_and_auto_writes_the_headline_plot(tmp_path, c
 def test_quick_runs_the_headline_then_the_embedded_engine():
     import argparse
 
-    from spectool._bench_cli import add_arguments, build_plans
+    from spectool.bench._bench_cli import add_arguments, build_plans
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -13,8 +13,7 @@ from typing import Any
 import anyio.lowlevel
 from agents.models.interface import Model
 
-from spectool import Speculator
-from spectool._wire import responses_input_to_messages
+from spectool import Speculator, responses_input_to_messages
 
 __all__ = ["SpeculativeModel"]
 

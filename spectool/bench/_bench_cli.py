@@ -15,7 +15,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from ._errors import ConfigError
+from .._errors import ConfigError
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -116,8 +116,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def validate_plan():
-    from .bench._replay import TokenRates
-    from .bench._sweep import Plan
+    from ._replay import TokenRates
+    from ._sweep import Plan
 
     # One call per task, stub tools (pure: every call speculable), so the measured α tracks the
     # oracle's. G ≈ 1.0 s per call step from the token-rate model; T̄ = 1.0 s ≈ G.
@@ -138,7 +138,7 @@ def validate_plan():
 def build_plans(args: argparse.Namespace) -> list:
     """--quick without --main: the replay headline, then the embedded engine end to end (as
     given: the options shape the headline). Otherwise one plan."""
-    from .bench._sweep import quick_plan
+    from ._sweep import quick_plan
 
     if args.full or args.validate or args.main is not None:
         return [build_plan(args)]
@@ -146,7 +146,7 @@ def build_plans(args: argparse.Namespace) -> list:
 
 
 def build_plan(args: argparse.Namespace):
-    from .bench._sweep import full_plan, headline_plan, quick_plan
+    from ._sweep import full_plan, headline_plan, quick_plan
 
     if args.full:
         plan = full_plan()
@@ -216,7 +216,7 @@ def build_plan(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from .bench._report import summary_table, write_plots, write_results
+    from ._report import summary_table, write_plots, write_results
 
     t0 = time.perf_counter()
     sections = [_run_one(plan, args) for plan in build_plans(args)]
@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
         for png in write_plots(sections[0]["runs"], args.out, sections[0].get("title", "")):
             print(f"wrote {png}")
         if timelines[0] is not None:
-            from .bench._timeline import draw_timeline
+            from ._timeline import draw_timeline
 
             t = timelines[0]
             png = draw_timeline(
@@ -253,11 +253,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_one(plan, args: argparse.Namespace) -> dict:
-    from .bench._sweep import run_plan
+    from ._sweep import run_plan
 
     choice = None
     if plan.main == "embedded":
-        from .bench._backend import resolve_backend
+        from ._backend import resolve_backend
 
         choice = resolve_backend(getattr(args, "backend", "auto"), plan.dtype, plan.threads)
         plan = replace(plan, backend=choice["backend"])
