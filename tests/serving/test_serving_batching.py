@@ -69,3 +69,28 @@ def test_bf16_engine_runs_and_streams(smol):
     eng = build_engine(loaded=lm)
     contents = _run_together(eng, [_body(p) for p in PROMPTS[:2]])
     assert all(isinstance(c, str) and c for c in contents)
+
+
+def test_batched_greedy_decode_equals_hf_generate(engine, smol):
+    # the reference is transformers' own greedy generate on the same weights and prompt ids,
+    # not another run of this engine: a shared bug in batching and KV handling cannot hide
+    import uuid
+
+    import torch
+
+    from spectool_serving.requests import build_sequences
+
+    bodies = [_body(p) for p in PROMPTS]
+    prompts = [build_sequences(b, engine, f"chatcmpl-{uuid.uuid4().hex}", "")[0].tokens for b in bodies]
+    batched = _run_together(engine, bodies)  # all three decode in one batch
+    for ids, got in zip(prompts, batched):
+        with torch.inference_mode():
+            out = smol.model.generate(
+                input_ids=torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                max_new_tokens=8,
+                do_sample=False,
+                pad_token_id=smol.tokenizer.eos_token_id,
+            )
+        want = smol.tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True)
+        assert got == want, (got, want)
