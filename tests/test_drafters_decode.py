@@ -97,25 +97,13 @@ def _turns() -> list[list[dict]]:
 
 @pytest.fixture(scope="module")
 def tiny():
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     from spectool._embedded import embedded_hf_folder
+    from tests.tree_fixtures import tiny_llama_for
 
     tok = AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
-    torch.manual_seed(7)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        eos_token_id=tok.eos_token_id,
-    )
-    cfg._attn_implementation = "sdpa"
-    model = LlamaForCausalLM(cfg).eval().double()
-    return model, tok
+    return tiny_llama_for(tok, seed=7).double(), tok
 
 
 @pytest.fixture(scope="module")

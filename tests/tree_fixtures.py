@@ -34,3 +34,23 @@ def tiny_llama(heads: int, kv_heads: int, *, seed: int, hidden: int = 48, bias: 
     )
     cfg._attn_implementation = "sdpa"
     return LlamaForCausalLM(cfg).eval()
+
+
+def tiny_llama_for(tokenizer, *, seed: int, max_positions: int = 1024):
+    """A 2-layer random Llama over a real tokenizer's vocabulary (SDPA, eval mode): for tests of
+    code around a model (parsing, grammar, store, decode loop) that do not depend on what it says."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    cfg._attn_implementation = "sdpa"
+    return LlamaForCausalLM(cfg).eval()

@@ -20,28 +20,17 @@ EXAMPLES = int(os.environ.get("SPECTOOL_FUZZ_EXAMPLES", "40"))
 
 
 def _tiny_app():
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     from spectool._embedded import embedded_hf_folder
     from spectool_serving import create_app
     from spectool_serving.models import LoadedModel
     from spectool_serving.server import build_engine
     from spectool_serving.toolcalls import FORMATS
+    from tests.tree_fixtures import tiny_llama_for
 
     tok = AutoTokenizer.from_pretrained(embedded_hf_folder())
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=8192,
-        eos_token_id=tok.eos_token_id,
-    )
-    model = LlamaForCausalLM(cfg).eval()
+    model = tiny_llama_for(tok, seed=0, max_positions=8192)
     engine = build_engine(loaded=LoadedModel(model, tok, FORMATS["chatml"], "tiny-random", "cpu"))
     return create_app(engine, api_keys={KEY}, max_body_bytes=16384, max_tokens=8)
 
