@@ -23,7 +23,7 @@ echo "setup: installing into .venv (a few minutes on a fresh machine)" >&2
 "${pip[@]}" install -U pip setuptools wheel
 # The pin resolves to a local CPU wheel on CPU-only machines; the package itself keeps a range.
 "${pip[@]}" install "torch==2.13.0"
-# xgrammar (in [serve]) declares triton (~1 GB of GPU kernels) that its CPU path never uses, and
+# xgrammar (in [local], hence [serve]) declares triton (~1 GB of GPU kernels) that its CPU path never uses, and
 # pip would fetch it for any install that names xgrammar. So: xgrammar without its deps, every
 # other requirement of [all,dev] from pyproject, then the project itself without deps.
 "${pip[@]}" install --no-deps "xgrammar==0.2.8" "apache-tvm-ffi>=0.1.11,<0.2"

@@ -32,7 +32,7 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-# what each extra must cover: (import roots, modules left out and why)
+# what each extra must cover: (import roots, modules left out and why, modules only (prefixes))
 LAYERS = {
     "serve": (
         ["spectool_serving"],
@@ -40,8 +40,12 @@ LAYERS = {
             "spectool_serving.vllm",  # [vllm], its own venv
             "spectool_serving.bench",
             "spectool_serving.tree.bench",
-        ),
-    ),  # [bench]
+        ),  # [bench]
+        (),
+    ),
+    # the in-process drafter: model loading, grammar, adapters, int8, tuning
+    "local": (["spectool"], (), ("spectool.drafters", "spectool._embedded")),
+    "tracing": (["spectool"], (), ("spectool._tracing",)),
 }
 STDLIB = set(sys.stdlib_module_names)
 # (module, distribution) imported only on a path another extra serves
@@ -83,7 +87,9 @@ def _closure(extra: str) -> set[str]:
     return seen
 
 
-def _imported_distributions(roots: list[str], skip: tuple[str, ...]) -> dict[str, set[str]]:
+def _imported_distributions(
+    roots: list[str], skip: tuple[str, ...], only: tuple[str, ...] = ()
+) -> dict[str, set[str]]:
     import grimp
 
     graph = grimp.build_graph(*roots, "spectool", include_external_packages=True, cache_dir=None)
@@ -91,7 +97,11 @@ def _imported_distributions(roots: list[str], skip: tuple[str, ...]) -> dict[str
     ours = set(roots) | {"spectool"}
     out: dict[str, set[str]] = {}
     for module in graph.modules:
-        if module.split(".")[0] in ours and not module.startswith(skip) and module.split(".")[0] in roots:
+        if (
+            module.split(".")[0] in roots
+            and not module.startswith(skip)
+            and (not only or module.startswith(only))
+        ):
             for target in graph.find_modules_directly_imported_by(module):
                 top = target.split(".")[0]
                 if top in ours or top in STDLIB:
@@ -104,18 +114,22 @@ def _imported_distributions(roots: list[str], skip: tuple[str, ...]) -> dict[str
 
 @pytest.mark.parametrize("extra", sorted(LAYERS))
 def test_each_extra_installs_what_its_code_imports(extra):
-    roots, skip = LAYERS[extra]
+    roots, skip, only = LAYERS[extra]
     have = _closure(extra)
-    missing = {d: sorted(m)[:3] for d, m in _imported_distributions(roots, skip).items() if d not in have}
+    missing = {
+        d: sorted(m)[:3] for d, m in _imported_distributions(roots, skip, only).items() if d not in have
+    }
     assert missing == {}
 
 
-def test_the_check_catches_a_missing_requirement(monkeypatch):
-    """Without xgrammar in [serve] (the bug this test was written for) the check fails."""
+@pytest.mark.parametrize("extra", ["serve", "local"])
+def test_the_check_catches_a_missing_requirement(monkeypatch, extra):
+    """Without xgrammar in [local] (the bugs this test was written for: first [serve], then the
+    drafter's own extra lacked it) the check fails for both extras."""
     extras = dict(PYPROJECT["project"]["optional-dependencies"])
-    extras["serve"] = [r for r in extras["serve"] if not r.startswith("xgrammar")]
+    extras["local"] = [r for r in extras["local"] if not r.startswith("xgrammar")]
     monkeypatch.setitem(PYPROJECT["project"], "optional-dependencies", extras)
-    missing = set(_imported_distributions(*LAYERS["serve"])) - _closure("serve")
+    missing = set(_imported_distributions(*LAYERS[extra])) - _closure(extra)
     assert "xgrammar" in missing
 
 
