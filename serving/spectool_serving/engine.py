@@ -325,8 +325,11 @@ class Engine:
                 # a batched forward cannot say whose row broke it: fail the batch, keep serving
                 for seq in [*self.scheduler.running, *self.scheduler.waiting]:
                     self.stats.failed_requests += 1
-                    seq.emit({"type": "error", "message": f"engine failure: {exc!r}"})
                     self.scheduler.finish(seq)
+                    try:
+                        seq.emit({"type": "error", "message": f"engine failure: {exc!r}"})
+                    except Exception:  # noqa: BLE001 - a listener that is gone must not kill the loop
+                        pass
                 self.kv = BatchKV()
 
     async def stream(self, seqs: list[Sequence]) -> AsyncIterator[tuple[int, dict]]:
@@ -335,7 +338,7 @@ class Engine:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         for s in seqs:
-            s.emit = lambda ev, i=s.index: loop.call_soon_threadsafe(queue.put_nowait, (i, ev))
+            s.emit = _emitter(loop, queue, s.index)
         for s in seqs:
             self.add(s)
         open_ = len(seqs)
@@ -347,3 +350,17 @@ class Engine:
 
     def counters(self) -> dict[str, int]:
         return asdict(self.stats)
+
+
+def _emitter(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, index: int):
+    """``emit`` for one sequence: hands events to the request's event loop. If that loop has
+    closed (the HTTP server was stopped under a running request), nobody listens any more:
+    the event is dropped instead of raising in the engine thread, which serves everyone."""
+
+    def emit(event: dict) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, (index, event))
+        except RuntimeError:  # "Event loop is closed"
+            pass
+
+    return emit

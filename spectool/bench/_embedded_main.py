@@ -65,6 +65,7 @@ class EmbeddedMain:
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._vllm: Any = None
+        self._port = 0
         self.base_url = ""
         self.model_name = ""
         self.startup_s = 0.0
@@ -111,7 +112,7 @@ class EmbeddedMain:
 
     def _enter_torch(self) -> None:
         try:
-            import uvicorn
+            import uvicorn  # noqa: F401  # an ImportError here means the [serve] extra is missing
 
             from spectool_serving.server import build_server
         except ImportError as exc:
@@ -126,20 +127,39 @@ class EmbeddedMain:
         self.model_name = self.engine.model_name
         if self.max_rounds is not None:
             self.engine.ctx.max_rounds = self.max_rounds
-        port = _free_port()
-        self._server = uvicorn.Server(
-            uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning")
-        )
-        self._thread = threading.Thread(target=self._server.run, name="spectool-bench-main", daemon=True)
-        self._thread.start()
-        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self._port = _free_port()
+        self._serve_http()
+        self.base_url = f"http://127.0.0.1:{self._port}/v1"
         try:
-            self._wait_healthy(port)
+            self._wait_healthy(self._port)
         except BaseException:
             self.__exit__(None, None, None)
             raise
 
-    def _wait_healthy(self, port: int) -> None:
+    def _serve_http(self) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self._port, log_level="warning", timeout_graceful_shutdown=1
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="spectool-bench-main", daemon=True)
+        self._thread.start()
+
+    def restart_http(self, down_s: float = 1.0) -> None:
+        """Stop the HTTP server (open connections are dropped), stay down ``down_s`` seconds,
+        then serve the same engine on the same port again: a server restart as clients see it."""
+        if self._server is None or self._thread is None:
+            raise ConfigError("restart_http needs the torch backend, entered")
+        self._server.should_exit = True
+        self._thread.join(timeout=30)
+        time.sleep(down_s)
+        self._serve_http()
+        self._wait_healthy(self._port, serving_only=True)
+
+    def _wait_healthy(self, port: int, *, serving_only: bool = False) -> None:
+        """Until ``/health`` says ok (or, with ``serving_only``, answers at all: a restarted
+        server over an engine that once failed a step reports itself degraded)."""
         import httpx
 
         deadline = time.monotonic() + self.startup_timeout
@@ -148,7 +168,7 @@ class EmbeddedMain:
                 raise ConfigError(f"the embedded engine's server on port {port} exited during startup")
             try:
                 r = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0)
-                if r.status_code == 200 and r.json().get("status") == "ok":
+                if r.status_code == 200 and (serving_only or r.json().get("status") == "ok"):
                     return
             except httpx.HTTPError:
                 pass

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 
 from .._errors import ConfigError
+from .._tools import Toolbox
 from .._types import Drafter, DraftRequest, ToolCall
 from ._bfcl import Task
 from ._latency import Latency
@@ -64,6 +65,10 @@ class Setup:
     request_options: dict[str, Any] = field(default_factory=dict)  # temperature, max_tokens, tool_choice …
     on_step: Callable[[], None] | None = None  # progress callback
     hooks: list[Any] = field(default_factory=list)  # request hooks (e.g. a TimelineRecorder)
+    # model requests cut by a transport failure (a server restart) are re-sent, as an agent
+    # would: the same messages, so the same answer; 0 lets the failure end the run
+    request_retries: int = 0
+    tools_hook: Callable[[Task, Toolbox], Toolbox] | None = None  # e.g. fault injection (soak)
 
 
 @dataclass
@@ -84,6 +89,7 @@ class AgentResult:
     engine_resolved: int = 0  # calls the engine resolved in place (O3)
     drafts: int = 0  # drafter requests made
     undrafted: int = 0  # model requests samples="auto" did not draft for
+    retries: int = 0  # model requests re-sent after a transport failure
     #: per request: {"turn", "prompt", "completion", "calls", "G", "T"} (for the engine model)
     requests: list[dict[str, Any]] = field(default_factory=list)
 
@@ -152,10 +158,7 @@ async def _run_turn(
     left = setup.max_steps_per_turn
     while left > 0:
         t0 = time.perf_counter()
-        response = await spec.chat.completions.create(
-            model=setup.model, messages=messages, tools=list(task.tools), **setup.request_options
-        )
-        reply = await _reply(response, setup.stream)
+        reply = await _ask(spec, task, setup, messages, result)
         t1 = time.perf_counter()
         # Resolved calls count as steps: past the cap the baseline would have stopped there.
         resolved = reply.messages[:-1][: 2 * left]
@@ -191,6 +194,25 @@ async def _run_turn(
             return
 
 
+async def _ask(spec: Any, task: Task, setup: Setup, messages: list, result: AgentResult) -> _Reply:
+    """One model request read to its end, re-sent after a transport failure (``request_retries``)."""
+    import httpx
+    import openai
+
+    for attempt in range(setup.request_retries + 1):
+        try:
+            response = await spec.chat.completions.create(
+                model=setup.model, messages=messages, tools=list(task.tools), **setup.request_options
+            )
+            return await _reply(response, setup.stream)
+        except (openai.APIConnectionError, httpx.TransportError):
+            if attempt == setup.request_retries:
+                raise
+            result.retries += 1
+            await anyio.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 async def _run_task(
     client: Any, task: Task, setup: Setup, result: AgentResult, drafter: Drafter | None
 ) -> None:
@@ -198,6 +220,8 @@ async def _run_task(
 
     stats = ToolStats()
     box = build_toolbox(task, setup.latency, stats)
+    if setup.tools_hook is not None:
+        box = setup.tools_hook(task, box)
     options: dict[str, Any] = {"samples": setup.samples, "eager": setup.eager}
     if setup.samples == "auto":
         options["sample_cost"] = setup.sample_cost

@@ -82,3 +82,36 @@ def test_a_failing_batched_step_fails_the_batch_and_the_engine_serves_the_next(e
     first, second = anyio.run(main)
     assert first[-1]["type"] == "error"
     assert second[-1]["type"] == "finish" and second[-1]["usage"]["completion_tokens"] > 0
+
+
+def test_a_request_whose_event_loop_closed_does_not_kill_the_engine(engine):
+    # found by `spectool soak`: a server restart closed the loop of requests still decoding,
+    # their next event raised "Event loop is closed" in the engine thread and every later
+    # request hung
+    import threading
+
+    engine.start()
+
+    def in_own_loop():
+        async def start_and_leave():
+            seqs = build_sequences(
+                {"messages": [{"role": "user", "content": "Count to fifty."}], "max_tokens": 40},
+                engine,
+                "chatcmpl-iso-orphan",
+                "",
+            )
+            stream = engine.stream(seqs)
+            await stream.__anext__()  # one event, then the loop goes away mid-request
+
+        anyio.run(start_and_leave)
+
+    t = threading.Thread(target=in_own_loop)
+    t.start()
+    t.join()
+
+    async def later():
+        return await _collect(engine, "Say hello.", 6)
+
+    events = anyio.run(later)
+    assert events[-1]["type"] == "finish" and events[-1]["usage"]["completion_tokens"] > 0
+    assert engine._thread is not None and engine._thread.is_alive()
