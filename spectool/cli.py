@@ -26,6 +26,7 @@ from importlib import metadata
 # subcommand -> (module with `add_arguments(parser)` and `run(args) -> int`, help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("spectool.bench._bench_cli", "BFCL multi-agent benchmark of speculative tool calling"),
+    "soak": ("spectool.bench._soak", "many agents on the embedded engine under faults: is anything lost?"),
     "calibrate": ("spectool.bench._decode_cli", "re-measure tree-decoding cost tables and draft size g*"),
     "decode-bench": (
         "spectool.bench._decode_cli",

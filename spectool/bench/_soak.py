@@ -1,0 +1,344 @@
+"""``spectool soak``: many agents on the embedded engine under faults; is anything lost?
+
+One process serves the embedded SmolLM2 on spectool's torch engine (HTTP on localhost) and runs
+two passes of the same agents over the same BFCL test-split tasks (greedy, streamed,
+``tool_choice="required"``, the same tools, whose injected failures depend on the call only):
+
+1. **reference**: no drafter, no faults beyond the tools' own — the transcripts to match;
+2. **soak**: engine-side speculation (``mode="engine"``, history drafter λ = 1) with a drafter
+   that raises, hangs and returns garbage; clients that open streams and drop them; and the
+   HTTP server restarted mid-run (open connections cut; agents re-send the cut request).
+
+Reported: transcripts lost (an agent that did not finish) or changed (≠ the reference, call
+ids aside), asyncio tasks and threads left after the pass, the process's RSS (client and server
+share it here) and its growth from the first to the last quarter of the pass, responses with a
+5xx status, and how many faults of each kind were injected. Both passes run under the same
+concurrency on the same engine, so a changed transcript is speculation's doing, not batching's.
+
+    spectool soak --agents 32 --tasks-per-agent 4 --out soak-out
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ._bfcl import load_tasks
+from ._harness import AgentResult, Setup, _run_agent, assign
+from ._latency import Latency
+from ._metrics import _same
+from ._soak_faults import FaultCounts, FaultyDrafter, disconnecting_clients, faulty_tools
+from ._splits import in_split
+
+__all__ = ["add_arguments", "main", "run"]
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class _Statuses:
+    """httpx response hook: counts 5xx answers the agents' clients saw."""
+
+    def __init__(self) -> None:
+        self.server_errors = 0
+        self.responses = 0
+
+    async def __call__(self, response: Any) -> None:
+        self.responses += 1
+        self.server_errors += response.status_code >= 500
+
+
+def _client_factory(base_url: str, statuses: _Statuses) -> Callable[[], Any]:
+    import httpx
+    from openai import AsyncOpenAI
+
+    def make() -> Any:
+        http = httpx.AsyncClient(timeout=600.0, event_hooks={"response": [statuses]})
+        return AsyncOpenAI(api_key="EMPTY", base_url=base_url, http_client=http, max_retries=3)
+
+    return make
+
+
+async def _agents(assignment: Sequence[Sequence[Any]], setup: Setup) -> tuple[list[AgentResult], list[str]]:
+    """Run every agent; one agent's failure is recorded (a lost transcript), not fatal."""
+    results = [AgentResult(agent=i) for i in range(len(assignment))]
+    errors = [""] * len(assignment)
+
+    async def one(i: int) -> None:
+        try:
+            await _run_agent(i, assignment[i], setup, results[i])
+        except Exception as exc:  # noqa: BLE001 - the report names it
+            errors[i] = f"{type(exc).__name__}: {exc}"[:300]
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(assignment)):
+            tg.start_soon(one, i)
+    return results, errors
+
+
+async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base: dict, counts: FaultCounts):
+    from ..drafters import HistoryDrafter
+
+    statuses = _Statuses()
+    make_client = _client_factory(main.base_url, statuses)
+    salt = iter(range(10**6))
+    setup = Setup(
+        **base,
+        make_client=make_client,
+        drafter=lambda: FaultyDrafter(HistoryDrafter(), counts, salt=str(next(salt))),
+        mode="engine",
+        engine_options={"base_url": main.base_url},
+        request_retries=8,
+        tools_hook=faulty_tools(counts),
+    )
+    rss: list[tuple[float, float]] = []
+    marks: list[tuple[float, str]] = []
+    stop = anyio.Event()
+    t0 = time.perf_counter()
+
+    async def sample() -> None:
+        while not stop.is_set():
+            rss.append((time.perf_counter() - t0, _rss_mb()))
+            with anyio.move_on_after(0.5):
+                await stop.wait()
+
+    async def restart() -> None:
+        with anyio.move_on_after(args.restart_after):
+            await stop.wait()
+        if not stop.is_set():
+            marks.append((time.perf_counter() - t0, "server restart"))
+            await anyio.to_thread.run_sync(main.restart_http, 1.0)
+            counts.restarts += 1
+
+    results: list[AgentResult] = []
+    errors: list[str] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sample)
+        tg.start_soon(
+            functools.partial(
+                disconnecting_clients,
+                make_client,
+                base["model"],
+                counts,
+                every_s=args.disconnect_every,
+                stop=stop,
+            )
+        )
+        if args.restart_after > 0:
+            tg.start_soon(restart)
+        results, errors = await _agents(assignment, setup)
+        stop.set()
+    return results, errors, statuses, rss, marks, time.perf_counter() - t0
+
+
+async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
+    tasks = [t for c in args.categories.split(",") for t in in_split(load_tasks(c), "test")]
+    assignment = assign(tasks, args.agents, args.tasks_per_agent)
+    base = {
+        "model": main.model_name,
+        "max_turns": 1,
+        "max_steps_per_turn": args.max_steps,
+        "stream": True,
+        "latency": Latency(args.tool_latency, cv=0.2),
+        "request_options": {
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": 0.0,
+            "max_tokens": args.max_tokens,
+            "tool_choice": "required",
+        },
+    }
+    ref_statuses = _Statuses()
+    ref_counts = FaultCounts()
+    reference, ref_errors = await _agents(
+        assignment,
+        Setup(
+            **base,
+            make_client=_client_factory(main.base_url, ref_statuses),
+            tools_hook=faulty_tools(ref_counts),
+        ),
+    )
+    if any(ref_errors):
+        raise RuntimeError(f"the reference pass failed: {next(e for e in ref_errors if e)}")
+    counts = FaultCounts()
+    results, errors, statuses, rss, marks, wall = await _soak_pass(args, main, assignment, base, counts)
+    await anyio.sleep(args.settle)  # speculative runs still in flight get their timeout to finish
+    me = asyncio.current_task()
+    tasks_left = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    lost = [i for i, e in enumerate(errors) if e or len(results[i].transcript) != len(assignment[i])]
+    changed = [i for i in range(len(results)) if i not in lost and not _same(reference[i], results[i])]
+    return _report(
+        args,
+        reference,
+        results,
+        errors,
+        lost,
+        changed,
+        tasks_left,
+        statuses,
+        ref_statuses,
+        counts,
+        rss,
+        marks,
+        wall,
+        main,
+    )
+
+
+def _growth(rss: list[tuple[float, float]]) -> float:
+    if len(rss) < 8:
+        return 0.0
+    q = len(rss) // 4
+    first = sum(v for _, v in rss[:q]) / q
+    last = sum(v for _, v in rss[-q:]) / q
+    return 100.0 * (last - first) / first if first else 0.0
+
+
+def _report(
+    args,
+    reference,
+    results,
+    errors,
+    lost,
+    changed,
+    tasks_left,
+    statuses,
+    ref_statuses,
+    counts,
+    rss,
+    marks,
+    wall,
+    main,
+) -> dict[str, Any]:
+    engine = main.engine.counters()
+    return {
+        "agents": args.agents,
+        "tasks": sum(len(r.transcript) for r in reference),
+        "model_requests": sum(r.steps for r in results),
+        "wall_s": round(wall, 1),
+        "lost_transcripts": len(lost),
+        "changed_transcripts": len(changed),
+        "agent_errors": [e for e in errors if e][:5],
+        "asyncio_tasks_left": len(tasks_left),
+        "peak_rss_mb": round(max((v for _, v in rss), default=0.0), 1),
+        "rss_growth_pct": round(_growth(rss), 2),
+        "server_errors_5xx": statuses.server_errors,
+        "reference_server_errors_5xx": ref_statuses.server_errors,
+        "responses": statuses.responses,
+        "request_retries": sum(r.retries for r in results),
+        "engine_resolved_calls": sum(r.engine_resolved for r in results),
+        "engine_failed_requests": engine.get("failed_requests", 0),
+        "engine_last_error": repr(main.engine.error) if main.engine.error is not None else None,
+        "faults": counts.as_dict(),
+        "rss_series": [[round(t, 2), round(v, 1)] for t, v in rss],
+        "marks": marks,
+        "process": "client and server in one process (embedded engine over localhost HTTP)",
+        "main_model": f"embedded ({main.model_name}, spectool torch engine, CPU)",
+        "drafter": "history λ=1 behind FaultyDrafter",
+    }
+
+
+def _print(report: dict[str, Any]) -> None:
+    rows = [
+        ("transcripts lost / changed", f"{report['lost_transcripts']} / {report['changed_transcripts']}"),
+        ("asyncio tasks / threads left", f"{report['asyncio_tasks_left']} / {report['threads_left']}"),
+        ("peak RSS (client + server)", f"{report['peak_rss_mb']:.0f} MB"),
+        ("RSS growth, first → last quarter", f"{report['rss_growth_pct']:+.2f} %"),
+        ("5xx responses", str(report["server_errors_5xx"])),
+        ("model requests / retried", f"{report['model_requests']} / {report['request_retries']}"),
+        ("calls answered by the engine", str(report["engine_resolved_calls"])),
+        ("faults injected", ", ".join(f"{k} {v}" for k, v in report["faults"].items())),
+    ]
+    head = f"soak: {report['agents']} agents, {report['tasks']} tasks, {report['wall_s']} s"
+    print(f"{head} — {report['main_model']}")
+    for name, value in rows:
+        print(f"  {name:<34} {value}")
+
+
+def _plot(report: dict[str, Any], out: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    xs = [t for t, _ in report["rss_series"]]
+    ys = [v for _, v in report["rss_series"]]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.plot(xs, ys, color="tab:blue")
+    for t, label in report["marks"]:
+        ax.axvline(t, color="tab:red", linestyle="--")
+        ax.annotate(label, (t, max(ys or [0])), color="tab:red", fontsize=8)
+    ax.set_xlabel("seconds into the soak pass")
+    ax.set_ylabel("RSS (MB), client + server")
+    ax.set_title(
+        f"soak: {report['agents']} agents, lost {report['lost_transcripts']}, changed "
+        f"{report['changed_transcripts']}, RSS growth {report['rss_growth_pct']:+.1f} %"
+    )
+    fig.tight_layout()
+    path = out / "soak_rss.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    from ._embedded_main import EmbeddedMain
+
+    if args.quick:
+        args.agents, args.tasks_per_agent = 4, 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    with EmbeddedMain(backend="torch", threads=args.threads, max_batch=16) as main:
+        before = {t.ident for t in threading.enumerate()}
+        report = anyio.run(_run_async, args, main)
+        # after the event loop closed (its worker pools with it): what did the run leave behind?
+        # The engine's and the HTTP server's own threads are daemons that live as long as it.
+        left = [t.name for t in threading.enumerate() if t.ident not in before and not t.daemon]
+    report["threads_left"], report["threads_left_names"] = len(left), left[:10]
+    (args.out / "results.json").write_text(json.dumps(report, indent=1) + "\n")
+    _print(report)
+    png = None if args.no_plot else _plot(report, args.out)
+    print(f"wrote {args.out / 'results.json'}" + (f" and {png}" if png else ""))
+    bad = report["lost_transcripts"] or report["changed_transcripts"] or report["server_errors_5xx"]
+    return 1 if bad else 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--agents", type=int, default=32, help="concurrent agents (default 32)")
+    p.add_argument("--tasks-per-agent", type=int, default=4)
+    p.add_argument("--categories", default="simple_python,multiple,parallel")
+    p.add_argument("--max-steps", type=int, default=2, help="model messages per task")
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--tool-latency", type=float, default=0.3, help="mean tool seconds")
+    p.add_argument("--restart-after", type=float, default=20.0, help="seconds into the soak pass (0: never)")
+    p.add_argument("--disconnect-every", type=float, default=3.0, help="seconds between dropped streams")
+    p.add_argument("--settle", type=float, default=6.0, help="seconds to wait before counting leftovers")
+    p.add_argument("--threads", type=int, default=2, help="torch threads of the engine")
+    p.add_argument("--quick", action="store_true", help="4 agents × 2 tasks")
+    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--out", type=Path, default=Path("soak-out"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="spectool soak", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""``spectool soak`` end to end, tiny: two agents on the real embedded engine, a drafter that
+misbehaves, dropped streams and one server restart; nothing may be lost or changed.
+
+Behaviour, not timing: the assertions are the report's loss, leak and 5xx fields and that each
+fault kind was really injected (a soak that injected nothing would prove nothing).
+"""
+
+import json
+
+import pytest
+
+from spectool.cli import main
+
+pytestmark = pytest.mark.model
+
+
+@pytest.mark.timeout(600)
+def test_a_tiny_soak_loses_and_changes_nothing(tmp_path, capsys):
+    out = tmp_path / "soak"
+    rc = main(
+        [
+            "soak",
+            "--agents",
+            "3",
+            "--tasks-per-agent",
+            "2",
+            "--restart-after",
+            "4",
+            "--disconnect-every",
+            "1",
+            "--settle",
+            "2",
+            "--no-plot",
+            "--out",
+            str(out),
+        ]
+    )
+    report = json.loads((out / "results.json").read_text())
+    assert rc == 0, report
+    assert report["lost_transcripts"] == 0 and report["changed_transcripts"] == 0
+    assert report["server_errors_5xx"] == 0
+    assert report["asyncio_tasks_left"] == 0 and report["threads_left"] == 0, report["threads_left_names"]
+    faults = report["faults"]
+    assert faults["restarts"] == 1 and faults["disconnects"] >= 1
+    assert report["model_requests"] >= 6 and report["tasks"] == 6
+    assert "transcripts lost / changed" in capsys.readouterr().out
