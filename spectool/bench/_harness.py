@@ -199,13 +199,20 @@ async def _ask(spec: Any, task: Task, setup: Setup, messages: list, result: Agen
     import httpx
     import openai
 
+    retryable: tuple[type[BaseException], ...] = (openai.APIConnectionError, httpx.TransportError)
+    try:  # openai 3 speaks httpx2; a stream cut mid-way raises that library's transport error
+        import httpx2
+
+        retryable += (httpx2.TransportError,)
+    except ImportError:
+        pass
     for attempt in range(setup.request_retries + 1):
         try:
             response = await spec.chat.completions.create(
                 model=setup.model, messages=messages, tools=list(task.tools), **setup.request_options
             )
             return await _reply(response, setup.stream)
-        except (openai.APIConnectionError, httpx.TransportError):
+        except retryable:
             if attempt == setup.request_retries:
                 raise
             result.retries += 1

@@ -63,11 +63,16 @@ class _Statuses:
 
 
 def _client_factory(base_url: str, statuses: _Statuses) -> Callable[[], Any]:
-    import httpx
     from openai import AsyncOpenAI
 
+    http_lib: Any
+    try:  # the HTTP library the installed openai is built on (httpx2 from openai 3 on)
+        import httpx2 as http_lib
+    except ImportError:
+        import httpx as http_lib
+
     def make() -> Any:
-        http = httpx.AsyncClient(timeout=600.0, event_hooks={"response": [statuses]})
+        http = http_lib.AsyncClient(timeout=600.0, event_hooks={"response": [statuses]})
         return AsyncOpenAI(api_key="EMPTY", base_url=base_url, http_client=http, max_retries=3)
 
     return make
