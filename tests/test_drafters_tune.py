@@ -10,10 +10,12 @@ from spectool import ConfigError, Speculator, ToolCall
 from spectool._traces import TRACE_VERSION, TraceExample, TraceRecorder, load_traces
 from spectool._types import DraftRequest
 from spectool.drafters._compact import (
+    COMPACT_FORMAT_VERSIONS,
     compact_messages,
     compact_prompt_ids,
     compact_target,
     compact_tools,
+    described_default,
 )
 from spectool.testing import KeyValueWorld, call
 
@@ -109,6 +111,64 @@ def test_system_message_is_the_same_for_every_step_of_a_turn() -> None:
         messages=[user, call, {"role": "tool", "tool_call_id": "c1", "content": "ok"}], tools=noise + TOOLS
     )
     assert compact_messages(first, max_tools=5)[0] == compact_messages(later, max_tools=5)[0]
+
+
+@pytest.mark.parametrize(
+    ("description", "said"),
+    [
+        ("Unit of length. Default is 'cm'.", "'cm'"),
+        ("Initial speed in m/s, defaults to 0.", "0"),
+        ("Round the result (default: True)", "True"),
+        ("Gravity. Default value is 9.81 m/s^2, earth's gravity.", "9.81"),
+        ("Will default to that of water.", None),  # prose, not a value
+        ("The city to look up.", None),
+    ],
+)
+def test_described_defaults_are_read_from_the_argument_description(description, said) -> None:
+    assert described_default({"type": "string", "description": description}) == said
+
+
+def test_format_3_shows_described_defaults_and_format_2_renders_as_before() -> None:
+    tool = _fn(
+        "area",
+        "Area of a shape",
+        {
+            "side": {"type": "number"},
+            "unit": {"type": "string", "description": "Unit. Default is 'cm'."},
+            "round": {"type": "boolean", "default": False, "description": "Default is True."},
+        },
+        ["side"],
+    )
+    req = DraftRequest(messages=[{"role": "user", "content": "area of a 3 cm square"}], tools=[tool])
+    v2 = compact_messages(req, version=2)[0]["content"]
+    v3 = compact_messages(req, version=3)[0]["content"]
+    # the schema's own default wins over prose; the described one is marked apart (~)
+    assert "area(side: number, unit?: string, round?: boolean=false)" in v2
+    assert "area(side: number, unit?: string~'cm', round?: boolean=false)" in v3
+    assert compact_messages(req)[0]["content"] == v3  # the current version is the default
+    with pytest.raises(ConfigError, match="compact format version 9"):
+        compact_messages(req, version=9)
+
+
+def test_a_drafter_renders_in_the_format_its_adapter_was_tuned_on(tmp_path) -> None:
+    from spectool.drafters import LocalDrafter
+    from spectool.drafters._adapter import shipped_adapter_path
+
+    shipped = LocalDrafter(model="embedded", adapter=shipped_adapter_path())
+    assert shipped.compact_options["version"] in COMPACT_FORMAT_VERSIONS
+    for version in COMPACT_FORMAT_VERSIONS:
+        (tmp_path / f"v{version}").mkdir()
+        (tmp_path / f"v{version}" / "manifest.json").write_text(
+            json.dumps({"compact_format_version": version})
+        )
+        assert (
+            LocalDrafter(model="embedded", adapter=tmp_path / f"v{version}").compact_options["version"]
+            == version
+        )
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v1" / "manifest.json").write_text(json.dumps({"compact_format_version": 1}))
+    with pytest.raises(ConfigError, match="retune"):
+        LocalDrafter(model="embedded", adapter=tmp_path / "v1")
 
 
 def test_target_is_what_the_grammar_lets_the_drafter_write(smol_tokenizer) -> None:

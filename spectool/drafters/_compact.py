@@ -26,27 +26,40 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._errors import ConfigError
 from .._types import DraftRequest, ToolCall
 from ._common import assistant_calls, message_text, tool_schemas
 
 __all__ = [
     "COMPACT_FORMAT_VERSION",
+    "COMPACT_FORMAT_VERSIONS",
     "compact_messages",
     "compact_prompt_ids",
     "compact_prompt_text",
     "compact_signature",
     "compact_target",
     "compact_tools",
+    "described_default",
 ]
 
-#: Bumped whenever the rendering changes: an adapter's manifest records the version it saw.
-COMPACT_FORMAT_VERSION = 2
+#: Bumped whenever the rendering changes: an adapter's manifest records the version it saw,
+#: and a drafter renders in that version (older versions stay renderable).
+#: 2: signatures with schema defaults; 3: also the default an argument's description states.
+COMPACT_FORMAT_VERSION = 3
+COMPACT_FORMAT_VERSIONS = (2, 3)
 
 _INSTRUCTION = (
     "Predict the next tool calls. Answer with a JSON array of "
     '{"name": ..., "arguments": {...}} using only these tools:'
 )
 _WORD = re.compile(r"[a-z0-9]+")
+# "Default is 'cm'.", "defaults to 0", "(default: True)", "Default value is 9.81 m/s^2": the
+# value right after the phrase, a quoted string or one bare token
+_DESCRIBED_DEFAULT = re.compile(
+    r"\bdefaults?(?:\s+value)?(?:\s+is|\s+to|\s+of|:|=)?\s+(?:is\s+|to\s+)?"
+    r"('[^']{0,40}'|\"[^\"]{0,40}\"|[^\s,;()]+)",
+    re.IGNORECASE,
+)
 
 
 def _short(text: str, limit: int) -> str:
@@ -66,8 +79,29 @@ def _type_of(schema: Mapping[str, Any]) -> str:
     return str(t) if t else "any"
 
 
-def compact_signature(body: Mapping[str, Any], *, description_chars: int = 90) -> str:
-    """``name(arg: type, opt?: type=default) - short description`` for one tool body."""
+def described_default(schema: Mapping[str, Any]) -> str | None:
+    """The default an argument's description states (``"'cm'"``, ``"0"``), as written, or None.
+
+    BFCL and most hand-written tools say the default in prose rather than in the schema; a
+    model that fills optional arguments tends to fill exactly this value."""
+    match = _DESCRIBED_DEFAULT.search(str(schema.get("description") or ""))
+    if match is None:
+        return None
+    value = match.group(1).rstrip(".")
+    return (
+        value
+        if value and value.lower() not in ("the", "a", "an", "value", "is", "that", "this", "it")
+        else None
+    )
+
+
+def compact_signature(
+    body: Mapping[str, Any], *, description_chars: int = 90, described_defaults: bool = False
+) -> str:
+    """``name(arg: type, opt?: type=default) - short description`` for one tool body.
+
+    ``described_defaults`` (format 3) also shows, as ``opt?: type~'cm'``, a default that only
+    the argument's description states."""
     params = body.get("parameters") or {}
     props = params.get("properties") or {}
     required = set(params.get("required") or ())
@@ -78,6 +112,8 @@ def compact_signature(body: Mapping[str, Any], *, description_chars: int = 90) -
         text = f"{name}{mark}: {_type_of(schema)}"
         if name not in required and "default" in schema:
             text += "=" + _short(json.dumps(schema["default"], ensure_ascii=False), 20)
+        elif name not in required and described_defaults and (said := described_default(schema)):
+            text += "~" + _short(said, 20)
         args.append(text)
     desc = str(body.get("description") or "")
     if "Tool description:" in desc:  # BFCL multi-turn docs open with a per-class preamble
@@ -117,13 +153,14 @@ def compact_tools(request: DraftRequest, *, max_tools: int = 32) -> list[dict[st
     return [bodies[i] for i in sorted(_ranked(request, bodies)[:max_tools])]
 
 
-def _signatures(request: DraftRequest, max_tools: int, described: int) -> str:
+def _signatures(request: DraftRequest, max_tools: int, described: int, version: int) -> str:
     """One line per candidate tool; only the ``described`` best ranked keep a description
     (a long tool list is mostly names the tuned drafter already knows)."""
     bodies = compact_tools(request, max_tools=max_tools)
     keep = set(_ranked(request, bodies)[:described]) if len(bodies) > described else set(range(len(bodies)))
     return "\n".join(
-        "- " + compact_signature(b, description_chars=90 if i in keep else 0) for i, b in enumerate(bodies)
+        "- " + compact_signature(b, description_chars=90 if i in keep else 0, described_defaults=version >= 3)
+        for i, b in enumerate(bodies)
     )
 
 
@@ -172,9 +209,17 @@ def compact_messages(
     max_calls: int = 4,
     user_chars: int = 600,
     result_chars: int = 160,
+    version: int = COMPACT_FORMAT_VERSION,
 ) -> list[dict[str, str]]:
-    """The drafter's chat messages (system + user) for ``request``."""
-    sigs = _signatures(request, max_tools, described)
+    """The drafter's chat messages (system + user) for ``request``, rendered in format
+    ``version`` (one of :data:`COMPACT_FORMAT_VERSIONS`: a tuned adapter drafts in the version
+    it was tuned on)."""
+    if version not in COMPACT_FORMAT_VERSIONS:
+        raise ConfigError(
+            f"compact format version {version!r} is not one of {COMPACT_FORMAT_VERSIONS} "
+            "(an adapter tuned by a newer spectool?)"
+        )
+    sigs = _signatures(request, max_tools, described, version)
     lines = _conversation_lines(
         request.messages, max_calls=max_calls, user_chars=user_chars, result_chars=result_chars
     )

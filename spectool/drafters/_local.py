@@ -132,6 +132,20 @@ def output_width(model: Any) -> int:
     return int(width) if width is not None else int(head.weight.shape[0])
 
 
+def _adapter_format(adapter: str | os.PathLike[str]) -> int:
+    """The compact format version ``adapter`` was tuned on: the drafter must render in it."""
+    from ._adapter import adapter_manifest
+    from ._compact import COMPACT_FORMAT_VERSION, COMPACT_FORMAT_VERSIONS
+
+    version = adapter_manifest(adapter).get("compact_format_version", COMPACT_FORMAT_VERSION)
+    if version not in COMPACT_FORMAT_VERSIONS:
+        raise ConfigError(
+            f"adapter {os.fspath(adapter)} was tuned on compact format {version!r}; this spectool "
+            f"renders {COMPACT_FORMAT_VERSIONS}: retune it (spectool drafters tune)"
+        )
+    return int(version)
+
+
 def _with_adapter(model: Any, adapter: str | os.PathLike[str]) -> Any:
     """The model with a tuned adapter loaded (peft is imported only here, through _adapter)."""
     from ._adapter import load_adapter  # type: ignore[import-not-found, unused-ignore]
@@ -230,6 +244,8 @@ class LocalDrafter:
         self.jump_forward = jump_forward
         self.prefix_cache = prefix_cache
         self.compact_options = dict(compact_options or {})
+        if adapter is not None and "version" not in self.compact_options:
+            self.compact_options["version"] = _adapter_format(adapter)
         #: Seconds the last batched generate took (for benchmarks).
         self.last_generate_s: float | None = None
         self.last_generate_cpu_s: float | None = None

@@ -41,6 +41,7 @@ def stream_and_post(
     items: list | None,
     headers: dict | None = None,
     post_headers: dict | None = None,
+    attempts: int = 3,
 ) -> tuple[str, list[dict], list]:
     """Stream a chat and post ``items`` to it while it is live.
 
@@ -49,7 +50,19 @@ def stream_and_post(
     response finishing. Posting after the first chunk instead raced the whole generation on a
     loaded machine: all of a short tool call could stream before the client read a byte (410).
 
-    Returns (response id, parsed chunks, post replies: the one non-404 reply, or the last 404)."""
+    Returns (response id, parsed chunks, post replies: the one non-404 reply, or the last 404).
+
+    A 410 means the whole response finished before the poster thread got a turn (CI on two busy
+    cores): the server was right and the race was lost, so the exchange is run again under a
+    fresh id, up to ``attempts`` times."""
+    for _ in range(attempts):
+        rid, chunks, replies = _stream_and_post_once(client, body, items, headers, post_headers)
+        if not replies or replies[0][0] != 410:
+            break
+    return rid, chunks, replies
+
+
+def _stream_and_post_once(client, body, items, headers, post_headers):
     base = uuid.uuid4().hex
     rid = f"chatcmpl-{base}"
     replies: list = []
