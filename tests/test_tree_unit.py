@@ -6,6 +6,8 @@ Gemma 3 is a 33 s load and a 262k vocabulary; the mask logic is the same).
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -306,13 +308,18 @@ def test_shipped_prompt_set_covers_categories_and_languages():
 
     items = load_prompts()
     cats = {i["category"] for i in items}
-    assert cats == {"chat", "translation", "summarization", "qa", "math", "rag", "code"}
+    assert cats == {"chat", "translation", "summarization", "qa", "math", "rag", "code", "agentic"}
     assert [i["category"] for i in load_prompts(quick=True)] == sorted(
         cats, key=[i["category"] for i in items].index
     )
     assert any(len(i["messages"]) > 1 for i in items)  # multi-turn
     text = " ".join(m["content"] for i in items for m in i["messages"])
     assert "资料" in text and "fährt" in text and "¿" in text  # multilingual items
+    for item in (i for i in items if i["category"] == "agentic"):  # real tool-calling transcripts
+        calls = [m for m in item["messages"] if m["role"] == "assistant"]
+        outputs = [json.loads(m["content"]) for m in item["messages"] if m["role"] == "tool"]
+        assert len(calls) >= 2 and len(outputs) == len(calls)
+        assert all(m["content"].startswith("<tool_call>") for m in calls)
 
 
 def test_calibration_prompts_cover_every_category_and_are_held_out():

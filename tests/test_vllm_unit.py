@@ -64,3 +64,57 @@ def test_command_loads_every_plugin_piece(tmp_path):
     assert "--speculative-config" not in build_command(str(folder), python="py", o2=False)
     env = server_env({"VLLM_PLUGINS": "other"})
     assert env["VLLM_PLUGINS"] == "other,spectool" and env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+
+
+def test_the_stock_arm_is_the_same_server_without_any_spectool_piece(tmp_path):
+    """The overhead bench's control: identical flags, no extension, no proposer, no plugin."""
+    from spectool.bench._vllm_overhead import arm_command
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    stock = build_command(str(folder), port=9, python="py", o2=False, spectool_plugins=False)
+    ours = build_command(str(folder), port=9, python="py")
+    assert "--worker-extension-cls" not in stock and "--speculative-config" not in stock
+    shared = [a for a in ours if "spectool" not in a.lower() and "ToolCache" not in a]
+    assert [a for a in stock if a in shared] == [a for a in shared if a in stock]  # same order
+    assert set(stock) <= set(ours)
+    with pytest.raises(ValueError, match="O2 is a spectool plugin"):
+        build_command(str(folder), python="py", spectool_plugins=False)
+    assert server_env({"VLLM_PLUGINS": "spectool"}, plugins=False)["VLLM_PLUGINS"] == ""
+    cmd, env = arm_command("stock", port=9, dtype="bfloat16", model=str(folder))
+    assert "--worker-extension-cls" not in cmd and env["VLLM_PLUGINS"] == ""
+    cmd, env = arm_command("spectool", port=9, dtype="bfloat16", model=str(folder))
+    assert "--speculative-config" in cmd and "spectool" in env["VLLM_PLUGINS"].split(",")
+
+
+def test_overhead_summary_pairs_the_arms_per_stream_count():
+    from spectool.bench._vllm_overhead import summarize
+
+    samples = [
+        {"arm": "stock", "streams": 8, "tok_s": 100.0, "ttft_median_s": 0.5},
+        {"arm": "stock", "streams": 8, "tok_s": 110.0, "ttft_median_s": 0.7},
+        {"arm": "spectool", "streams": 8, "tok_s": 99.0, "ttft_median_s": 0.6},
+        {"arm": "spectool", "streams": 8, "tok_s": 103.0, "ttft_median_s": 0.6},
+    ]
+    (row,) = summarize(samples)
+    assert row["stock_tok_s"] == 105.0 and row["spectool_tok_s"] == 101.0
+    assert row["tok_s_ratio"] == pytest.approx(101 / 105) and row["ttft_ratio"] == pytest.approx(1.0)
+
+
+def test_ngram_arm_is_stock_vllm_with_its_own_proposer_and_its_summary(tmp_path):
+    from spectool.bench._vllm_ngram import summarize
+    from spectool.bench._vllm_overhead import NGRAM, arm_command
+
+    cmd, env = arm_command("ngram", port=9, dtype="float32", model=str(tmp_path))
+    assert json.loads(cmd[cmd.index("--speculative-config") + 1]) == NGRAM
+    assert "--worker-extension-cls" not in cmd and env["VLLM_PLUGINS"] == ""
+    with pytest.raises(ValueError, match="arm must be one of"):
+        arm_command("eagle", port=9, dtype="float32", model=str(tmp_path))
+    rows = [
+        {"category": "code", "ar": {"tok_s": 10.0}, "ngram": {"tok_s": 20.0}, "identical": True},
+        {"category": "code", "ar": {"tok_s": 10.0}, "ngram": {"tok_s": 10.0}, "identical": True},
+        {"category": "chat", "ar": {"tok_s": 10.0}, "ngram": {"tok_s": 6.0}, "identical": False},
+    ]
+    s = summarize(rows)
+    assert s["per_category"] == {"code": 1.5, "chat": 0.6}
+    assert s["geomean"] == pytest.approx((1.5 * 0.6) ** 0.5) and s["identical"] is False

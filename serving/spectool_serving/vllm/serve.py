@@ -76,8 +76,14 @@ def build_command(
     strict_level: str = "parameter",
     extra: Sequence[str] = (),
     python: str | None = None,
+    spectool_plugins: bool = True,
 ) -> list[str]:
-    """The vLLM server command line with spectool's plugins (see docs/vllm.md)."""
+    """The vLLM server command line with spectool's plugins (see docs/vllm.md).
+
+    ``spectool_plugins=False`` (with ``o2=False``) is the same server as stock vLLM runs it:
+    no worker extension, no proposer; pair it with ``server_env(plugins=False)``."""
+    if o2 and not spectool_plugins:
+        raise ValueError("O2 is a spectool plugin: o2=True needs spectool_plugins=True")
     folder, embedded = _model_folder(model)
     cmd = [
         python or vllm_python(),
@@ -99,9 +105,9 @@ def build_command(
         "--tool-strict-level",
         strict_level,
         "--enable-prompt-tokens-details",
-        "--worker-extension-cls",
-        EXTENSION,
     ]
+    if spectool_plugins:
+        cmd += ["--worker-extension-cls", EXTENSION]
     template = chat_template or (str(TEMPLATE) if embedded else None)
     if template:
         cmd += ["--chat-template", template]
@@ -126,9 +132,14 @@ def _on_cpu(python: str | None) -> bool:
     return settings().vllm_flavour == "cpu"
 
 
-def server_env(base: dict | None = None) -> dict:
+def server_env(base: dict | None = None, *, plugins: bool = True) -> dict:
+    """The server's environment: spectool's plugins allowed (vLLM loads only those listed in
+    ``VLLM_PLUGINS``), or with ``plugins=False`` none at all (set and empty)."""
     env = dict(os.environ if base is None else base)
-    env["VLLM_PLUGINS"] = ",".join(x for x in [env.get("VLLM_PLUGINS", ""), "spectool"] if x)
+    if plugins:
+        env["VLLM_PLUGINS"] = ",".join(x for x in [env.get("VLLM_PLUGINS", ""), "spectool"] if x)
+    else:
+        env["VLLM_PLUGINS"] = ""
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     env.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")  # custom_class proposers need the V1 runner
     return env
