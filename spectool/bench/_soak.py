@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import functools
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +33,7 @@ from typing import Any
 
 import anyio
 
+from . import _soak_report as soak_report
 from ._bfcl import load_tasks
 from ._harness import AgentResult, Setup, _run_agent, assign
 from ._latency import Latency
@@ -60,6 +62,10 @@ class _Statuses:
     async def __call__(self, response: Any) -> None:
         self.responses += 1
         self.server_errors += response.status_code >= 500
+
+
+def _say(msg: str) -> None:
+    print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def _client_factory(base_url: str, statuses: _Statuses) -> Callable[[], Any]:
@@ -116,8 +122,16 @@ async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base
     t0 = time.perf_counter()
 
     async def sample() -> None:
+        said = 0.0
         while not stop.is_set():
-            rss.append((time.perf_counter() - t0, _rss_mb()))
+            now = time.perf_counter() - t0
+            rss.append((now, _rss_mb()))
+            if now - said >= 15:  # progress on a run of many minutes
+                said = now
+                _say(
+                    f"soak pass {now:.0f} s: {statuses.responses} responses ({statuses.server_errors} 5xx), "
+                    f"RSS {rss[-1][1]:.0f} MB, faults {sum(counts.as_dict().values())}"
+                )
             with anyio.move_on_after(0.5):
                 await stop.wait()
 
@@ -169,6 +183,7 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
     }
     ref_statuses = _Statuses()
     ref_counts = FaultCounts()
+    _say(f"reference pass: {len(tasks)} test tasks over {len(assignment)} agents, no speculation, no faults")
     reference, ref_errors = await _agents(
         assignment,
         Setup(
@@ -180,13 +195,14 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
     if any(ref_errors):
         raise RuntimeError(f"the reference pass failed: {next(e for e in ref_errors if e)}")
     counts = FaultCounts()
+    _say("soak pass: engine-side speculation under drafter/tool faults, dropped streams, a restart")
     results, errors, statuses, rss, marks, wall = await _soak_pass(args, main, assignment, base, counts)
     await anyio.sleep(args.settle)  # speculative runs still in flight get their timeout to finish
     me = asyncio.current_task()
     tasks_left = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
     lost = [i for i, e in enumerate(errors) if e or len(results[i].transcript) != len(assignment[i])]
     changed = [i for i in range(len(results)) if i not in lost and not _same(reference[i], results[i])]
-    return _report(
+    return soak_report.report(
         args,
         reference,
         results,
@@ -204,104 +220,6 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
     )
 
 
-def _growth(rss: list[tuple[float, float]]) -> float:
-    if len(rss) < 8:
-        return 0.0
-    q = len(rss) // 4
-    first = sum(v for _, v in rss[:q]) / q
-    last = sum(v for _, v in rss[-q:]) / q
-    return 100.0 * (last - first) / first if first else 0.0
-
-
-def _report(
-    args,
-    reference,
-    results,
-    errors,
-    lost,
-    changed,
-    tasks_left,
-    statuses,
-    ref_statuses,
-    counts,
-    rss,
-    marks,
-    wall,
-    main,
-) -> dict[str, Any]:
-    engine = main.engine.counters()
-    return {
-        "agents": args.agents,
-        "tasks": sum(len(r.transcript) for r in reference),
-        "model_requests": sum(r.steps for r in results),
-        "wall_s": round(wall, 1),
-        "lost_transcripts": len(lost),
-        "changed_transcripts": len(changed),
-        "agent_errors": [e for e in errors if e][:5],
-        "asyncio_tasks_left": len(tasks_left),
-        "peak_rss_mb": round(max((v for _, v in rss), default=0.0), 1),
-        "rss_growth_pct": round(_growth(rss), 2),
-        "server_errors_5xx": statuses.server_errors,
-        "reference_server_errors_5xx": ref_statuses.server_errors,
-        "responses": statuses.responses,
-        "request_retries": sum(r.retries for r in results),
-        "engine_resolved_calls": sum(r.engine_resolved for r in results),
-        "engine_failed_requests": engine.get("failed_requests", 0),
-        "engine_last_error": repr(main.engine.error) if main.engine.error is not None else None,
-        "faults": counts.as_dict(),
-        "rss_series": [[round(t, 2), round(v, 1)] for t, v in rss],
-        "marks": marks,
-        "process": "client and server in one process (embedded engine over localhost HTTP)",
-        "main_model": f"embedded ({main.model_name}, spectool torch engine, CPU)",
-        "drafter": "history λ=1 behind FaultyDrafter",
-    }
-
-
-def _print(report: dict[str, Any]) -> None:
-    rows = [
-        ("transcripts lost / changed", f"{report['lost_transcripts']} / {report['changed_transcripts']}"),
-        ("asyncio tasks / threads left", f"{report['asyncio_tasks_left']} / {report['threads_left']}"),
-        ("peak RSS (client + server)", f"{report['peak_rss_mb']:.0f} MB"),
-        ("RSS growth, first → last quarter", f"{report['rss_growth_pct']:+.2f} %"),
-        ("5xx responses", str(report["server_errors_5xx"])),
-        ("model requests / retried", f"{report['model_requests']} / {report['request_retries']}"),
-        ("calls answered by the engine", str(report["engine_resolved_calls"])),
-        ("faults injected", ", ".join(f"{k} {v}" for k, v in report["faults"].items())),
-    ]
-    head = f"soak: {report['agents']} agents, {report['tasks']} tasks, {report['wall_s']} s"
-    print(f"{head} — {report['main_model']}")
-    for name, value in rows:
-        print(f"  {name:<34} {value}")
-
-
-def _plot(report: dict[str, Any], out: Path) -> Path | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    xs = [t for t, _ in report["rss_series"]]
-    ys = [v for _, v in report["rss_series"]]
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    ax.plot(xs, ys, color="tab:blue")
-    for t, label in report["marks"]:
-        ax.axvline(t, color="tab:red", linestyle="--")
-        ax.annotate(label, (t, max(ys or [0])), color="tab:red", fontsize=8)
-    ax.set_xlabel("seconds into the soak pass")
-    ax.set_ylabel("RSS (MB), client + server")
-    ax.set_title(
-        f"soak: {report['agents']} agents, lost {report['lost_transcripts']}, changed "
-        f"{report['changed_transcripts']}, RSS growth {report['rss_growth_pct']:+.1f} %"
-    )
-    fig.tight_layout()
-    path = out / "soak_rss.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def run(args: argparse.Namespace) -> int:
     from ._embedded_main import EmbeddedMain
 
@@ -316,8 +234,8 @@ def run(args: argparse.Namespace) -> int:
         left = [t.name for t in threading.enumerate() if t.ident not in before and not t.daemon]
     report["threads_left"], report["threads_left_names"] = len(left), left[:10]
     (args.out / "results.json").write_text(json.dumps(report, indent=1) + "\n")
-    _print(report)
-    png = None if args.no_plot else _plot(report, args.out)
+    soak_report.print_report(report)
+    png = None if args.no_plot else soak_report.plot(report, args.out)
     print(f"wrote {args.out / 'results.json'}" + (f" and {png}" if png else ""))
     bad = report["lost_transcripts"] or report["changed_transcripts"] or report["server_errors_5xx"]
     return 1 if bad else 0

@@ -1,0 +1,107 @@
+"""The soak's report: what was lost, left, leaked and injected, as a table, JSON fields and an
+RSS-over-time plot (:mod:`._soak` runs the passes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["growth", "plot", "print_report", "report"]
+
+
+def growth(rss: list[tuple[float, float]]) -> float:
+    if len(rss) < 8:
+        return 0.0
+    q = len(rss) // 4
+    first = sum(v for _, v in rss[:q]) / q
+    last = sum(v for _, v in rss[-q:]) / q
+    return 100.0 * (last - first) / first if first else 0.0
+
+
+def report(
+    args,
+    reference,
+    results,
+    errors,
+    lost,
+    changed,
+    tasks_left,
+    statuses,
+    ref_statuses,
+    counts,
+    rss,
+    marks,
+    wall,
+    main,
+) -> dict[str, Any]:
+    engine = main.engine.counters()
+    return {
+        "agents": args.agents,
+        "tasks": sum(len(r.transcript) for r in reference),
+        "model_requests": sum(r.steps for r in results),
+        "wall_s": round(wall, 1),
+        "lost_transcripts": len(lost),
+        "changed_transcripts": len(changed),
+        "agent_errors": [e for e in errors if e][:5],
+        "asyncio_tasks_left": len(tasks_left),
+        "peak_rss_mb": round(max((v for _, v in rss), default=0.0), 1),
+        "rss_growth_pct": round(growth(rss), 2),
+        "server_errors_5xx": statuses.server_errors,
+        "reference_server_errors_5xx": ref_statuses.server_errors,
+        "responses": statuses.responses,
+        "request_retries": sum(r.retries for r in results),
+        "engine_resolved_calls": sum(r.engine_resolved for r in results),
+        "engine_failed_requests": engine.get("failed_requests", 0),
+        "engine_last_error": repr(main.engine.error) if main.engine.error is not None else None,
+        "faults": counts.as_dict(),
+        "rss_series": [[round(t, 2), round(v, 1)] for t, v in rss],
+        "marks": marks,
+        "process": "client and server in one process (embedded engine over localhost HTTP)",
+        "main_model": f"embedded ({main.model_name}, spectool torch engine, CPU)",
+        "drafter": "history λ=1 behind FaultyDrafter",
+    }
+
+
+def print_report(report: dict[str, Any]) -> None:
+    rows = [
+        ("transcripts lost / changed", f"{report['lost_transcripts']} / {report['changed_transcripts']}"),
+        ("asyncio tasks / threads left", f"{report['asyncio_tasks_left']} / {report['threads_left']}"),
+        ("peak RSS (client + server)", f"{report['peak_rss_mb']:.0f} MB"),
+        ("RSS growth, first → last quarter", f"{report['rss_growth_pct']:+.2f} %"),
+        ("5xx responses", str(report["server_errors_5xx"])),
+        ("model requests / retried", f"{report['model_requests']} / {report['request_retries']}"),
+        ("calls answered by the engine", str(report["engine_resolved_calls"])),
+        ("faults injected", ", ".join(f"{k} {v}" for k, v in report["faults"].items())),
+    ]
+    head = f"soak: {report['agents']} agents, {report['tasks']} tasks, {report['wall_s']} s"
+    print(f"{head} — {report['main_model']}")
+    for name, value in rows:
+        print(f"  {name:<34} {value}")
+
+
+def plot(report: dict[str, Any], out: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    xs = [t for t, _ in report["rss_series"]]
+    ys = [v for _, v in report["rss_series"]]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.plot(xs, ys, color="tab:blue")
+    for t, label in report["marks"]:
+        ax.axvline(t, color="tab:red", linestyle="--")
+        ax.annotate(label, (t, max(ys or [0])), color="tab:red", fontsize=8)
+    ax.set_xlabel("seconds into the soak pass")
+    ax.set_ylabel("RSS (MB), client + server")
+    ax.set_title(
+        f"soak: {report['agents']} agents, lost {report['lost_transcripts']}, changed "
+        f"{report['changed_transcripts']}, RSS growth {report['rss_growth_pct']:+.1f} %"
+    )
+    fig.tight_layout()
+    path = out / "soak_rss.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
