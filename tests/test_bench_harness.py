@@ -154,3 +154,27 @@ def test_cli_tiny_run_writes_results_and_plots(tmp_path, capsys):
     for name in ("time_saved_vs_latency.png", "throughput_vs_hit_rate.png", "measured_vs_predicted.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
     assert main(["bench", "--main", "replay", "--configs", "engine", "--out", str(out)]) == 1  # no tool cache
+
+
+def test_aggregate_throughput_is_m_times_the_mean_per_agent_rate_and_is_plotted(tmp_path):
+    from spectool.bench._report import aggregate_throughput, write_plots
+
+    def run(config, m, tok_s):
+        return {
+            "config": config,
+            "agents": m,
+            "throughput_tok_s": tok_s,
+            "samples": 1,
+            "drafter": "history",
+            "tool_latency_mean": 1.0,
+            "time_saved_pct": 0.0,
+            "hit_rate": 0.0,
+            "predicted_speedup": 1.0,
+            "measured_speedup": 1.0,
+        }
+
+    runs = [run("baseline", 1, 10.0), run("baseline", 8, 5.0), run("baseline", 8, 7.0), run("engine", 8, 4.0)]
+    assert aggregate_throughput(runs) == {"baseline": {1: 10.0, 8: 48.0}, "engine": {8: 32.0}}
+    paths = write_plots(runs, tmp_path)
+    assert tmp_path / "throughput_vs_agents.png" in paths
+    assert tmp_path / "throughput_vs_agents.png" not in write_plots(runs[:1], tmp_path / "one")

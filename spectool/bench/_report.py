@@ -10,7 +10,13 @@ from typing import Any
 
 from .._errors import missing_extra
 
-__all__ = ["summary_table", "write_plots", "write_results"]
+__all__ = [
+    "aggregate_throughput",
+    "summary_table",
+    "throughput_vs_agents_plot",
+    "write_plots",
+    "write_results",
+]
 
 _COLUMNS = [
     ("config", "config", "{}"),
@@ -154,7 +160,39 @@ def write_plots(runs: Sequence[Mapping[str, Any]], out: Path, title: str = "") -
     )
     ax.legend(fontsize=7)
     paths.append(_save(fig, out / "measured_vs_predicted.png", plt))
+    if len({r["agents"] for r in runs}) > 1:
+        paths.append(throughput_vs_agents_plot(runs, out / "throughput_vs_agents.png", plt, title))
     return paths
+
+
+def aggregate_throughput(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[int, float]]:
+    """Per config (baseline, client, engine…): M → aggregate generated tokens/s, i.e. M times
+    the mean per-agent throughput of that config's runs at M agents."""
+    per: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        per[r["config"]][int(r["agents"])].append(float(r["throughput_tok_s"]))
+    return {c: {m: m * sum(v) / len(v) for m, v in sorted(ms.items())} for c, ms in per.items()}
+
+
+def throughput_vs_agents_plot(
+    runs: Sequence[Mapping[str, Any]], path: Path, plt: Any, title: str = ""
+) -> Path:
+    """Aggregate tokens/s against the number of concurrent agents M, one line per config."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for config, points in sorted(aggregate_throughput(runs).items()):
+        xs = sorted(points)
+        ax.plot(xs, [points[m] for m in xs], marker="o", label=config)
+    xs = sorted({int(r["agents"]) for r in runs})
+    ax.set_xscale("log")
+    ax.set_xticks(xs, [str(m) for m in xs])
+    ax.set(
+        xlabel="concurrent agents M",
+        ylabel="aggregate generated tok/s",
+        title=f"Throughput vs agents\n{title}".strip(),
+    )
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7)
+    return _save(fig, path, plt)
 
 
 def saved_vs_alpha_plot(runs: Sequence[Mapping[str, Any]], path: Path, plt: Any, title: str = "") -> Path:
