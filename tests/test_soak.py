@@ -30,6 +30,8 @@ def test_a_tiny_soak_loses_and_changes_nothing(tmp_path, capsys):
             "1",
             "--settle",
             "2",
+            "--passes",
+            "2",
             "--no-plot",
             "--out",
             str(out),
@@ -41,6 +43,8 @@ def test_a_tiny_soak_loses_and_changes_nothing(tmp_path, capsys):
     assert report["server_errors_5xx"] == 0
     assert report["asyncio_tasks_left"] == 0 and report["threads_left"] == 0, report["threads_left_names"]
     faults = report["faults"]
-    assert faults["restarts"] == 1 and faults["disconnects"] >= 1
+    assert faults["restarts"] == 2 and faults["disconnects"] >= 2  # one restart per pass
+    assert faults["drafter_raised"] + faults["drafter_hung"] + faults["drafter_garbage"] >= 1
+    assert [(p["lost"], p["changed"]) for p in report["passes"]] == [(0, 0), (0, 0)]
     assert report["model_requests"] >= 6 and report["tasks"] == 6
     assert "transcripts lost / changed" in capsys.readouterr().out

@@ -195,14 +195,25 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
     if any(ref_errors):
         raise RuntimeError(f"the reference pass failed: {next(e for e in ref_errors if e)}")
     counts = FaultCounts()
-    _say("soak pass: engine-side speculation under drafter/tool faults, dropped streams, a restart")
-    results, errors, statuses, rss, marks, wall = await _soak_pass(args, main, assignment, base, counts)
-    await anyio.sleep(args.settle)  # speculative runs still in flight get their timeout to finish
+    passes: list[dict[str, Any]] = []
+    lost: list[int] = []
+    changed: list[int] = []
+    for k in range(args.passes):
+        _say(
+            f"soak pass {k + 1}/{args.passes}: engine-side speculation under drafter/tool faults, "
+            "dropped streams, a restart"
+        )
+        results, errors, statuses, rss, marks, wall = await _soak_pass(args, main, assignment, base, counts)
+        await anyio.sleep(args.settle)  # speculative runs still in flight get their timeout to finish
+        lost_k = [i for i, e in enumerate(errors) if e or len(results[i].transcript) != len(assignment[i])]
+        changed_k = [
+            i for i in range(len(results)) if i not in lost_k and not _same(reference[i], results[i])
+        ]
+        lost, changed = lost + lost_k, changed + changed_k
+        passes.append(soak_report.pass_summary(lost_k, changed_k, statuses, rss, wall))
     me = asyncio.current_task()
     tasks_left = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
-    lost = [i for i, e in enumerate(errors) if e or len(results[i].transcript) != len(assignment[i])]
-    changed = [i for i in range(len(results)) if i not in lost and not _same(reference[i], results[i])]
-    return soak_report.report(
+    report = soak_report.report(
         args,
         reference,
         results,
@@ -218,6 +229,9 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
         wall,
         main,
     )
+    report["passes"] = passes
+    report["server_errors_5xx"] = sum(p["server_errors_5xx"] for p in passes)
+    return report
 
 
 def run(args: argparse.Namespace) -> int:
@@ -252,6 +266,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--disconnect-every", type=float, default=3.0, help="seconds between dropped streams")
     p.add_argument("--settle", type=float, default=6.0, help="seconds to wait before counting leftovers")
     p.add_argument("--threads", type=int, default=2, help="torch threads of the engine")
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="soak passes over the same tasks (RSS growth is reported for the last: a first pass "
+        "also raises the allocator's high-water marks)",
+    )
     p.add_argument("--quick", action="store_true", help="4 agents × 2 tasks")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--out", type=Path, default=Path("soak-out"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["growth", "plot", "print_report", "report"]
+__all__ = ["growth", "pass_summary", "plot", "print_report", "report"]
 
 
 def growth(rss: list[tuple[float, float]]) -> float:
@@ -16,6 +16,20 @@ def growth(rss: list[tuple[float, float]]) -> float:
     first = sum(v for _, v in rss[:q]) / q
     last = sum(v for _, v in rss[-q:]) / q
     return 100.0 * (last - first) / first if first else 0.0
+
+
+def pass_summary(
+    lost: list[int], changed: list[int], statuses: Any, rss: list, wall: float
+) -> dict[str, Any]:
+    """One soak pass: what it lost or changed, its 5xx, its RSS growth and where RSS ended."""
+    return {
+        "lost": len(lost),
+        "changed": len(changed),
+        "server_errors_5xx": statuses.server_errors,
+        "rss_growth_pct": round(growth(rss), 2),
+        "rss_end_mb": round(rss[-1][1], 1) if rss else None,
+        "wall_s": round(wall, 1),
+    }
 
 
 def report(
@@ -67,12 +81,21 @@ def print_report(report: dict[str, Any]) -> None:
         ("transcripts lost / changed", f"{report['lost_transcripts']} / {report['changed_transcripts']}"),
         ("asyncio tasks / threads left", f"{report['asyncio_tasks_left']} / {report['threads_left']}"),
         ("peak RSS (client + server)", f"{report['peak_rss_mb']:.0f} MB"),
-        ("RSS growth, first → last quarter", f"{report['rss_growth_pct']:+.2f} %"),
+        ("RSS growth, first → last quarter (last pass)", f"{report['rss_growth_pct']:+.2f} %"),
         ("5xx responses", str(report["server_errors_5xx"])),
         ("model requests / retried", f"{report['model_requests']} / {report['request_retries']}"),
         ("calls answered by the engine", str(report["engine_resolved_calls"])),
         ("faults injected", ", ".join(f"{k} {v}" for k, v in report["faults"].items())),
     ]
+    if len(report.get("passes", ())) > 1:
+        rows.append(
+            (
+                "per pass: RSS growth / end RSS",
+                ", ".join(
+                    f"{p['rss_growth_pct']:+.1f} % / {p['rss_end_mb']:.0f} MB" for p in report["passes"]
+                ),
+            )
+        )
     head = f"soak: {report['agents']} agents, {report['tasks']} tasks, {report['wall_s']} s"
     print(f"{head} — {report['main_model']}")
     for name, value in rows:
