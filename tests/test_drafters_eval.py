@@ -188,6 +188,17 @@ def test_cli_rejects_unknown_names_clearly(capsys):
     assert "unknown drafter" in capsys.readouterr().err
     assert main(["drafters", "eval", "--categories", "simple_cobol", "--limit", "1"]) == 1
     assert "unknown BFCL categor" in capsys.readouterr().err
+    assert main(["drafters", "eval", "--adapter", "x", "--drafters", "history", "--limit", "1"]) == 1
+    assert "--adapter is for the tuned drafters" in capsys.readouterr().err
+
+
+def test_adapter_option_reaches_the_tuned_drafters(tmp_path):
+    from spectool.bench._drafters_cli import _check_drafters
+
+    (tmp_path / "manifest.json").write_text('{"compact_format_version": 2}')
+    made = _check_drafters(("tuned", "tuned+mined", "history"), tmp_path)
+    assert made["tuned"]("").adapter == tmp_path
+    assert made["tuned+mined"]("simple_python").drafters[1].adapter == tmp_path
 
 
 def test_cli_tune_without_the_tuning_module_says_so(monkeypatch, capsys):

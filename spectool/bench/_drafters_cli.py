@@ -11,6 +11,7 @@ and ``drafter_eval.png`` into ``--out``. ``tune`` is :mod:`spectool.drafters._tu
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import time
@@ -57,6 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     ev.add_argument("--samples", type=_ints, default=(1, 3), help="λ values (default 1,3)")
     ev.add_argument("--limit", type=int, help="first N tasks of the split per category")
+    ev.add_argument(
+        "--adapter",
+        type=Path,
+        help="the tuned drafters' adapter folder (default: the shipped one), e.g. one of yours "
+        "from `spectool drafters tune`",
+    )
     ev.add_argument("--out", type=Path, default=Path("drafter-eval"), help="output folder")
     ev.add_argument("--threads", type=int, help="torch CPU threads for model drafters")
     ev.add_argument("--no-progress", action="store_true")
@@ -88,11 +95,12 @@ def _local(category: str = "") -> Any:
     return LocalDrafter("embedded")
 
 
-def _tuned(category: str = "") -> Any:
+def _tuned(category: str = "", adapter: Path | None = None) -> Any:
     from ..drafters import LocalDrafter
     from ..drafters._adapter import shipped_adapter_path
 
-    return LocalDrafter("embedded", adapter=shipped_adapter_path())  # ConfigError if it is missing
+    # the shipped adapter unless --adapter names another (ConfigError if it is missing)
+    return LocalDrafter("embedded", adapter=adapter or shipped_adapter_path())
 
 
 def _combined(category: str = "") -> Any:
@@ -101,10 +109,10 @@ def _combined(category: str = "") -> Any:
     return CombinedDrafter([_mined(category), _local()], rank="confidence")
 
 
-def _tuned_mined(category: str = "") -> Any:
+def _tuned_mined(category: str = "", adapter: Path | None = None) -> Any:
     from ..drafters import CombinedDrafter
 
-    return CombinedDrafter([_mined(category), _tuned(category)], rank="confidence")
+    return CombinedDrafter([_mined(category), _tuned(category, adapter)], rank="confidence")
 
 
 def _mined(category: str = "") -> Any:
@@ -124,13 +132,19 @@ DRAFTERS: dict[str, Callable[[str], Any]] = {
 }
 
 
-def _check_drafters(names: tuple[str, ...]) -> dict[str, Callable[[str], Any]]:
+def _check_drafters(names: tuple[str, ...], adapter: Path | None = None) -> dict[str, Callable[[str], Any]]:
     unknown = [n for n in names if n not in DRAFTERS]
     if unknown or not names:
         raise ConfigError(f"unknown drafter(s) {unknown}; known: {', '.join(DRAFTERS)}")
-    for name in names:  # fail before hours of work if a drafter cannot even be built
-        DRAFTERS[name]("")
-    return {n: DRAFTERS[n] for n in names}
+    if adapter is not None and not {"tuned", "tuned+mined"} & set(names):
+        raise ConfigError("--adapter is for the tuned drafters: add tuned or tuned+mined to --drafters")
+    chosen = {
+        n: functools.partial(DRAFTERS[n], adapter=adapter) if n in ("tuned", "tuned+mined") else DRAFTERS[n]
+        for n in names
+    }
+    for make in chosen.values():  # fail before hours of work if a drafter cannot even be built
+        make("")
+    return chosen
 
 
 def _categories(names: tuple[str, ...]) -> tuple[str, ...]:
@@ -158,7 +172,7 @@ def run_eval(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    drafters = _check_drafters(args.drafters)
+    drafters = _check_drafters(args.drafters, args.adapter)
     t0 = time.perf_counter()
     rows = anyio.run(
         run_grid, drafters, categories, args.split, args.samples, args.limit, not args.no_progress
@@ -169,6 +183,7 @@ def run_eval(args: argparse.Namespace) -> int:
         "command": "spectool drafters eval",
         "split": args.split,
         "limit": args.limit,
+        "adapter": str(args.adapter) if args.adapter else "shipped",
         "wall_s": round(time.perf_counter() - t0, 1),
         "load_average": load,
         "note": "offline: no main model, no injected latency; g is wall time per propose()",
