@@ -21,6 +21,7 @@ import torch
 
 from .grammar import CallGrammar
 from .kv import BatchKV
+from .memory import HeapTrimmer
 from .prompts import TokenMemo
 from .rounds import RoundContext, advance, begin_round, enter_call_if_started, propose_draft
 from .runner import Runner
@@ -89,6 +90,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stop = False
         self.error: BaseException | None = None
+        self._heap = HeapTrimmer()
 
     # -- one step ---------------------------------------------------------------------------------
     def step(self) -> None:
@@ -320,6 +322,7 @@ class Engine:
                     return
             try:
                 self.step()
+                self._heap.maybe_trim()
             except BaseException as exc:  # a broken step must fail the requests, not hang them
                 self.error = exc
                 # a batched forward cannot say whose row broke it: fail the batch, keep serving

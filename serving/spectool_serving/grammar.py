@@ -69,7 +69,9 @@ class CallGrammar:
         info = xgr.TokenizerInfo.from_huggingface(
             tokenizer, vocab_size=vocab_size, stop_token_ids=[eos_token_id]
         )
-        self._compiler = xgr.GrammarCompiler(info)
+        # bounded by our LRU (cache_size); xgrammar's own cache is unbounded by default and a
+        # server would keep every tool set it ever compiled
+        self._compiler = xgr.GrammarCompiler(info, cache_enabled=False)
         self._compiled: OrderedDict[str, Any] = OrderedDict()
         self._size = cache_size
         self.vocab_size = vocab_size

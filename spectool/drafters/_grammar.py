@@ -106,7 +106,9 @@ class GrammarConstraint:
             ) from exc
         self._xgr = xgr
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
-        self._compiler = xgr.GrammarCompiler(info)
+        # our LRU below bounds the compiled grammars; xgrammar's own cache is unbounded by
+        # default and would keep every tool set a long-lived process ever saw
+        self._compiler = xgr.GrammarCompiler(info, cache_enabled=False)
         self.stop_token_ids = list(info.stop_token_ids)
         self.vocab_size = vocab_size
         self.max_string_length = max_string_length
