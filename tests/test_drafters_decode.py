@@ -286,9 +286,16 @@ async def test_adapter_is_loaded_through_the_tune_helpers_function(tiny, monkeyp
         seen.append((m, path))
         return m
 
+    def adapter_manifest(path):
+        seen.append(("manifest", path))
+        return {"compact_format_version": 2}
+
     fake.load_adapter = load_adapter
+    fake.adapter_manifest = adapter_manifest
     monkeypatch.setitem(sys.modules, "spectool.drafters._adapter", fake)
     drafter = LocalDrafter(tiny, adapter="/tmp/some-adapter", max_string_length=12)
-    assert seen == [(model, "/tmp/some-adapter")]
+    assert seen == [(model, "/tmp/some-adapter"), ("manifest", "/tmp/some-adapter")]
+    # it renders in the format the adapter was tuned on, not the newest one
+    assert drafter.compact_options["version"] == 2
     calls = await drafter.propose(DraftRequest(_turns()[0], TOOLS, samples=1))
     assert len(calls) == 1
