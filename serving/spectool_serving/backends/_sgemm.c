@@ -10,7 +10,7 @@
  * so a row's result does not depend on which other rows share the call (batch invariance:
  * a tree's root scores equal one-token decoding on the same kernel, bit for bit).
  *
- * Built on first use by spectool_serving.tree.sgemm with the system C compiler; threads come
+ * Built at install (setup.py) or on first use (spectool_serving.backends.kernels); threads come
  * from the OpenMP runtime torch has already loaded (same soname), so torch.set_num_threads
  * applies here too.
  */

@@ -14,10 +14,16 @@ one pass, instead of torch's argmax + softmax + topk over [n, V] (``_rowstats.c`
 ``_layers.c`` — every decoder layer of a Llama model for those few rows in one call, on the
 panel GEMM (used by :mod:`.fused`).
 
-The library is compiled on first use with the system C compiler (``cc``/``gcc``, under a second)
-into ``$SPECTOOL_KERNEL_CACHE`` (default ``~/.cache/spectool/kernels``), keyed by the source
-and flags. Without AVX-512, a compiler, or with ``SPECTOOL_CPU_KERNELS=0``, :func:`available` is
-False and callers keep torch's kernels.
+Where the library comes from, first that applies (:func:`library`), and only on an x86-64 CPU
+with AVX-512 and without ``SPECTOOL_CPU_KERNELS=0``:
+
+1. the copy built at install (``setup.py``, an optional extension) into this package
+   directory, if it was built from the sources beside it (:mod:`._kernel_sources`);
+2. otherwise (a pure wheel, a failed optional build, C sources edited since) a build on first
+   use with the system C compiler (``cc``/``gcc``, about a second) into
+   ``$SPECTOOL_KERNEL_CACHE`` (default ``~/.cache/spectool/kernels``), keyed by sources, flags
+   and compiler;
+3. otherwise none: :func:`available` is False and callers keep torch's kernels.
 """
 
 from __future__ import annotations
@@ -36,17 +42,14 @@ import torch  # first: the kernel must bind to the OpenMP runtime torch has load
 
 from spectool.settings import settings
 
+from ._kernel_sources import FLAGS, LIBRARIES, LINK_FLAGS, SOURCES, installed_name, source_digest
+
 __all__ = ["MAX_ROWS", "PackedLinear", "available", "library", "row_stats"]
 
 log = logging.getLogger(__name__)
 
 MAX_ROWS = 48  # above this, BLAS kernels built for large M win (prefill)
 _HERE = Path(__file__).parent
-# source -> its own flags: the exp sum of row_stats may reorder (fast-math vectorises expf
-# through glibc's libmvec); the GEMM's FMA chains must not
-# (and the layer glue keeps transformers' elementwise rounding: no fused multiply-adds)
-_SOURCES = {"_sgemm.c": (), "_rowstats.c": ("-ffast-math",), "_layers.c": ("-ffp-contract=off",)}
-_FLAGS = ("-O3", "-mavx512f", "-mavx512vl", "-mfma", "-fopenmp", "-fPIC")
 MAX_TOP_K = 64
 _lib: ctypes.CDLL | None = None
 _tried = False
@@ -57,12 +60,21 @@ def _cache_dir() -> Path:
     return root if root else Path.home() / ".cache" / "spectool" / "kernels"
 
 
+def _installed() -> Path | None:
+    """The library ``setup.py`` built into this package, if built from these sources."""
+    path = _HERE / installed_name(_HERE)
+    return path if path.is_file() else None
+
+
+def _compiler() -> str | None:
+    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+
+
 def _build(compiler: str) -> Path:
+    """The first-use build, into the cache; reused while sources, flags and compiler match."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    digest = hashlib.sha256(" ".join(_FLAGS).encode() + version.encode())
-    for name, extra in _SOURCES.items():
-        digest.update(name.encode() + " ".join(extra).encode() + (_HERE / name).read_bytes())
-    target = _cache_dir() / f"kernels-{digest.hexdigest()[:16]}.so"
+    digest = hashlib.sha256((source_digest(_HERE) + version).encode()).hexdigest()[:16]
+    target = _cache_dir() / f"kernels-{digest}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -70,11 +82,12 @@ def _build(compiler: str) -> Path:
     work = Path(tempfile.mkdtemp(dir=target.parent))
     try:
         objects = []
-        for name, extra in _SOURCES.items():
+        for name, extra in SOURCES.items():
             obj = work / (name[:-2] + ".o")
-            _run([compiler, *_FLAGS, *extra, "-c", str(_HERE / name), "-o", str(obj)])
+            _run([compiler, *FLAGS, *extra, "-c", str(_HERE / name), "-o", str(obj)])
             objects.append(str(obj))
-        _run([compiler, "-shared", "-fopenmp", *objects, "-o", str(work / "lib.so"), "-lm"])
+        libs = [f"-l{name}" for name in LIBRARIES]
+        _run([compiler, "-shared", *LINK_FLAGS, *objects, "-o", str(work / "lib.so"), *libs])
         os.replace(work / "lib.so", target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -99,14 +112,8 @@ def library() -> ctypes.CDLL | None:
         return None
     if not _cpu_has("avx512f"):  # checked before loading: the library's code is AVX-512
         return None
-    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if compiler is None:
-        log.info("spectool: no C compiler; tree GEMMs stay on torch's kernels")
-        return None
-    try:
-        lib = ctypes.CDLL(str(_build(compiler)))
-    except OSError as exc:
-        log.warning("spectool: CPU kernels unavailable (%s)", exc)
+    lib = _load()
+    if lib is None:
         return None
     if not lib.spectool_sgemm_supported():
         return None
@@ -122,6 +129,25 @@ def library() -> ctypes.CDLL | None:
     lib.spectool_llama_max_head_dim.argtypes, lib.spectool_llama_max_head_dim.restype = [], i64
     _lib = lib
     return lib
+
+
+def _load() -> ctypes.CDLL | None:
+    """The installed library, else the cache build; None if neither can be had."""
+    installed = _installed()
+    if installed is not None:
+        try:
+            return ctypes.CDLL(str(installed))
+        except OSError as exc:  # e.g. copied to a machine without libgomp: try building here
+            log.warning("spectool: installed CPU kernels do not load (%s)", exc)
+    compiler = _compiler()
+    if compiler is None:
+        log.info("spectool: no installed CPU kernels and no C compiler; tree GEMMs stay on torch's kernels")
+        return None
+    try:
+        return ctypes.CDLL(str(_build(compiler)))
+    except OSError as exc:
+        log.warning("spectool: CPU kernels unavailable (%s)", exc)
+        return None
 
 
 def _cpu_has(flag: str) -> bool:
