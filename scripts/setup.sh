@@ -6,7 +6,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 stamp=.venv/.spectool-setup
-want=$(cat pyproject.toml $(ls integrations/*/pyproject.toml 2>/dev/null) scripts/setup.sh | sha256sum | cut -c1-16)
+# setup.py and the kernel sources too: `pip install -e .` builds the CPU kernel library in place,
+# and an edited C source would otherwise fall back to the first-use build in the cache
+kernels=(setup.py serving/spectool_serving/backends/_kernel_sources.py serving/spectool_serving/backends/*.c)
+want=$(cat pyproject.toml $(ls integrations/*/pyproject.toml 2>/dev/null) "${kernels[@]}" scripts/setup.sh \
+    | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     exit 0
 fi
