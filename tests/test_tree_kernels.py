@@ -1,14 +1,16 @@
 """spectool's CPU kernels (``spectool_serving.backends.kernels``): the small-row GEMM's results,
-batch invariance and fallbacks, that it runs on torch's own OpenMP threads, and row_stats."""
+batch invariance and fallbacks, that it runs on torch's own OpenMP threads, row_stats, and
+where the library comes from (installed, else the cache build)."""
 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from tree_fixtures import needs_kernel
+from tree_fixtures import needs_compiler, needs_kernel
 
 from spectool_serving.backends import kernels
 
@@ -83,7 +85,7 @@ def test_shares_torchs_openmp_runtime():
     assert gomps == {os.path.join(os.path.dirname(torch.__file__), "lib", "libgomp.so.1")}, gomps
 
 
-@needs_kernel
+@needs_compiler
 def test_switch_off_and_build_cache(monkeypatch, tmp_path):
     monkeypatch.setattr(kernels, "_tried", False)
     monkeypatch.setattr(kernels, "_lib", None)
@@ -98,6 +100,36 @@ def test_switch_off_and_build_cache(monkeypatch, tmp_path):
     assert first.parent == tmp_path and kernels._build(compiler) == first
     assert first.stat().st_mtime_ns == stamp  # reused, not rebuilt
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary left behind
+
+
+def _reload(monkeypatch) -> None:
+    monkeypatch.setattr(kernels, "_tried", False)
+    monkeypatch.setattr(kernels, "_lib", None)
+
+
+@needs_kernel
+def test_loads_the_library_installed_in_the_package(monkeypatch):
+    installed = kernels._installed()
+    if installed is None:
+        pytest.skip("no install-time library for these sources (a pure install, or C edited since install)")
+    assert installed.parent == Path(kernels.__file__).parent
+    _reload(monkeypatch)
+    monkeypatch.setattr(kernels, "_build", lambda compiler: pytest.fail("built although installed"))
+    assert Path(kernels.library()._name) == installed
+
+
+@needs_compiler
+def test_without_the_installed_library_the_cache_build_loads(monkeypatch, tmp_path):
+    """A pure wheel, a failed optional build, or C sources edited since ``pip install -e .``
+    (the digest in the installed name no longer matches): built into the cache on first use."""
+    _reload(monkeypatch)
+    monkeypatch.setattr(kernels, "installed_name", lambda here: "libspectool_kernels-stale.so")
+    monkeypatch.setenv("SPECTOOL_KERNEL_CACHE", str(tmp_path))
+    assert kernels._installed() is None
+    lib = kernels.library()
+    assert lib is not None and Path(lib._name).parent == tmp_path
+    w, x = torch.randn(70, 33), torch.randn(5, 33)
+    torch.testing.assert_close(kernels.PackedLinear(w)(x), F.linear(x, w), rtol=1e-5, atol=1e-5)
 
 
 @needs_kernel
