@@ -7,7 +7,8 @@ Two checks, both against real metadata:
   is a requirement of that layer's extra, directly or through the requirements of the
   installed distributions it pulls in;
 * live (marker ``install``): ``pip wheel .`` → a fresh venv → ``pip install --no-deps`` the
-  wheel → ``spectool serve --help`` and one chat request to ``spectool serve``. The fresh
+  wheel → ``spectool serve --help`` and one chat request to ``spectool serve``; the wheel holds
+  the CPU kernel library built at install, and the installed package loads that copy. The fresh
   venv reuses the test environment's third-party packages through a path entry rather than
   downloading torch again (CI time); spectool itself comes only from the wheel, so missing
   package data (C sources, prompt data, templates) or a module left out fails here.
@@ -17,12 +18,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
 import sysconfig
 import time
 import tomllib
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -139,6 +142,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _check_kernel_library(wheel: Path, py: Path, site: Path, env: dict, cwd: Path) -> None:
+    """The CPU kernel library is built into the wheel (an optional extension: only where a C
+    compiler is) and, on an AVX-512 CPU, it is what the installed package loads."""
+    if not shutil.which("gcc") and not shutil.which("cc"):
+        return
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.startswith("spectool_serving/backends/libspectool_kernels-") for n in names), names
+    from spectool_serving.backends import kernels  # torch: only for this check
+
+    if not kernels._cpu_has("avx512f"):
+        return
+    loaded = subprocess.run(
+        [str(py), "-c", "from spectool_serving.backends import kernels; print(kernels.library()._name)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=cwd,
+    ).stdout.strip()
+    assert loaded.startswith(str(site / "spectool_serving" / "backends" / "libspectool_kernels-")), loaded
+
+
 @pytest.mark.install
 @pytest.mark.model
 def test_wheel_in_a_fresh_venv_serves(tmp_path):
@@ -198,6 +223,7 @@ def test_wheel_in_a_fresh_venv_serves(tmp_path):
         cwd=tmp_path,
     ).stdout
     assert str(site) in where and "_layers.c" in where  # the wheel's copy, C sources shipped
+    _check_kernel_library(wheel, py, site, env, tmp_path)
     spectool = venv / "bin" / "spectool"
     help_ = subprocess.run(
         [str(spectool), "serve", "--help"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
