@@ -37,7 +37,7 @@ mapfile -t reqs < <(.venv/bin/python scripts/requirements.py all dev --exclude x
 for d in integrations/*/; do
     [ -f "$d/pyproject.toml" ] && "${pip[@]}" install -e "$d"
 done
-# tests/test_langchain_serving.py drives the engine through ChatOpenAI; test_langchain_standard.py
+# tests/integrations/test_langchain_serving.py drives the engine through ChatOpenAI; test_langchain_standard.py
 # runs langchain-tests; test_mcp_integration.py loads tools with langchain-mcp-adapters.
 "${pip[@]}" install -e "integrations/langchain[openai,test]"
 "${pip[@]}" install -e "integrations/mcp[langchain]"

@@ -13,7 +13,7 @@ and after the call. A method is
 
 Read-only is not pure: ``cd`` changes what ``ls``/``cat`` return, so read-only results are
 only valid while no mutating method of the same class ran (scope = the class name).
-``tests/test_bench_bfcl.py`` re-runs the analysis and checks this table against it.
+``tests/bench/test_bench_bfcl.py`` re-runs the analysis and checks this table against it.
 """
 
 from __future__ import annotations

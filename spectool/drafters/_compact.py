@@ -15,7 +15,7 @@ The answer (:func:`compact_target`) is exactly what the JSON-schema grammar of
 :mod:`._grammar` lets the drafter write: one JSON array of ``{"name": …, "arguments": {…}}``
 objects, ``json.dumps`` separators, arguments in the schema's property order, then the
 end-of-turn token. Tuning renders examples with these same functions, so an adapter is trained
-on the very prompt it later drafts with (``tests/test_drafters_tune.py`` checks both paths).
+on the very prompt it later drafts with (``tests/drafters/test_drafters_tune.py`` checks both paths).
 Pure Python: no torch, no tokenizer needed except in :func:`compact_prompt_text`.
 """
 

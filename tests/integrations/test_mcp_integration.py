@@ -24,6 +24,7 @@ from spectool import ConfigError, Effect, ToolCall, ToolError
 from spectool.testing import ScriptedDrafter, ScriptedModel, call, openai_client, say
 
 HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
 HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 VALUES = {"n": None, "f": False, "t": True}
 CODES = ["".join(c) for c in itertools.product("nft", repeat=4)]
@@ -174,7 +175,7 @@ async def test_langchain_mcp_adapters_tools_are_declared() -> None:
 
 
 def test_example_runs_offline_with_hits(capsys: pytest.CaptureFixture[str]) -> None:
-    spec = importlib.util.spec_from_file_location("mcp_agent", HERE.parent / "examples" / "mcp_agent.py")
+    spec = importlib.util.spec_from_file_location("mcp_agent", ROOT / "examples" / "mcp_agent.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

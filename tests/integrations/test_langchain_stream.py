@@ -8,11 +8,12 @@ import asyncio
 import threading
 
 import pytest
-from test_langchain_wrap import CITIES, LATENCY, SCRIPT, make_tools, tool_node_graph
 
 from langchain_spectool import SpeculativeChatModel
 from langchain_spectool.testing import ScriptedChatModel, transcript
 from spectool.testing import ScriptedDrafter
+
+from .test_langchain_wrap import CITIES, LATENCY, SCRIPT, make_tools, tool_node_graph
 
 
 def streamed(graph, mode):

@@ -19,7 +19,7 @@ from spectool.drafters._compact import (
 )
 from spectool.testing import KeyValueWorld, call
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _fn(name, desc, props, required=()):

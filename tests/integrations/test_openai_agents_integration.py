@@ -167,7 +167,7 @@ async def test_bad_declarations_are_clear_errors() -> None:
 
 
 def test_example_runs_offline_with_hits(capsys: pytest.CaptureFixture[str]) -> None:
-    path = Path(__file__).parent.parent / "examples" / "openai_agents_agent.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "openai_agents_agent.py"
     spec = importlib.util.spec_from_file_location("openai_agents_agent", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -133,7 +133,7 @@ def test_performance_model_doc_examples_run():
     import pathlib
     import re
 
-    doc = pathlib.Path(__file__).resolve().parents[1] / "docs" / "performance-model.md"
+    doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "performance-model.md"
     blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
     assert len(blocks) >= 2
     for block in blocks:

@@ -1,6 +1,6 @@
 """Typed usage of the wrapper: mypy must see the SDK's types through ``speculative(...)``.
 
-Checked by tests/test_typing.py (mypy reveals the types below); never executed.
+Checked by tests/core/test_typing.py (mypy reveals the types below); never executed.
 """
 
 from __future__ import annotations

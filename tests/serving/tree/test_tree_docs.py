@@ -8,7 +8,7 @@ import pytest
 
 pytestmark = pytest.mark.model
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "tree-decoding.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "tree-decoding.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
 
 

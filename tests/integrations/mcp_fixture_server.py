@@ -1,7 +1,7 @@
 """An MCP server for tests (FastMCP over stdio): one tool per combination of annotation hints,
 an unannotated tool, a small key-value store, and a tool that fails.
 
-    python tests/mcp_fixture_server.py
+    python tests/integrations/mcp_fixture_server.py
 
 Hint values: n = missing, f = False, t = True; tool ``h_<readOnly><destructive><idempotent>
 <openWorld>`` echoes its argument. Every call is appended to the file named by

@@ -1,5 +1,5 @@
 """The wrapper keeps the OpenAI SDK's types for a type checker: mypy on a typed usage example
-(tests/typing/typed_usage.py) reveals ChatCompletion, the stream's ChatCompletionChunk and
+(tests/core/typing/typed_usage.py) reveals ChatCompletion, the stream's ChatCompletionChunk and
 Response through ``spectool.speculative(...)`` (and ``speculative_sync``).
 mypy's cache (.mypy_cache) makes re-runs quick."""
 
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_mypy_sees_the_sdk_types_through_the_wrapper() -> None:
@@ -25,7 +25,7 @@ def test_mypy_sees_the_sdk_types_through_the_wrapper() -> None:
             "--follow-imports=silent",
             "--cache-dir",
             str(ROOT / ".mypy_cache"),
-            str(ROOT / "tests" / "typing" / "typed_usage.py"),
+            str(ROOT / "tests" / "core" / "typing" / "typed_usage.py"),
         ],
         capture_output=True,
         text=True,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "drafters.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "drafters.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
 
 
