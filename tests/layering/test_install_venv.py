@@ -40,7 +40,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # optional packages an install may bring; `import spectool` imports none of them
 OPTIONAL = (
     "torch",

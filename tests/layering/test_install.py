@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # measurement (docs/architecture.md "Layers", .importlinter), plus the g* fit in tree.calibrate
 # (the server reads only the cost tables from that module)
