@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from spectool_serving.vllm.workload import CITIES, MODES, decode_rate, o2_counts, turn
+from spectool_serving.vllm.workload import CITIES, MODES, decode_rate, o2_counts, o2_rejections, turn
 
 
 def _say(msg: str) -> None:
@@ -55,7 +55,11 @@ def measure(url: str, model: str, turns: int, latency: float, tokens: int = 128)
     return {
         **out,
         **summarize(rows),
-        "o2": {**o2, "rate": o2["tool_accepted"] / o2["tool_proposed"] if o2["tool_proposed"] else None},
+        "o2": {
+            **o2,
+            "rate": o2["tool_accepted"] / o2["tool_proposed"] if o2["tool_proposed"] else None,
+            "rejections": o2_rejections(c),
+        },
         "runs": rows,
     }
 

@@ -118,3 +118,48 @@ def test_ngram_arm_is_stock_vllm_with_its_own_proposer_and_its_summary(tmp_path)
     s = summarize(rows)
     assert s["per_category"] == {"code": 1.5, "chat": 0.6}
     assert s["geomean"] == pytest.approx((1.5 * 0.6) ** 0.5) and s["identical"] is False
+
+
+class _CharTokenizer:
+    """One token per character: drafts and model output compare as text (a fake; the real
+    proposer loads the served model's tokenizer, which needs its files)."""
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+    def decode(self, ids):
+        return "".join(map(chr, ids))
+
+
+def test_proposer_counts_tool_acceptance_and_keeps_what_the_model_wrote_instead(monkeypatch):
+    import types
+
+    import numpy as np
+
+    from spectool_serving.vllm import proposer as mod
+
+    monkeypatch.setattr(mod, "_load_tokenizer", lambda cfg: _CharTokenizer())
+    monkeypatch.setattr(mod, "_make_fallback", lambda cfg, spec: None)
+    p = mod.ToolCacheProposer(
+        types.SimpleNamespace(speculative_config=types.SimpleNamespace(num_speculative_tokens=8))
+    )
+    prompt = "Q?"
+    written = prompt + '<tool_call>\n{"name": "get_weather", "arguments": '
+    batch = types.SimpleNamespace(req_ids=["chatcmpl-r1"], num_prompt_tokens=[len(prompt)])
+    p.attach(types.SimpleNamespace(input_batch=batch), "chatml")
+    p.mirror.put("chatcmpl-r1", "get_weather", '{"city": "Paris"}', expires=2e9)
+
+    def step(text, sampled):
+        ids = np.zeros((1, 256), dtype=np.int64)
+        ids[0, : len(text)] = [ord(c) for c in text]
+        return p.propose([sampled], np.array([len(text)]), ids)
+
+    draft = step(written, [ord(" ")])[0]
+    assert "".join(map(chr, draft)) == '{"city":'  # the cached call's next 8 tokens
+    # the model takes 2 of them, then writes its own ' ' instead of 'c'; the text no longer
+    # continues the cached call, so nothing more is drafted
+    assert step(written + '{" ', [ord(c) for c in '{" '])[0] == []
+    counters = p.counters.as_dict()
+    assert (counters["tool_proposed"], counters["tool_accepted"]) == (8, 2)
+    assert counters["tool_rejections"] == [{"drafted": '{"city":', "wrote": '{" '}]
+    json.dumps(counters)  # served as JSON by /spectool/stats

@@ -9,7 +9,7 @@ text)`` per response, newest first, with a wall-clock expiry. No vLLM imports: u
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -32,7 +32,7 @@ class ProposerCounters:
         d = {k: v for k, v in self.__dict__.items() if k != "extra"}
         d["tool_acceptance"] = self.tool_accepted / self.tool_proposed if self.tool_proposed else None
         d["text_acceptance"] = self.text_accepted / self.text_proposed if self.text_proposed else None
-        return {**d, **self.extra}
+        return {**d, **{k: list(v) if isinstance(v, deque) else v for k, v in self.extra.items()}}
 
 
 class DraftMirror:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections import deque
 from typing import Any
 
 from spectool.settings import settings
@@ -30,6 +31,7 @@ __all__ = ["ToolCacheProposer"]
 
 log = logging.getLogger("vllm.spectool")  # under "vllm": vLLM's handlers print it
 _TAIL = 384  # output tokens decoded to find the open call (a call longer than this gets no draft)
+_REJECTION_SAMPLES = 8
 
 
 class ToolCacheProposer:
@@ -42,7 +44,10 @@ class ToolCacheProposer:
         self.counters = ProposerCounters()
         self.fmt: PromptFormat = FORMATS[settings().vllm_format]
         self._runner: Any = None
-        self._last: dict[str, tuple[str, int]] = {}  # req id -> (kind, tokens proposed last step)
+        self._last: dict[str, tuple[str, list[int]]] = {}  # req id -> (kind, tokens proposed last step)
+        #: The last few tool drafts the model did not take in full, as text (drafted vs written):
+        #: why O2 acceptance is below 100 % is read here (``/spectool/stats``), not guessed.
+        self.counters.extra["tool_rejections"] = deque(maxlen=_REJECTION_SAMPLES)
         self._tokenizer = _load_tokenizer(vllm_config)
         self._fallback = _make_fallback(vllm_config, settings().vllm_fallback)
 
@@ -117,16 +122,26 @@ class ToolCacheProposer:
             last = self._last.pop(rid, None)
             if last is None or not toks:
                 continue
-            kind, proposed = last
-            accepted = min(proposed, len(toks) - 1)
+            kind, draft = last
+            accepted = min(len(draft), len(toks) - 1)
             setattr(self.counters, f"{kind}_accepted", getattr(self.counters, f"{kind}_accepted") + accepted)
+            if kind == "tool" and accepted < len(draft):
+                self._sample_rejection(draft, toks)
+
+    def _sample_rejection(self, draft: list[int], sampled: list[int]) -> None:
+        try:
+            self.counters.extra["tool_rejections"].append(
+                {"drafted": self._tokenizer.decode(draft), "wrote": self._tokenizer.decode(sampled)}
+            )
+        except Exception:  # diagnostics only: never break decoding
+            log.debug("spectool: could not record a rejected draft", exc_info=True)
 
     def _record(self, req_ids: list[str] | None, drafts: list[list[int]], kinds: list[str]) -> None:
         if req_ids is None:
             return
         for rid, d, kind in zip(req_ids, drafts, kinds):
             if d:
-                self._last[rid] = (kind, len(d))
+                self._last[rid] = (kind, list(d))
                 setattr(self.counters, f"{kind}_drafts", getattr(self.counters, f"{kind}_drafts") + 1)
                 setattr(
                     self.counters, f"{kind}_proposed", getattr(self.counters, f"{kind}_proposed") + len(d)
