@@ -84,6 +84,13 @@ def _client_factory(base_url: str, statuses: _Statuses) -> Callable[[], Any]:
     return make
 
 
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` of the exceptions that happened: a task group's wrapper names none."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
+
+
 async def _agents(assignment: Sequence[Sequence[Any]], setup: Setup) -> tuple[list[AgentResult], list[str]]:
     """Run every agent; one agent's failure is recorded (a lost transcript), not fatal."""
     results = [AgentResult(agent=i) for i in range(len(assignment))]
@@ -93,7 +100,7 @@ async def _agents(assignment: Sequence[Sequence[Any]], setup: Setup) -> tuple[li
         try:
             await _run_agent(i, assignment[i], setup, results[i])
         except Exception as exc:  # noqa: BLE001 - the report names it
-            errors[i] = f"{type(exc).__name__}: {exc}"[:300]
+            errors[i] = _describe(exc)[:600]
 
     async with anyio.create_task_group() as tg:
         for i in range(len(assignment)):

@@ -48,3 +48,10 @@ def test_a_tiny_soak_loses_and_changes_nothing(tmp_path, capsys):
     assert [(p["lost"], p["changed"]) for p in report["passes"]] == [(0, 0), (0, 0)]
     assert report["model_requests"] >= 6 and report["tasks"] == 6
     assert "transcripts lost / changed" in capsys.readouterr().out
+
+
+def test_a_lost_agent_is_reported_by_the_errors_inside_its_task_group():
+    from spectool.bench._soak import _describe
+
+    group = ExceptionGroup("unhandled errors in a TaskGroup", [ValueError("bad args"), KeyError("x")])
+    assert _describe(group) == "ValueError: bad args; KeyError: 'x'"
