@@ -108,6 +108,40 @@ async def _agents(assignment: Sequence[Sequence[Any]], setup: Setup) -> tuple[li
     return results, errors
 
 
+async def _sample_rss(
+    rss: list[tuple[float, float]],
+    stop: anyio.Event,
+    t0: float,
+    label: str,
+    statuses: _Statuses,
+    counts: FaultCounts,
+) -> None:
+    """RSS every 0.5 s until ``stop``, with a progress line every 15 s (runs last minutes)."""
+    said = 0.0
+    while not stop.is_set():
+        now = time.perf_counter() - t0
+        rss.append((now, _rss_mb()))
+        if now - said >= 15:
+            said = now
+            _say(
+                f"{label} {now:.0f} s: {statuses.responses} responses ({statuses.server_errors} 5xx), "
+                f"RSS {rss[-1][1]:.0f} MB, faults {sum(counts.as_dict().values())}"
+            )
+        with anyio.move_on_after(0.5):
+            await stop.wait()
+
+
+async def _reference_pass(assignment: list, setup: Setup, statuses: _Statuses, counts: FaultCounts):
+    """The pass without speculation, RSS sampled as in a soak pass: the control for its growth."""
+    rss: list[tuple[float, float]] = []
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_sample_rss, rss, stop, time.perf_counter(), "reference pass", statuses, counts)
+        results, errors = await _agents(assignment, setup)
+        stop.set()
+    return results, errors, rss
+
+
 async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base: dict, counts: FaultCounts):
     from ..drafters import HistoryDrafter
 
@@ -127,20 +161,7 @@ async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base
     marks: list[tuple[float, str]] = []
     stop = anyio.Event()
     t0 = time.perf_counter()
-
-    async def sample() -> None:
-        said = 0.0
-        while not stop.is_set():
-            now = time.perf_counter() - t0
-            rss.append((now, _rss_mb()))
-            if now - said >= 15:  # progress on a run of many minutes
-                said = now
-                _say(
-                    f"soak pass {now:.0f} s: {statuses.responses} responses ({statuses.server_errors} 5xx), "
-                    f"RSS {rss[-1][1]:.0f} MB, faults {sum(counts.as_dict().values())}"
-                )
-            with anyio.move_on_after(0.5):
-                await stop.wait()
+    sample = functools.partial(_sample_rss, rss, stop, t0, "soak pass", statuses, counts)
 
     async def restart() -> None:
         with anyio.move_on_after(args.restart_after):
@@ -191,13 +212,15 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
     ref_statuses = _Statuses()
     ref_counts = FaultCounts()
     _say(f"reference pass: {len(tasks)} test tasks over {len(assignment)} agents, no speculation, no faults")
-    reference, ref_errors = await _agents(
+    reference, ref_errors, ref_rss = await _reference_pass(
         assignment,
         Setup(
             **base,
             make_client=_client_factory(main.base_url, ref_statuses),
             tools_hook=faulty_tools(ref_counts),
         ),
+        ref_statuses,
+        ref_counts,
     )
     if any(ref_errors):
         raise RuntimeError(f"the reference pass failed: {next(e for e in ref_errors if e)}")
@@ -237,6 +260,7 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
         main,
     )
     report["passes"] = passes
+    report.update(soak_report.rss_comparison(ref_rss, passes))
     report["server_errors_5xx"] = sum(p["server_errors_5xx"] for p in passes)
     return report
 

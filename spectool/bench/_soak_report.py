@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["growth", "pass_summary", "plot", "print_report", "report"]
+__all__ = ["growth", "pass_summary", "plot", "print_report", "quarters", "report", "rss_comparison"]
 
 
 def growth(rss: list[tuple[float, float]]) -> float:
@@ -16,6 +16,38 @@ def growth(rss: list[tuple[float, float]]) -> float:
     first = sum(v for _, v in rss[:q]) / q
     last = sum(v for _, v in rss[-q:]) / q
     return 100.0 * (last - first) / first if first else 0.0
+
+
+def quarters(rss: list[tuple[float, float]]) -> list[float]:
+    """Mean RSS (MB) of each quarter of a pass."""
+    n = len(rss)
+    if n < 4:
+        return []
+    return [round(sum(v for _, v in rss[q * n // 4 : (q + 1) * n // 4]) / (n // 4 or 1), 1) for q in range(4)]
+
+
+def _worst_ratio_pct(now: list[float], then: list[float]) -> float | None:
+    pairs = [(a, b) for a, b in zip(now, then) if b]
+    return round(max(100.0 * (a - b) / b for a, b in pairs), 2) if pairs else None
+
+
+def rss_comparison(ref_rss: list[tuple[float, float]], passes: list[dict[str, Any]]) -> dict[str, Any]:
+    """RSS growth read apart from the workload's own shape.
+
+    Within one pass RSS follows the batch: conversations grow and the agents' mix changes, so
+    first → last quarter also measures the workload. Two comparisons hold it fixed: the same
+    tasks without speculation (the reference pass, its own first → last quarter growth beside
+    the soak's), and the last soak pass against the first, quarter by quarter (same tasks at the
+    same phase; a leak shows there, the worst quarter is reported)."""
+    out: dict[str, Any] = {
+        "reference_rss_growth_pct": round(growth(ref_rss), 2),
+        "reference_rss_quarters_mb": quarters(ref_rss),
+    }
+    if len(passes) > 1:
+        out["rss_last_vs_first_pass_pct"] = _worst_ratio_pct(
+            passes[-1]["rss_quarters_mb"], passes[0]["rss_quarters_mb"]
+        )
+    return out
 
 
 def pass_summary(
@@ -28,6 +60,7 @@ def pass_summary(
         "server_errors_5xx": statuses.server_errors,
         "rss_growth_pct": round(growth(rss), 2),
         "rss_end_mb": round(rss[-1][1], 1) if rss else None,
+        "rss_quarters_mb": quarters(rss),
         "wall_s": round(wall, 1),
     }
 
@@ -87,6 +120,14 @@ def print_report(report: dict[str, Any]) -> None:
         ("calls answered by the engine", str(report["engine_resolved_calls"])),
         ("faults injected", ", ".join(f"{k} {v}" for k, v in report["faults"].items())),
     ]
+    if "reference_rss_growth_pct" in report:
+        rows.append(
+            ("same growth, reference (no speculation)", f"{report['reference_rss_growth_pct']:+.2f} %")
+        )
+    if report.get("rss_last_vs_first_pass_pct") is not None:
+        rows.append(
+            ("RSS, last vs first pass (worst quarter)", f"{report['rss_last_vs_first_pass_pct']:+.2f} %")
+        )
     if len(report.get("passes", ())) > 1:
         rows.append(
             (
@@ -99,7 +140,7 @@ def print_report(report: dict[str, Any]) -> None:
     head = f"soak: {report['agents']} agents, {report['tasks']} tasks, {report['wall_s']} s"
     print(f"{head} — {report['main_model']}")
     for name, value in rows:
-        print(f"  {name:<34} {value}")
+        print(f"  {name:<44} {value}")
 
 
 def plot(report: dict[str, Any], out: Path) -> Path | None:

@@ -47,6 +47,7 @@ def test_a_tiny_soak_loses_and_changes_nothing(tmp_path, capsys):
     assert faults["drafter_raised"] + faults["drafter_hung"] + faults["drafter_garbage"] >= 1
     assert [(p["lost"], p["changed"]) for p in report["passes"]] == [(0, 0), (0, 0)]
     assert report["model_requests"] >= 6 and report["tasks"] == 6
+    assert report["rss_last_vs_first_pass_pct"] is not None and len(report["reference_rss_quarters_mb"]) == 4
     assert "transcripts lost / changed" in capsys.readouterr().out
 
 
@@ -55,3 +56,17 @@ def test_a_lost_agent_is_reported_by_the_errors_inside_its_task_group():
 
     group = ExceptionGroup("unhandled errors in a TaskGroup", [ValueError("bad args"), KeyError("x")])
     assert _describe(group) == "ValueError: bad args; KeyError: 'x'"
+
+
+def test_rss_is_compared_like_with_like():
+    from spectool.bench._soak_report import growth, quarters, rss_comparison
+
+    # a pass whose batch grows then drains: first → last quarter reads the workload's shape
+    shape = [(t, 1000.0 + (300.0 if 4 <= t < 12 else 0.0) + (100.0 if t >= 12 else 0.0)) for t in range(16)]
+    assert quarters(shape) == [1000.0, 1300.0, 1300.0, 1100.0] and growth(shape) == 10.0
+    same = {"rss_quarters_mb": quarters(shape)}
+    leaked = {"rss_quarters_mb": [q * 1.2 for q in quarters(shape)]}
+    out = rss_comparison(shape, [same, same])
+    assert out["reference_rss_growth_pct"] == 10.0 and out["rss_last_vs_first_pass_pct"] == 0.0
+    assert rss_comparison(shape, [same, leaked])["rss_last_vs_first_pass_pct"] == 20.0
+    assert "rss_last_vs_first_pass_pct" not in rss_comparison(shape, [same])
