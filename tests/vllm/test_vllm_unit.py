@@ -163,3 +163,27 @@ def test_proposer_counts_tool_acceptance_and_keeps_what_the_model_wrote_instead(
     assert (counters["tool_proposed"], counters["tool_accepted"]) == (8, 2)
     assert counters["tool_rejections"] == [{"drafted": '{"city":', "wrote": '{" '}]
     json.dumps(counters)  # served as JSON by /spectool/stats
+
+
+def test_o2_counts_and_rejections_read_either_backend():
+    import httpx
+
+    from spectool_serving.vllm.workload import o2_counts, o2_rejections
+
+    def vllm(request):
+        o2 = {"tool_proposed": 9, "tool_accepted": 7, "tool_rejections": [{"drafted": "a", "wrote": "b"}]}
+        return httpx.Response(200, json={"o2": [o2]})
+
+    def torch_engine(request):
+        if request.url.path == "/metrics":
+            return httpx.Response(
+                200, text="spectool_engine_o2_drafted_total 5.0\nspectool_engine_o2_accepted_total 5.0\n"
+            )
+        return httpx.Response(404)
+
+    with httpx.Client(transport=httpx.MockTransport(vllm), base_url="http://x") as c:
+        assert o2_counts(c) == {"tool_proposed": 9, "tool_accepted": 7}
+        assert o2_rejections(c) == [{"drafted": "a", "wrote": "b"}]
+    with httpx.Client(transport=httpx.MockTransport(torch_engine), base_url="http://x") as c:
+        assert o2_counts(c) == {"tool_proposed": 5, "tool_accepted": 5}
+        assert o2_rejections(c) == []

@@ -177,6 +177,8 @@ def o2_counts(c: httpx.Client) -> dict:
     if r.status_code == 200:
         o2 = r.json()["o2"][0]
         return {"tool_proposed": o2["tool_proposed"], "tool_accepted": o2["tool_accepted"]}
+    found = {k: int(float(v)) for k, v in _METRIC.findall(c.get("/metrics").text)}
+    return {"tool_proposed": found.get("o2_drafted", 0), "tool_accepted": found.get("o2_accepted", 0)}
 
 
 def o2_rejections(c: httpx.Client) -> list[dict]:
@@ -184,5 +186,3 @@ def o2_rejections(c: httpx.Client) -> list[dict]:
     [] on the torch engine, whose grammar makes the model write the cached layout."""
     r = c.get("/spectool/stats")
     return list(r.json()["o2"][0].get("tool_rejections", [])) if r.status_code == 200 else []
-    found = {k: int(float(v)) for k, v in _METRIC.findall(c.get("/metrics").text)}
-    return {"tool_proposed": found.get("o2_drafted", 0), "tool_accepted": found.get("o2_accepted", 0)}
