@@ -228,6 +228,7 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
     passes: list[dict[str, Any]] = []
     lost: list[int] = []
     changed: list[int] = []
+    run_rss: list[float] = []  # every soak pass's samples, in order: the whole run's RSS
     for k in range(args.passes):
         _say(
             f"soak pass {k + 1}/{args.passes}: engine-side speculation under drafter/tool faults, "
@@ -241,6 +242,7 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
         ]
         lost, changed = lost + lost_k, changed + changed_k
         passes.append(soak_report.pass_summary(lost_k, changed_k, statuses, rss, wall))
+        run_rss += [v for _, v in rss]
     me = asyncio.current_task()
     tasks_left = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
     report = soak_report.report(
@@ -260,7 +262,7 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
         main,
     )
     report["passes"] = passes
-    report.update(soak_report.rss_comparison(ref_rss, passes))
+    report.update(soak_report.rss_comparison(ref_rss, passes, run_rss))
     report["server_errors_5xx"] = sum(p["server_errors_5xx"] for p in passes)
     return report
 

@@ -31,15 +31,20 @@ def _worst_ratio_pct(now: list[float], then: list[float]) -> float | None:
     return round(max(100.0 * (a - b) / b for a, b in pairs), 2) if pairs else None
 
 
-def rss_comparison(ref_rss: list[tuple[float, float]], passes: list[dict[str, Any]]) -> dict[str, Any]:
+def rss_comparison(
+    ref_rss: list[tuple[float, float]], passes: list[dict[str, Any]], run_rss: list[float] = ()
+) -> dict[str, Any]:
     """RSS growth read apart from the workload's own shape.
 
     Within one pass RSS follows the batch: conversations grow and the agents' mix changes, so
     first → last quarter also measures the workload. Two comparisons hold it fixed: the same
     tasks without speculation (the reference pass, its own first → last quarter growth beside
     the soak's), and the last soak pass against the first, quarter by quarter (same tasks at the
-    same phase; a leak shows there, the worst quarter is reported)."""
+    same phase; a leak shows there, the worst quarter is reported). With four or more passes the
+    whole run's first and last quarters are whole passes over the same tasks, so first → last
+    quarter of the run (``run_rss_growth_pct``) compares like with like as it stands."""
     out: dict[str, Any] = {
+        "run_rss_growth_pct": round(growth(list(enumerate(run_rss))), 2) if run_rss else None,
         "reference_rss_growth_pct": round(growth(ref_rss), 2),
         "reference_rss_quarters_mb": quarters(ref_rss),
     }
@@ -120,6 +125,13 @@ def print_report(report: dict[str, Any]) -> None:
         ("calls answered by the engine", str(report["engine_resolved_calls"])),
         ("faults injected", ", ".join(f"{k} {v}" for k, v in report["faults"].items())),
     ]
+    if report.get("run_rss_growth_pct") is not None and len(report.get("passes", ())) > 1:
+        rows.append(
+            (
+                f"RSS growth, first → last quarter of the run ({len(report['passes'])} passes)",
+                f"{report['run_rss_growth_pct']:+.2f} %",
+            )
+        )
     if "reference_rss_growth_pct" in report:
         rows.append(
             ("same growth, reference (no speculation)", f"{report['reference_rss_growth_pct']:+.2f} %")
@@ -140,7 +152,7 @@ def print_report(report: dict[str, Any]) -> None:
     head = f"soak: {report['agents']} agents, {report['tasks']} tasks, {report['wall_s']} s"
     print(f"{head} — {report['main_model']}")
     for name, value in rows:
-        print(f"  {name:<44} {value}")
+        print(f"  {name:<52} {value}")
 
 
 def plot(report: dict[str, Any], out: Path) -> Path | None:

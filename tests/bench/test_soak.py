@@ -70,3 +70,8 @@ def test_rss_is_compared_like_with_like():
     assert out["reference_rss_growth_pct"] == 10.0 and out["rss_last_vs_first_pass_pct"] == 0.0
     assert rss_comparison(shape, [same, leaked])["rss_last_vs_first_pass_pct"] == 20.0
     assert "rss_last_vs_first_pass_pct" not in rss_comparison(shape, [same])
+    # four passes of the same shape: the run's first and last quarters are whole passes
+    run = [v for _ in range(4) for _, v in shape]
+    assert rss_comparison(shape, [same] * 4, run)["run_rss_growth_pct"] == 0.0
+    grown = [v * (1 + 0.05 * k) for k in range(4) for _, v in shape]
+    assert rss_comparison(shape, [same] * 4, grown)["run_rss_growth_pct"] == 15.0
