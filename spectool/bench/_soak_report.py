@@ -3,6 +3,7 @@ RSS-over-time plot (:mod:`._soak` runs the passes)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ def _worst_ratio_pct(now: list[float], then: list[float]) -> float | None:
 
 
 def rss_comparison(
-    ref_rss: list[tuple[float, float]], passes: list[dict[str, Any]], run_rss: list[float] = ()
+    ref_rss: list[tuple[float, float]], passes: list[dict[str, Any]], run_rss: Sequence[float] = ()
 ) -> dict[str, Any]:
     """RSS growth read apart from the workload's own shape.
 
