@@ -171,11 +171,16 @@ def plot(report: dict[str, Any], out: Path) -> Path | None:
     for t, label in report["marks"]:
         ax.axvline(t, color="tab:red", linestyle="--")
         ax.annotate(label, (t, max(ys or [0])), color="tab:red", fontsize=8)
-    ax.set_xlabel("seconds into the soak pass")
+    passes = len(report.get("passes", ())) or 1
+    ax.set_xlabel("seconds into the soak pass" + (f" (the last of {passes})" if passes > 1 else ""))
     ax.set_ylabel("RSS (MB), client + server")
+    growths = f"RSS growth {report['rss_growth_pct']:+.1f} % in this pass"
+    if passes > 1 and report.get("run_rss_growth_pct") is not None:
+        growths = f"RSS growth {report['run_rss_growth_pct']:+.1f} % over {passes} passes, " + growths
     ax.set_title(
         f"soak: {report['agents']} agents, lost {report['lost_transcripts']}, changed "
-        f"{report['changed_transcripts']}, RSS growth {report['rss_growth_pct']:+.1f} %"
+        f"{report['changed_transcripts']}; {growths}",
+        fontsize=10,
     )
     fig.tight_layout()
     path = out / "soak_rss.png"
