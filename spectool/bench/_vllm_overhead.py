@@ -31,6 +31,9 @@ import httpx
 __all__ = ["ARMS", "NGRAM", "arm_command", "free_port", "main", "measure_streams", "summarize"]
 
 ARMS = ("stock", "spectool")
+#: ``--arms`` may add ``no-o2``: spectool's plugins loaded, O2 off (no speculative config), which
+#: separates what the plugins cost from what running vLLM's speculative path costs
+OPTIONAL_ARMS = ("no-o2",)
 #: vLLM's own n-gram proposer (prompt lookup), the speculative decoding a vLLM user already has
 NGRAM = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 
@@ -46,15 +49,17 @@ def free_port() -> int:
 
 
 def arm_command(arm: str, *, port: int, dtype: str, model: str = "embedded") -> tuple[list[str], dict]:
-    """(command, environment) of one arm's server: ``stock``, ``spectool`` (plugins, O2 on) or
-    ``ngram`` (stock vLLM with its n-gram proposer, :data:`NGRAM`)."""
+    """(command, environment) of one arm's server: ``stock``, ``spectool`` (plugins, O2 on),
+    ``no-o2`` (plugins, O2 off) or ``ngram`` (stock vLLM with its n-gram proposer, :data:`NGRAM`)."""
     from spectool_serving.vllm.serve import build_command, server_env
 
-    if arm not in (*ARMS, "ngram"):
-        raise ValueError(f"arm must be one of {(*ARMS, 'ngram')}, got {arm!r}")
-    plugins = arm == "spectool"
+    if arm not in (*ARMS, *OPTIONAL_ARMS, "ngram"):
+        raise ValueError(f"arm must be one of {(*ARMS, *OPTIONAL_ARMS, 'ngram')}, got {arm!r}")
+    plugins = arm in ("spectool", "no-o2")
     extra = ["--speculative-config", json.dumps(NGRAM)] if arm == "ngram" else []
-    cmd = build_command(model, port=port, dtype=dtype, o2=plugins, spectool_plugins=plugins, extra=extra)
+    cmd = build_command(
+        model, port=port, dtype=dtype, o2=arm == "spectool", spectool_plugins=plugins, extra=extra
+    )
     return cmd, server_env(plugins=plugins)
 
 
@@ -100,17 +105,22 @@ def measure_streams(url: str, model: str, streams: int, tokens: int) -> dict[str
 
 
 def summarize(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per stream count: median tok/s and TTFT of each arm over the rounds, and their ratios."""
+    """Per stream count: median tok/s and TTFT of each arm over the rounds, and their ratios
+    (``tok_s_ratio``: spectool / stock; ``no-o2_tok_s_ratio`` where that arm ran)."""
     rows = []
+    arms = [a for a in (*ARMS, *OPTIONAL_ARMS) if any(s["arm"] == a for s in samples)]
     for streams in sorted({s["streams"] for s in samples}):
         row: dict[str, Any] = {"streams": streams}
-        for arm in ARMS:
+        for arm in arms:
             mine = [s for s in samples if s["streams"] == streams and s["arm"] == arm]
             row[f"{arm}_tok_s"] = statistics.median(s["tok_s"] for s in mine) if mine else None
             row[f"{arm}_ttft_s"] = statistics.median(s["ttft_median_s"] for s in mine) if mine else None
         if row["stock_tok_s"] and row["spectool_tok_s"]:
             row["tok_s_ratio"] = row["spectool_tok_s"] / row["stock_tok_s"]
             row["ttft_ratio"] = row["spectool_ttft_s"] / row["stock_ttft_s"]
+        for arm in OPTIONAL_ARMS:
+            if row["stock_tok_s"] and row.get(f"{arm}_tok_s"):
+                row[f"{arm}_tok_s_ratio"] = row[f"{arm}_tok_s"] / row["stock_tok_s"]
         rows.append(row)
     return rows
 
@@ -126,6 +136,11 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"**{r.get('tok_s_ratio', float('nan')):.3f}×** | "
             f"{r['stock_ttft_s']:.2f} | {r['spectool_ttft_s']:.2f} |"
         )
+    if any("no-o2_tok_s" in r for r in rows):
+        out += ["", "| streams | plugins, O2 off, tok/s | ratio to stock |", "|---|---|---|"]
+        for r in rows:
+            ratio = r.get("no-o2_tok_s_ratio", float("nan"))
+            out.append(f"| {r['streams']} | {r['no-o2_tok_s']:.1f} | **{ratio:.3f}×** |")
     return "\n".join(out)
 
 
@@ -137,7 +152,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6))
     xs = [r["streams"] for r in rows]
-    for arm, style in (("stock", "o-"), ("spectool", "s--")):
+    for arm, style in (("stock", "o-"), ("spectool", "s--"), ("no-o2", "^:")):
+        if f"{arm}_tok_s" not in rows[0]:
+            continue
         a.plot(xs, [r[f"{arm}_tok_s"] for r in rows], style, label=arm)
         b.plot(xs, [r[f"{arm}_ttft_s"] for r in rows], style, label=arm)
     a.set(xscale="log", xlabel="concurrent streams", ylabel="aggregate tokens/s", title="decode throughput")
@@ -158,10 +175,13 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     streams = [int(s) for s in a.streams.split(",")]
+    arms = tuple(a.arms.split(","))
+    if not set(ARMS) <= set(arms) or not set(arms) <= {*ARMS, *OPTIONAL_ARMS}:
+        raise SystemExit(f"--arms must include {ARMS} and may add {OPTIONAL_ARMS}, got {a.arms!r}")
     samples: list[dict[str, Any]] = []
     with ExitStack() as stack:
         urls = {}
-        for arm in ARMS:  # one after the other: two starts at once would fight for both cores
+        for arm in arms:  # one after the other: two starts at once would fight for both cores
             port = free_port()
             cmd, env = arm_command(arm, port=port, dtype=a.dtype)
             _say(f"{arm}: starting ({' '.join(cmd[3:])})")
@@ -171,10 +191,10 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                 )
             )
             urls[arm] = server.url
-        for arm in ARMS:  # untimed warm-up: first requests pay one-off allocation
+        for arm in arms:  # untimed warm-up: first requests pay one-off allocation
             measure_streams(urls[arm], "smollm2", 2, 8)
         for r in range(a.rounds):
-            for arm in ARMS if r % 2 == 0 else ARMS[::-1]:
+            for arm in arms if r % 2 == 0 else arms[::-1]:
                 for n in streams:
                     m = measure_streams(urls[arm], "smollm2", n, a.tokens)
                     samples.append({"round": r, "arm": arm, "streams": n, **m})
@@ -189,6 +209,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             "tokens": a.tokens,
             "rounds": a.rounds,
             "streams": streams,
+            "arms": list(arms),
             "model": "embedded SmolLM2-135M-Instruct",
         },
         "samples": samples,
@@ -210,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per arm")
     p.add_argument("--tokens", type=int, default=64, help="tokens per stream")
     p.add_argument("--dtype", default="bfloat16", help="both arms (bfloat16: vLLM's CPU default)")
+    p.add_argument("--arms", default="stock,spectool", help="stock,spectool and optionally no-o2")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--out", default="out/vllm-overhead")
     run(p.parse_args(argv))

@@ -187,3 +187,20 @@ def test_o2_counts_and_rejections_read_either_backend():
     with httpx.Client(transport=httpx.MockTransport(torch_engine), base_url="http://x") as c:
         assert o2_counts(c) == {"tool_proposed": 5, "tool_accepted": 5}
         assert o2_rejections(c) == []
+
+
+def test_the_no_o2_arm_loads_the_plugins_without_a_speculative_path(tmp_path):
+    """The third overhead arm separates what the plugins cost from what O2's speculative path
+    costs: plugins and worker extension on, no --speculative-config."""
+    from spectool.bench._vllm_overhead import arm_command, summarize, table
+
+    cmd, env = arm_command("no-o2", port=9, dtype="bfloat16", model=str(tmp_path))
+    assert "--speculative-config" not in cmd and "--worker-extension-cls" in cmd
+    assert "spectool" in env["VLLM_PLUGINS"].split(",")
+    samples = [
+        {"arm": arm, "streams": 1, "tok_s": tok_s, "ttft_median_s": 0.1}
+        for arm, tok_s in (("stock", 50.0), ("spectool", 45.0), ("no-o2", 49.0))
+    ]
+    (row,) = summarize(samples)
+    assert row["tok_s_ratio"] == pytest.approx(0.9) and row["no-o2_tok_s_ratio"] == pytest.approx(0.98)
+    assert "plugins, O2 off" in table([row])
