@@ -52,13 +52,14 @@ def measure(url: str, model: str, turns: int, latency: float, tokens: int = 128)
                 + ", ".join(f"{m} {rows[m][-1]['s']:.2f} s" for m in MODES)
             )
         o2 = {k: v - o2_before[k] for k, v in o2_counts(c).items()}
+        rejections = o2_rejections(c)
     return {
         **out,
         **summarize(rows),
         "o2": {
             **o2,
             "rate": o2["tool_accepted"] / o2["tool_proposed"] if o2["tool_proposed"] else None,
-            "rejections": o2_rejections(c),
+            "rejections": rejections,
         },
         "runs": rows,
     }

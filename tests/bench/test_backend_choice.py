@@ -111,3 +111,28 @@ def test_comparison_summary_counts_savings_per_hit_only():
     text = table({"backends": {"torch": b, "vllm": {**b, "per_hit": None}}})
     assert "torch" in text and "vllm" in text and "3/4" in text and "150" in text
     assert summarize({**rows, "engine": [_row(4.0, 300, 2, False)]})["per_hit"] is None
+
+
+def test_backends_measure_reads_o2_counters_and_rejections_while_its_client_is_open(monkeypatch):
+    """``measure`` against stand-ins for the workload calls (no server): the O2 figures come
+    from the same open client as the turns (a read after the client closed failed once)."""
+    from spectool.bench import _backends_main as bm
+
+    def open_only(fn):
+        def wrapped(c, *a, **k):
+            assert not c.is_closed
+            return fn(c, *a, **k)
+
+        return wrapped
+
+    counts = iter([{"tool_proposed": 0, "tool_accepted": 0}, {"tool_proposed": 10, "tool_accepted": 9}])
+    monkeypatch.setattr(bm, "decode_rate", open_only(lambda c, model, streams, tokens=128: 10.0 * streams))
+    monkeypatch.setattr(
+        bm, "turn", open_only(lambda c, mode, model, city, latency: {"s": 1.0, "prefill": 5, "trips": 1})
+    )
+    monkeypatch.setattr(bm, "o2_counts", open_only(lambda c: next(counts)))
+    monkeypatch.setattr(bm, "o2_rejections", open_only(lambda c: [{"drafted": "x", "wrote": "y"}]))
+    res = bm.measure("http://127.0.0.1:9", "m", turns=2, latency=0.0)
+    assert res["o2"]["tool_proposed"] == 10 and res["o2"]["rate"] == 0.9
+    assert res["o2"]["rejections"] == [{"drafted": "x", "wrote": "y"}]
+    assert res["decode_tok_s_8"] == 80.0
