@@ -423,6 +423,12 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
         seed = plan.seed + repeat
         for m in plan.agents:
             assignment = assign(tasks, m, plan.tasks_per_agent)
+            if plan.main == "embedded" and plan.backend == "vllm":
+                # vLLM's prefix cache would serve every config after the baseline from the
+                # baseline's own prefills: warm it with the same tasks, untimed, so the baseline
+                # and each config meet the same cache
+                bar.label = f"warm-up (prefix cache) M={m}"
+                await run_agents(assignment, Setup(latency=Latency(0.0), **{**common, "on_step": None}))
             for mean in latencies:
                 latency = Latency(mean, plan.latency_cv, seed=seed)
                 bar.label = f"baseline M={m} T={mean}s"
