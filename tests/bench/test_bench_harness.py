@@ -178,3 +178,50 @@ def test_aggregate_throughput_is_m_times_the_mean_per_agent_rate_and_is_plotted(
     paths = write_plots(runs, tmp_path)
     assert tmp_path / "throughput_vs_agents.png" in paths
     assert tmp_path / "throughput_vs_agents.png" not in write_plots(runs[:1], tmp_path / "one")
+
+
+@pytest.mark.parametrize("backend, warmed", [("vllm", True), ("torch", False)])
+def test_a_main_model_with_a_prefix_cache_is_warmed_before_each_baseline(monkeypatch, backend, warmed):
+    """On vLLM the configs after the baseline would meet a prefix cache the baseline filled:
+    an untimed pass over the same tasks comes first (workload calls stood in, no server)."""
+    import types
+
+    from spectool.bench import _sweep
+
+    calls = []
+
+    async def fake_run_agents(assignment, setup):
+        calls.append((setup.mode, setup.on_step is None, len(assignment)))
+        return []
+
+    async def nothing(*a, **k):
+        return None
+
+    tasks = [types.SimpleNamespace(id=f"t{i}") for i in range(4)]
+    monkeypatch.setattr(_sweep, "_select_tasks", lambda plan: tasks)
+    monkeypatch.setattr(_sweep, "_make_client", lambda plan, replay, base_url: object)
+    monkeypatch.setattr(_sweep, "_warm_up", lambda tasks: None)
+    monkeypatch.setattr(_sweep, "_warm_main", nothing)
+    monkeypatch.setattr(_sweep, "_warm_drafters", nothing)
+    monkeypatch.setattr(_sweep, "_expected_steps", lambda plan, tasks: 1)
+    monkeypatch.setattr(_sweep, "expected_call_G", lambda tasks, rates: 1.0)
+    monkeypatch.setattr(_sweep, "run_agents", fake_run_agents)
+    monkeypatch.setattr(_sweep, "run_row", lambda meta, *a, **k: dict(meta))
+    monkeypatch.setattr(_sweep, "_drafters", lambda plan, name, tasks, seed: [(object, name)])
+    plan = _sweep.Plan(
+        main="embedded",
+        backend=backend,
+        agents=(1, 2),
+        latencies=(1.0,),
+        samples=(1,),
+        drafters=("history",),
+        configs=("client",),
+        timeline=False,
+    )
+    anyio.run(_sweep._run_plan, plan, False, "http://127.0.0.1:9/v1", None)
+    warm = [("client", True, 1), ("client", True, 2)] if warmed else []
+    runs = [c for c in calls if not c[1]]
+    assert [c for c in calls if c[1]] == warm
+    assert len(runs) == 4  # baseline + client per M
+    if warmed:  # each warm-up comes right before its M's baseline
+        assert calls[0][1] and calls[3][1] and not calls[1][1] and not calls[2][1]
