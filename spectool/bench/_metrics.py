@@ -90,7 +90,9 @@ def engine_prediction(base: AgentResult, alpha: float, phi: float, delta: float)
         "eq4_s": vanilla,
         "eq6_s": spec_o1,
         "eq6_no_o1_s": spec,
-        "speedup": vanilla / spec if spec > 0 else 1.0,
+        # α = 0 answers nothing in place: Eq. 6 is Eq. 4, exactly (the two float sums differ
+        # in their last bit, and a speedup of 0.9999999999999999 would read as a slowdown)
+        "speedup": 1.0 if alpha == 0 or spec <= 0 else vanilla / spec,
         "overhead_s": o2,
     }
 

@@ -225,3 +225,21 @@ def test_a_main_model_with_a_prefix_cache_is_warmed_before_each_baseline(monkeyp
     assert len(runs) == 4  # baseline + client per M
     if warmed:  # each warm-up comes right before its M's baseline
         assert calls[0][1] and calls[3][1] and not calls[1][1] and not calls[2][1]
+
+
+def test_engine_prediction_at_alpha_zero_is_exactly_no_speedup():
+    """Eq. 6 with nothing answered in place is Eq. 4; the ratio of the two float sums must not
+    read as a slowdown in its last bit (a CI run once got 0.9999999999999999)."""
+    from spectool.bench._harness import AgentResult
+    from spectool.bench._metrics import engine_prediction
+
+    reqs = [  # a case whose float sums differ in the last bit
+        {"prompt": 168, "completion": 9, "calls": 1, "G": 0.40405522059153737, "T": 0.49543508709194095},
+        {"prompt": 330, "completion": 35, "calls": 1, "G": 0.7212743781782105, "T": 0.7887233511355132},
+        {"prompt": 380, "completion": 6, "calls": 0, "G": 0.4, "T": 0},
+    ]
+    base = AgentResult(agent=0)
+    base.requests = [{**r, "task": "t", "turn": 0} for r in reqs]
+    phi, delta = 0.0015147843039200282, 0.04519926691509358
+    assert engine_prediction(base, 0.0, phi, delta)["speedup"] == 1.0
+    assert engine_prediction(base, 1.0, phi, delta)["speedup"] > 1.0
