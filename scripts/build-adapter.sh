@@ -14,6 +14,6 @@ traces=$(mktemp -t spectool-traces-XXXX.jsonl)
   --categories simple_python,multiple,live_simple,live_multiple,parallel,parallel_multiple,multi_turn_base \
   --out "$traces"
 "$py" -m spectool.drafters._tune --traces "$traces" --out "$out" \
-  --max-per-category 200 --epochs 1 --rank 16 --lr 1e-3 --batch-size 4 --max-tokens 640 \
+  --max-per-category 300 --epochs 1 --rank 16 --lr 1e-3 --batch-size 4 --max-tokens 640 \
   --threads 1 --max-minutes 55 "$@"
 gzip -nc "$traces" > "$out/traces.jsonl.gz" && rm -f "$traces"

@@ -179,18 +179,38 @@ def openai_tool(doc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _first_option(options: Any) -> Any:
+    """The first real value of a BFCL option list ("" or None means "may be omitted").
+
+    A dict-typed argument's option is itself a dict whose values are option lists (BFCL's
+    checker reads ``{"body": [{"mode": ["COOL"], "wind": ["MID", ""]}]}`` so), resolved the
+    same way, recursively (also inside a list of such dicts); a dict with a non-list value is
+    taken as it is.
+    """
+    chosen = next((o for o in options if o not in ("", None)), None)
+    if _optioned(chosen):
+        return _resolved(chosen)
+    if isinstance(chosen, list) and chosen and all(_optioned(item) for item in chosen):
+        return [_resolved(item) for item in chosen]  # a list of such dicts
+    return chosen
+
+
+def _optioned(value: Any) -> bool:
+    return isinstance(value, dict) and bool(value) and all(isinstance(v, list) for v in value.values())
+
+
+def _resolved(params: dict[str, Any]) -> dict[str, Any]:
+    args = {}
+    for k, options in params.items():
+        chosen = _first_option(options)
+        if chosen is not None:
+            args[k] = chosen
+    return args
+
+
 def _single_truth(answer: list[dict[str, Any]]) -> list[ToolCall]:
     """BFCL single-turn answers list allowed values per argument; take the first real one."""
-    calls = []
-    for item in answer:
-        for name, params in item.items():
-            args = {}
-            for k, options in params.items():
-                chosen = next((o for o in options if o not in ("", None)), None)
-                if chosen is not None:
-                    args[k] = chosen
-            calls.append(ToolCall(tool_name(name), args))
-    return calls
+    return [ToolCall(tool_name(name), _resolved(params)) for item in answer for name, params in item.items()]
 
 
 def parse_call(text: str, positional: Mapping[str, Sequence[str]]) -> ToolCall:

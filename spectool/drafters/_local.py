@@ -32,7 +32,7 @@ from ._common import tool_schemas, with_known_tools
 from ._decode import DecodeStats, PrefixCache, decode_rows
 from ._prompts import DEFAULT_EXAMPLES, WorkedExample, draft_messages
 
-__all__ = ["DEFAULT_LOCAL_MODEL", "LocalDrafter", "LocalModel"]
+__all__ = ["DEFAULT_LOCAL_MODEL", "LocalDrafter", "LocalModel", "TUNED_LIMITS", "UNTUNED_LIMITS"]
 
 #: The model the paper drafts with; used when its weights are reachable (hub cache / folder).
 DEFAULT_LOCAL_MODEL = "Salesforce/xLAM-2-1b-fc-r"
@@ -181,6 +181,14 @@ class _GreedyRow:
         return scores
 
 
+#: Answer limits of an untuned model: it has not learnt where an answer ends, so it stops at
+#: the first complete call and its strings are cut short (a rambling string costs g).
+UNTUNED_LIMITS: dict[str, int] = {"max_calls": 1, "max_string_length": 64}
+#: A tuned adapter was trained on whole responses (parallel calls, long string answers) and
+#: closes them itself: the caps only bound a runaway (BFCL parallel answers hold ≤ 4 calls).
+TUNED_LIMITS: dict[str, int] = {"max_calls": 4, "max_string_length": 160}
+
+
 class LocalDrafter:
     """Drafts calls with an in-process causal LM (default: xLAM-2-1b if cached, else SmolLM2).
 
@@ -190,8 +198,9 @@ class LocalDrafter:
     (tool signatures + recent messages) or ``"examples"`` (xLAM prompt with the worked
     ``examples`` before the whole conversation). ``decoder``: ``"fast"`` (prefix KV reuse,
     ``jump_forward`` over schema-forced tokens, early stop) or ``"generate"`` (one batched
-    ``transformers.generate``). ``max_calls`` is the longest answer: 1 stops at the first
-    complete call. With λ > 1 the rows are sampled at ``temperature``; ``greedy_first`` keeps
+    ``transformers.generate``). ``max_calls`` is the longest answer (1 stops at the first
+    complete call) and ``max_string_length`` the longest string argument; both default by
+    whether an adapter is given (:data:`UNTUNED_LIMITS` / :data:`TUNED_LIMITS`). With λ > 1 the rows are sampled at ``temperature``; ``greedy_first`` keeps
     row 0 greedy.
     """
 
@@ -201,12 +210,12 @@ class LocalDrafter:
         *,
         constrained: bool = True,
         examples: Sequence[WorkedExample] = DEFAULT_EXAMPLES,
-        max_new_tokens: int = 96,
+        max_new_tokens: int = 192,
         temperature: float = 0.8,
         top_p: float = 0.95,
         dtype: str = "auto",
-        max_string_length: int = 64,
-        max_calls: int = 1,
+        max_string_length: int | None = None,
+        max_calls: int | None = None,
         max_prompt_tokens: int = 2048,
         greedy_first: bool = True,
         prompt: str = "compact",
@@ -216,8 +225,13 @@ class LocalDrafter:
         adapter: str | os.PathLike[str] | None = None,
         compact_options: Mapping[str, Any] | None = None,
     ) -> None:
-        if max_new_tokens < 1 or temperature < 0 or max_calls < 1:
-            raise ConfigError("max_new_tokens and max_calls must be ≥ 1 and temperature ≥ 0")
+        limits = TUNED_LIMITS if adapter is not None else UNTUNED_LIMITS
+        max_calls = limits["max_calls"] if max_calls is None else max_calls
+        max_string_length = limits["max_string_length"] if max_string_length is None else max_string_length
+        if max_new_tokens < 1 or temperature < 0 or max_calls < 1 or max_string_length < 1:
+            raise ConfigError(
+                "max_new_tokens, max_calls and max_string_length must be ≥ 1 and temperature ≥ 0"
+            )
         if prompt not in ("compact", "examples") or decoder not in ("fast", "generate"):
             raise ConfigError(
                 f"prompt must be 'compact' or 'examples' (got {prompt!r}) and decoder "

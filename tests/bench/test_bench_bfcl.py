@@ -3,7 +3,7 @@
 import pytest
 
 from spectool import ConfigError, Effect, ToolCall
-from spectool.bench._bfcl import load_tasks, openai_tool, parse_call, tool_name
+from spectool.bench._bfcl import _single_truth, load_tasks, openai_tool, parse_call, tool_name
 from spectool.bench._effects import EFFECTS, effect_of, measure_effects
 from spectool.bench._executable import STATELESS, Environment, load_class
 
@@ -19,6 +19,34 @@ def test_categories_load_with_ground_truth():
     assert simple[1].names == {"math_factorial": "math.factorial"}
     with pytest.raises(ConfigError, match="unknown BFCL category"):
         load_tasks("no_such_category")
+
+
+def test_ground_truth_resolves_nested_option_lists():
+    # BFCL writes a dict argument's acceptable values one level down, per key ("" = may be
+    # omitted); the truth must be plain data, not the option lists (it once was)
+    answer = [
+        {
+            "ThinQ.Connect": {
+                "body": [{"mode": ["AIR_DRY"], "wind": ["", "MID"], "saving": ["", False], "eco": [""]}],
+                "boxes": [[{"x": [60.2], "y": [12.3, 12]}]],
+                "tags": [["a", "b"], ["b", "a"]],
+                "unit": ["", "km"],
+                "note": [""],
+            }
+        }
+    ]
+    (call,) = _single_truth(answer)
+    assert call == ToolCall(
+        "ThinQ_Connect",
+        {
+            "body": {"mode": "AIR_DRY", "wind": "MID", "saving": False},
+            "boxes": [{"x": 60.2, "y": 12.3}],
+            "tags": ["a", "b"],
+            "unit": "km",
+        },
+    )
+    (thinq,) = next(t for t in load_tasks("live_simple") if t.id == "live_simple_41-17-1").ground_truth[0]
+    assert thinq.arguments["body"]["airConJobMode"] == "AIR_DRY"
 
 
 def test_gorilla_schema_becomes_openai():

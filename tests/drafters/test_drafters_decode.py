@@ -23,6 +23,7 @@ from spectool._toolcall_text import parse_tool_calls
 from spectool.drafters import LocalDrafter
 from spectool.drafters._common import tool_schemas
 from spectool.drafters._decode import DecodeStats, PrefixCache, decode_rows
+from spectool.drafters._local import TUNED_LIMITS, UNTUNED_LIMITS
 from spectool.drafters._eval import valid
 from spectool.drafters._grammar import GrammarConstraint
 
@@ -272,6 +273,11 @@ def test_bad_options_are_config_errors():
         LocalDrafter(None, decoder="beam")
     with pytest.raises(ConfigError):
         LocalDrafter(None, max_calls=0)
+    with pytest.raises(ConfigError):
+        LocalDrafter(None, max_string_length=0)
+    # untuned: the first complete call ends the draft, strings are cut short
+    untuned = LocalDrafter(None)
+    assert (untuned.max_calls, untuned.max_string_length) == (1, UNTUNED_LIMITS["max_string_length"])
 
 
 @pytest.mark.anyio
@@ -297,5 +303,9 @@ async def test_adapter_is_loaded_through_the_tune_helpers_function(tiny, monkeyp
     assert seen == [(model, "/tmp/some-adapter"), ("manifest", "/tmp/some-adapter")]
     # it renders in the format the adapter was tuned on, not the newest one
     assert drafter.compact_options["version"] == 2
+    # a tuned adapter writes whole responses: parallel calls allowed, long strings uncut
+    assert drafter.max_calls == TUNED_LIMITS["max_calls"] > 1
+    assert drafter.max_string_length == 12  # given: kept
+    assert LocalDrafter(tiny, adapter="/tmp/some-adapter").max_string_length == TUNED_LIMITS["max_string_length"]
     calls = await drafter.propose(DraftRequest(_turns()[0], TOOLS, samples=1))
     assert len(calls) == 1
