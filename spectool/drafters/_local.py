@@ -200,8 +200,8 @@ class LocalDrafter:
     ``jump_forward`` over schema-forced tokens, early stop) or ``"generate"`` (one batched
     ``transformers.generate``). ``max_calls`` is the longest answer (1 stops at the first
     complete call) and ``max_string_length`` the longest string argument; both default by
-    whether an adapter is given (:data:`UNTUNED_LIMITS` / :data:`TUNED_LIMITS`). With λ > 1 the rows are sampled at ``temperature``; ``greedy_first`` keeps
-    row 0 greedy.
+    whether an adapter is given (:data:`UNTUNED_LIMITS` / :data:`TUNED_LIMITS`). With λ > 1
+    the rows are sampled at ``temperature``; ``greedy_first`` keeps row 0 greedy.
     """
 
     def __init__(

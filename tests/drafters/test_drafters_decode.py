@@ -23,9 +23,9 @@ from spectool._toolcall_text import parse_tool_calls
 from spectool.drafters import LocalDrafter
 from spectool.drafters._common import tool_schemas
 from spectool.drafters._decode import DecodeStats, PrefixCache, decode_rows
-from spectool.drafters._local import TUNED_LIMITS, UNTUNED_LIMITS
 from spectool.drafters._eval import valid
 from spectool.drafters._grammar import GrammarConstraint
+from spectool.drafters._local import TUNED_LIMITS, UNTUNED_LIMITS
 
 TOOLS = [
     {
@@ -306,6 +306,8 @@ async def test_adapter_is_loaded_through_the_tune_helpers_function(tiny, monkeyp
     # a tuned adapter writes whole responses: parallel calls allowed, long strings uncut
     assert drafter.max_calls == TUNED_LIMITS["max_calls"] > 1
     assert drafter.max_string_length == 12  # given: kept
-    assert LocalDrafter(tiny, adapter="/tmp/some-adapter").max_string_length == TUNED_LIMITS["max_string_length"]
+    assert (
+        LocalDrafter(tiny, adapter="/tmp/some-adapter").max_string_length == TUNED_LIMITS["max_string_length"]
+    )
     calls = await drafter.propose(DraftRequest(_turns()[0], TOOLS, samples=1))
     assert len(calls) == 1
