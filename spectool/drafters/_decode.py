@@ -14,6 +14,7 @@ torch is imported lazily (callers hold the model's lock).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -154,11 +155,12 @@ def decode_rows(
     reuse: bool = True,
     seed: int | None = None,
     stats: DecodeStats | None = None,
+    branch: bool = False,
 ) -> list[list[int]]:
     """Decode ``rows`` answers for ``prompt`` under ``grammar``; returns each row's new ids.
 
-    Row 0 is greedy when ``greedy_first`` (or when ``temperature`` is 0); the others sample.
-    A set ``stop`` ends the draft before its next forward (``[]`` is returned).
+    Row 0 is greedy when ``greedy_first`` (or when ``temperature`` is 0); the others sample,
+    or with ``branch`` fork off row 0 where it was least sure (:func:`_branch_rows`). A set ``stop`` ends the draft before its next forward (``[]`` is returned).
     ``grammar`` None decodes without a constraint (then jump-forward does nothing); a
     ``concurrent.futures.Future`` of one is awaited after the prefill, so a new tool set's
     grammar compiles on the other core while the prompt is prefilled.
@@ -168,33 +170,20 @@ def decode_rows(
     stats = stats if stats is not None else DecodeStats()
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     stops = {int(s) for s in stop_ids}
+    decode = functools.partial(
+        _decode_one, model, tokenizer, xgr, prefix, stop, stops, vocab, max_new_tokens, top_p, generator
+    )
     try:
         first = prefix.prefill(model, prompt, stop, stats, reuse=reuse)
         if hasattr(grammar, "result"):
             grammar = grammar.result()
+        if branch and rows > 1:
+            return _branch_rows(decode, grammar, first, len(prompt), prefix, rows, jump_forward, stats)
         out: list[list[int]] = []
         for r in range(rows):
             temp = 0.0 if (r == 0 and greedy_first) else temperature
             try:
-                out.append(
-                    _decode_one(
-                        model,
-                        tokenizer,
-                        xgr,
-                        grammar,
-                        prefix,
-                        first,
-                        stop,
-                        stops,
-                        vocab,
-                        max_new_tokens,
-                        temp,
-                        top_p,
-                        generator,
-                        jump_forward,
-                        stats,
-                    )
-                )
+                out.append(decode(grammar, first, temp, jump_forward, stats))
             finally:
                 if prefix.cache is not None:
                     prefix.rewind(len(prompt))
@@ -203,30 +192,77 @@ def decode_rows(
         return []
 
 
+def _branch_rows(
+    decode: Any,
+    grammar: Any,
+    logits: Any,
+    prompt_len: int,
+    prefix: PrefixCache,
+    rows: int,
+    jump: bool,
+    stats: Any,
+) -> list[list[int]]:
+    """Row 0 greedy; each other row takes the runner-up token at one of the ``rows - 1`` steps
+    where row 0 was least sure (smallest log-prob margin), then continues greedily.
+
+    Forks are decoded latest first, so each one only crops the cache back to its fork point:
+    everything before a sampled token of row 0 was fed, and an earlier fork's prefix is a prefix
+    of a later one's.
+    """
+    forks: list[tuple[float, int, int]] = []  # (margin, index in row 0, runner-up token)
+    try:
+        out = [decode(grammar, logits, 0.0, jump, stats, forks=forks)]
+        chosen = sorted(sorted(forks)[: rows - 1], key=lambda f: -f[1])
+        for _, index, token in chosen:
+            if prefix.cache is None:
+                break
+            prefix.rewind(prompt_len + index)
+            out.append(decode(grammar, None, 0.0, jump, stats, start=(out[0][:index], token)))
+        return out
+    finally:
+        if prefix.cache is not None:
+            prefix.rewind(prompt_len)
+
+
 def _decode_one(
     model: Any,
     tokenizer: Any,
     xgr: Any,
-    grammar: Any,
     prefix: PrefixCache,
-    logits: Any,
     stop: threading.Event,
     stops: set[int],
     vocab: int,
     max_new_tokens: int,
-    temperature: float,
     top_p: float,
     generator: Any,
+    grammar: Any,
+    logits: Any,
+    temperature: float,
     jump_forward: bool,
     stats: DecodeStats,
+    *,
+    forks: list[tuple[float, int, int]] | None = None,
+    start: tuple[list[int], int] | None = None,
 ) -> list[int]:
+    """One row. ``forks`` collects, per sampled step, the runner-up token and its log-prob
+    margin; ``start`` = (tokens already in the cache, the token to take next) resumes a fork."""
     row = _Row(xgr, grammar, vocab) if grammar is not None else None
     new: list[int] = []
+    forced_next: int | None = None
+    if start is not None:
+        new, forced_next = list(start[0]), start[1]
+        if row is not None and not all(row.matcher.accept_token(t) for t in new):
+            return []  # cannot happen for row 0's own tokens; a fork never breaks the main path
     while len(new) < max_new_tokens:
-        scores = row.masked(logits) if row is not None else logits
-        token = _pick(scores, temperature, top_p, generator)
-        if token in stops or not bool(scores[token].isfinite()):
-            break
+        if forced_next is not None:
+            scores, token, forced_next = None, forced_next, None
+        else:
+            scores = row.masked(logits) if row is not None else logits
+            token = _pick(scores, temperature, top_p, generator)
+            if token in stops or not bool(scores[token].isfinite()):
+                break
+            if forks is not None:
+                _note_fork(forks, scores, token, len(new), stops)
         stats.sampled_tokens += 1
         feed = [token]
         if row is not None:
@@ -247,6 +283,22 @@ def _decode_one(
         logits = _forward(model, prefix.cache, feed, stats)
         prefix.ids.extend(feed)
     return new
+
+
+def _note_fork(
+    forks: list[tuple[float, int, int]], scores: Any, token: int, index: int, stops: set[int]
+) -> None:
+    """Record the allowed runner-up of a greedy step and how far below the chosen token it is."""
+    import torch
+
+    logp = torch.log_softmax(scores, dim=-1)
+    top = torch.topk(logp, 2)
+    if int(top.indices[0]) != token:
+        return
+    runner_up = int(top.indices[1])
+    if runner_up in stops or not bool(top.values[1].isfinite()):
+        return
+    forks.append((float(top.values[0] - top.values[1]), index, runner_up))
 
 
 def _forced(tokenizer: Any, row: _Row, budget: int, stops: set[int], vocab: int) -> list[int]:

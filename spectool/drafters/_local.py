@@ -201,7 +201,8 @@ class LocalDrafter:
     ``transformers.generate``). ``max_calls`` is the longest answer (1 stops at the first
     complete call) and ``max_string_length`` the longest string argument; both default by
     whether an adapter is given (:data:`UNTUNED_LIMITS` / :data:`TUNED_LIMITS`). With λ > 1
-    the rows are sampled at ``temperature``; ``greedy_first`` keeps row 0 greedy.
+    the rows are sampled at ``temperature`` (``greedy_first`` keeps row 0 greedy), or with
+    ``diversity="branch"`` (fast decoder) they fork off the greedy row at its least sure steps.
     """
 
     def __init__(
@@ -224,6 +225,7 @@ class LocalDrafter:
         prefix_cache: bool = True,
         adapter: str | os.PathLike[str] | None = None,
         compact_options: Mapping[str, Any] | None = None,
+        diversity: str = "sample",
     ) -> None:
         limits = TUNED_LIMITS if adapter is not None else UNTUNED_LIMITS
         max_calls = limits["max_calls"] if max_calls is None else max_calls
@@ -232,6 +234,8 @@ class LocalDrafter:
             raise ConfigError(
                 "max_new_tokens, max_calls and max_string_length must be ≥ 1 and temperature ≥ 0"
             )
+        if diversity not in ("sample", "branch"):
+            raise ConfigError(f"diversity must be 'sample' or 'branch' (got {diversity!r})")
         if prompt not in ("compact", "examples") or decoder not in ("fast", "generate"):
             raise ConfigError(
                 f"prompt must be 'compact' or 'examples' (got {prompt!r}) and decoder "
@@ -257,6 +261,7 @@ class LocalDrafter:
         self.decoder = decoder
         self.jump_forward = jump_forward
         self.prefix_cache = prefix_cache
+        self.diversity = diversity
         self.compact_options = dict(compact_options or {})
         if adapter is not None and "version" not in self.compact_options:
             self.compact_options["version"] = _adapter_format(adapter)
@@ -314,7 +319,8 @@ class LocalDrafter:
     def _decode_fast(self, loaded: LocalModel, request: DraftRequest, stop: threading.Event) -> list[str]:
         import torch
 
-        rows = max(1, int(request.samples)) if self.temperature > 0 else 1
+        branch = self.diversity == "branch"
+        rows = max(1, int(request.samples)) if (self.temperature > 0 or branch) else 1
         vocab = output_width(loaded.model)
         grammar = xgr = None
         stops = set(_eos_ids(loaded))
@@ -346,6 +352,7 @@ class LocalDrafter:
                 jump_forward=self.jump_forward,
                 reuse=self.prefix_cache,
                 stats=stats,
+                branch=branch,
             )
             self.last_generate_s = time.perf_counter() - start
             self.last_generate_cpu_s = time.thread_time() - cpu

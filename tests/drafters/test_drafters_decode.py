@@ -115,8 +115,23 @@ def grammar(tiny):
     )
 
 
-def _decode(tiny, grammar, ids, prefix, *, rows=1, reuse=True, jump=True, stop=None, stats=None, seed=0):
+def _decode(
+    tiny,
+    grammar,
+    ids,
+    prefix,
+    *,
+    rows=1,
+    reuse=True,
+    jump=True,
+    stop=None,
+    stats=None,
+    seed=0,
+    free=False,
+    **options,
+):
     model, tok = tiny
+    options.setdefault("max_new_tokens", 48)
     return decode_rows(
         model,
         tok,
@@ -126,15 +141,15 @@ def _decode(tiny, grammar, ids, prefix, *, rows=1, reuse=True, jump=True, stop=N
         prefix,
         stop or threading.Event(),
         rows=rows,
-        max_new_tokens=48,
         stop_ids=grammar.stop_token_ids,
         vocab=grammar.vocab_size,
-        temperature=1.0,
+        temperature=options.pop("temperature", 1.0),
         top_p=0.95,
         jump_forward=jump,
         reuse=reuse,
         seed=seed,
         stats=stats,
+        **options,
     )
 
 
@@ -155,6 +170,47 @@ def test_prefix_cache_and_lambda_rows_draft_exactly_what_fresh_decoding_drafts(t
         reused.append(stats.reused_tokens)
         assert cached.ids == list(ids)  # rows were rewound: the cache holds the prompt only
     assert reused[0] == 0 and reused[1] > 0.5 * len(_prompts(tiny)[0])  # the second turn re-used the first
+
+
+def test_branch_rows_fork_the_greedy_row_and_the_model_sees_only_each_rows_own_prefix(tiny, grammar):
+    _, tok = tiny
+    ids = _prompts(tiny)[0]
+    cache = PrefixCache()
+    with torch.inference_mode():
+        greedy = _decode(tiny, grammar, ids, PrefixCache(), rows=1, temperature=0.0)
+        rows = _decode(tiny, grammar, ids, cache, rows=3, branch=True)
+        assert cache.ids == list(ids)  # forks cropped back: the cache holds the prompt only
+        assert rows[0] == greedy[0] and len(rows) == 3 and len({tuple(r) for r in rows}) == 3
+        schemas = tool_schemas(TOOLS)
+        for row in rows[1:]:
+            at = next(i for i, (a, b) in enumerate(zip(row, rows[0])) if a != b)  # the fork
+            calls = parse_tool_calls(tok.decode(row, skip_special_tokens=True))
+            assert len(calls) == 1 and valid(calls[0], schemas)
+            assert row[:at] == rows[0][:at]
+        # the cache crops are what a fork can get wrong: every forward must see a prefix of the
+        # prompt + one of the rows (the tiny model barely depends on context, so compare tokens
+        # in the cache, not what it predicts)
+        spy = _CacheShadow(tiny[0])
+        forked = _decode((spy, tok), grammar, ids, PrefixCache(), rows=3, branch=True)
+        assert forked == rows
+        full = [list(ids) + r for r in rows]
+        assert all(any(seen == f[: len(seen)] for f in full) for seen in spy.seen)
+        assert len(spy.seen) > len(rows)
+
+
+class _CacheShadow:
+    """Wraps the model and tracks, per forward, the token ids its KV cache then holds."""
+
+    def __init__(self, model) -> None:
+        self.model, self.config = model, model.config
+        self.ids: list[int] = []
+        self.seen: list[list[int]] = []
+
+    def __call__(self, **kwargs):
+        held = kwargs["past_key_values"].get_seq_length()
+        self.ids = self.ids[:held] + kwargs["input_ids"][0].tolist()
+        self.seen.append(list(self.ids))
+        return self.model(**kwargs)
 
 
 def test_rows_are_complete_valid_calls_and_jump_forward_skips_sampling(tiny, grammar):
