@@ -160,7 +160,8 @@ def decode_rows(
     """Decode ``rows`` answers for ``prompt`` under ``grammar``; returns each row's new ids.
 
     Row 0 is greedy when ``greedy_first`` (or when ``temperature`` is 0); the others sample,
-    or with ``branch`` fork off row 0 where it was least sure (:func:`_branch_rows`). A set ``stop`` ends the draft before its next forward (``[]`` is returned).
+    or with ``branch`` fork off row 0 where it was least sure (:func:`_branch_rows`). A set
+    ``stop`` ends the draft before its next forward (``[]`` is returned).
     ``grammar`` None decodes without a constraint (then jump-forward does nothing); a
     ``concurrent.futures.Future`` of one is awaited after the prefill, so a new tool set's
     grammar compiles on the other core while the prompt is prefilled.
