@@ -201,8 +201,9 @@ class LocalDrafter:
     ``transformers.generate``). ``max_calls`` is the longest answer (1 stops at the first
     complete call) and ``max_string_length`` the longest string argument; both default by
     whether an adapter is given (:data:`UNTUNED_LIMITS` / :data:`TUNED_LIMITS`). With λ > 1
-    the rows are sampled at ``temperature`` (``greedy_first`` keeps row 0 greedy), or with
-    ``diversity="branch"`` (fast decoder) they fork off the greedy row at its least sure steps.
+    the rows fork off the greedy row at its least sure steps (``diversity="branch"``, fast
+    decoder: deterministic, and a fork re-decodes only its tail), or with ``"sample"`` they are
+    sampled at ``temperature`` (``greedy_first`` keeps row 0 greedy).
     """
 
     def __init__(
@@ -225,7 +226,7 @@ class LocalDrafter:
         prefix_cache: bool = True,
         adapter: str | os.PathLike[str] | None = None,
         compact_options: Mapping[str, Any] | None = None,
-        diversity: str = "sample",
+        diversity: str = "branch",
     ) -> None:
         limits = TUNED_LIMITS if adapter is not None else UNTUNED_LIMITS
         max_calls = limits["max_calls"] if max_calls is None else max_calls
