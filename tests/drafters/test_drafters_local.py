@@ -16,7 +16,7 @@ from spectool._toolcall_text import parse_tool_calls
 from spectool.drafters import DEFAULT_LOCAL_MODEL, LocalDrafter, calls_schema, draft_messages
 from spectool.drafters._common import tool_schemas
 from spectool.drafters._eval import valid
-from spectool.drafters._local import _resolve_source, load_shared
+from spectool.drafters._loading import _resolve_source, load_shared
 
 TOOLS = [
     {
@@ -114,15 +114,15 @@ def test_draft_messages_xlam_shape():
 
 
 def test_xlam_default_falls_back_to_embedded_when_not_on_disk(tmp_path, monkeypatch):
-    from spectool.drafters import _local
+    from spectool.drafters import _loading
 
     assert _resolve_source(None) is None and _resolve_source("embedded") is None
     assert _resolve_source(str(tmp_path)) == str(tmp_path)
     # No model hub here: xLAM-2 is used only when its weights are already cached. Both sides
     # of that choice, with the cache look-up pinned (it depends on this machine's cache).
-    monkeypatch.setattr(_local, "_hub_cached", lambda repo: False)
+    monkeypatch.setattr(_loading, "_hub_cached", lambda repo: False)
     assert _resolve_source(DEFAULT_LOCAL_MODEL) is None
-    monkeypatch.setattr(_local, "_hub_cached", lambda repo: repo == DEFAULT_LOCAL_MODEL)
+    monkeypatch.setattr(_loading, "_hub_cached", lambda repo: repo == DEFAULT_LOCAL_MODEL)
     assert _resolve_source(DEFAULT_LOCAL_MODEL) == DEFAULT_LOCAL_MODEL
 
 

@@ -187,7 +187,7 @@ def test_target_is_what_the_grammar_lets_the_drafter_write(smol_tokenizer) -> No
 
 def test_training_and_drafting_render_the_same_prompt_and_mask_it(smol_tokenizer) -> None:
     from spectool.bench._adapter_eval import CompactDrafter
-    from spectool.drafters._local import LocalModel
+    from spectool.drafters._loading import LocalModel
     from spectool.drafters._tune import IGNORE, encode_example
 
     enc = encode_example(smol_tokenizer, TraceExample(REQUEST, CALLS))
