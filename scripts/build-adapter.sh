@@ -2,7 +2,7 @@
 # Rebuild the shipped drafter adapter (spectool/drafters/data/adapter-smollm2-bfcl) from the
 # TRAIN split of BFCL: traces from ground truth, then LoRA tuning of the embedded SmolLM2.
 # Held out entirely (never seen): multi_turn_long_context (and every other BFCL category).
-# About 40 min on one core of the 2-core reference machine (259 steps of 4 examples, bf16 autocast).
+# About 35 min on one core of the 2-core reference machine (305 steps of 4 examples, bf16 autocast).
 # Usage: scripts/build-adapter.sh [OUT_DIR] [extra `drafters tune` options…]
 set -euo pipefail
 cd "$(dirname "$0")/.."
