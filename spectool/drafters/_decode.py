@@ -15,6 +15,7 @@ torch is imported lazily (callers hold the model's lock).
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -277,7 +278,7 @@ def _decode_one(
                 new.extend(feed)  # the grammar can only end here: no forward needed
                 break
         new.extend(feed)
-        if len(new) >= max_new_tokens:
+        if len(new) >= max_new_tokens or (row is not None and _repeats_a_call(tokenizer, new, feed)):
             break
         if stop.is_set():
             raise _Stopped
@@ -300,6 +301,35 @@ def _note_fork(
     if runner_up in stops or not bool(top.values[1].isfinite()):
         return
     forks.append((float(top.values[0] - top.values[1]), index, runner_up))
+
+
+def _repeats_a_call(tokenizer: Any, new: list[int], feed: list[int]) -> bool:
+    """True when the calls ``new`` has completed end with one equal to an earlier one.
+
+    A small model that should close the array sometimes writes its last call again; the rest
+    of the row would be the same call over and over, so the row ends here (the caller reads a
+    truncated array up to its last complete call). Only a step whose tokens close a brace can
+    complete a call; jump-forward often feeds the next call's opening with it.
+    """
+    if "}" not in tokenizer.decode(feed):
+        return False
+    calls = _complete_items(tokenizer.decode(new))
+    return len(calls) > 1 and calls[-1] in calls[:-1]
+
+
+def _complete_items(text: str) -> list[Any]:
+    """The complete items of a JSON array that may be cut anywhere after them."""
+    decoder, items = json.JSONDecoder(), []
+    at = text.find("[") + 1
+    while 0 < at < len(text):
+        while at < len(text) and text[at] in " ,\n":
+            at += 1
+        try:
+            item, at = decoder.raw_decode(text, at)
+        except ValueError:
+            break
+        items.append(item)
+    return items
 
 
 def _forced(tokenizer: Any, row: _Row, budget: int, stops: set[int], vocab: int) -> list[int]:

@@ -22,7 +22,7 @@ from spectool import ConfigError, DraftRequest, ToolCall
 from spectool._toolcall_text import parse_tool_calls
 from spectool.drafters import LocalDrafter
 from spectool.drafters._common import tool_schemas
-from spectool.drafters._decode import DecodeStats, PrefixCache, decode_rows
+from spectool.drafters._decode import DecodeStats, PrefixCache, _repeats_a_call, decode_rows
 from spectool.drafters._eval import valid
 from spectool.drafters._grammar import GrammarConstraint
 from spectool.drafters._local import TUNED_LIMITS, UNTUNED_LIMITS
@@ -211,6 +211,24 @@ class _CacheShadow:
         self.ids = self.ids[:held] + kwargs["input_ids"][0].tolist()
         self.seen.append(list(self.ids))
         return self.model(**kwargs)
+
+
+def test_a_row_ends_when_it_writes_a_call_it_already_wrote(tiny):
+    _, tok = tiny
+    a, b = '{"name": "add", "arguments": {"a": 1}}', '{"name": "add", "arguments": {"a": 2}}'
+
+    def ends(text: str, last: str) -> bool:
+        return _repeats_a_call(tok, tok(text)["input_ids"], tok(last)["input_ids"])
+
+    assert ends(f"[{a}, {b}, {a}", "}}")
+    assert ends(f"[{a}, {a},", "}},")  # a merged closing token
+    assert not ends(f"[{a}, {b}", "}}")  # distinct calls
+    assert not ends(f"[{a}", "}}")  # one call
+    assert not ends(f'[{a}, {{"name": "add", "arguments": {{"a": 1}}', "}")  # mid-call
+    assert not ends(f"[{a}, {b}, {a}", "1")  # nothing closed in this step
+    # jump-forward feeds the next call's opening with the closing brace
+    assert ends(f'[{a}, {b}, {a}, {{"name": "add", "arguments": {{"a":', '}, {"name": "add"')
+    assert not ends(f'[{a}, {b}, {{"name": "add", "arguments": {{"a":', '}, {"name": "add"')
 
 
 def test_rows_are_complete_valid_calls_and_jump_forward_skips_sampling(tiny, grammar):
