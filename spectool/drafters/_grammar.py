@@ -30,11 +30,16 @@ _STRING_FREE = ("enum", "const", "maxLength", "pattern", "format")
 def calls_schema(
     tools: Sequence[Mapping[str, Any]],
     *,
-    max_string_length: int = 64,
+    max_string_length: int | None = 64,
     max_array_items: int = 8,
     max_calls: int = 4,
 ) -> dict[str, Any]:
-    """JSON schema of xLAM's answer: 1..``max_calls`` calls to the offered tools."""
+    """JSON schema of xLAM's answer: 1..``max_calls`` calls to the offered tools.
+
+    ``max_string_length`` None leaves free strings unbounded: xgrammar compiles a ``maxLength``
+    as a bounded repetition, which cost 0.23 s per new tool set at 64 and 0.69 s at 160 on the
+    reference CPU against 5 ms without (the draft's ``max_new_tokens`` still bounds a runaway).
+    """
     branches = []
     defs: dict[str, Any] = {}
     for name, body in tool_schemas(tools).items():
@@ -66,7 +71,7 @@ def calls_schema(
     return _bounded(schema, max_string_length, max_array_items)
 
 
-def _bounded(node: Any, max_len: int, max_items: int) -> Any:
+def _bounded(node: Any, max_len: int | None, max_items: int) -> Any:
     """A copy of ``node`` with limits on free strings and arrays, recursively."""
     if isinstance(node, list):
         return [_bounded(x, max_len, max_items) for x in node]
@@ -78,7 +83,7 @@ def _bounded(node: Any, max_len: int, max_items: int) -> Any:
     }
     types = out.get("type")
     types = {types} if isinstance(types, str) else set(types or ())
-    if "string" in types and not any(k in out for k in _STRING_FREE):
+    if max_len is not None and "string" in types and not any(k in out for k in _STRING_FREE):
         out["maxLength"] = max_len
     if "array" in types and "maxItems" not in out:
         out["maxItems"] = max_items
@@ -93,7 +98,7 @@ class GrammarConstraint:
         tokenizer: Any,
         vocab_size: int,
         *,
-        max_string_length: int = 64,
+        max_string_length: int | None = 64,
         max_calls: int = 4,
         cache_size: int = 32,
     ) -> None:

@@ -44,7 +44,7 @@ class LocalModel:
     prefix: PrefixCache = field(default_factory=PrefixCache)
     _grammar_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def constraint(self, max_string_length: int, max_calls: int) -> Any:
+    def constraint(self, max_string_length: int | None, max_calls: int) -> Any:
         with self._grammar_lock:
             if self.grammar is None or (self.grammar.max_string_length, self.grammar.max_calls) != (
                 max_string_length,

@@ -349,6 +349,7 @@ def test_bad_options_are_config_errors():
         LocalDrafter(None, max_calls=0)
     with pytest.raises(ConfigError):
         LocalDrafter(None, max_string_length=0)
+    assert LocalDrafter(None, max_string_length=None).max_string_length is None  # unbounded, asked for
     # untuned: the first complete call ends the draft, strings are cut short
     untuned = LocalDrafter(None)
     assert (untuned.max_calls, untuned.max_string_length) == (1, UNTUNED_LIMITS["max_string_length"])

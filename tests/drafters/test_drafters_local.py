@@ -82,6 +82,9 @@ def test_calls_schema_bounds_strings_and_arrays_and_pins_names():
     assert "maxLength" not in tag_args["code"]  # a pattern already bounds it
     assert schema["$defs"]["Color"] == {"type": "string", "enum": ["red", "blue"]}  # hoisted to root
     assert TOOLS[0]["function"]["parameters"]["properties"]["city"] == {"type": "string"}  # not mutated
+    free = calls_schema(tools, max_string_length=None)["items"]["anyOf"]
+    assert "maxLength" not in free[0]["properties"]["arguments"]["properties"]["city"]  # unbounded
+    assert free[2]["properties"]["arguments"]["properties"]["labels"]["maxItems"] == 8  # arrays still are
     with pytest.raises(DrafterError):
         calls_schema([])
 
