@@ -202,7 +202,7 @@ def _branch_rows(
     prefix: PrefixCache,
     rows: int,
     jump: bool,
-    stats: Any,
+    stats: DecodeStats,
 ) -> list[list[int]]:
     """Row 0 greedy; each other row takes the runner-up token at one of the ``rows - 1`` steps
     where row 0 was least sure (smallest log-prob margin), then continues greedily.
@@ -216,8 +216,6 @@ def _branch_rows(
         out = [decode(grammar, logits, 0.0, jump, stats, forks=forks)]
         chosen = sorted(sorted(forks)[: rows - 1], key=lambda f: -f[1])
         for _, index, token in chosen:
-            if prefix.cache is None:
-                break
             prefix.rewind(prompt_len + index)
             out.append(decode(grammar, None, 0.0, jump, stats, start=(out[0][:index], token)))
         return out

@@ -91,10 +91,10 @@ class LocalDrafter:
     ``transformers.generate``). ``max_calls`` is the longest answer (1 stops at the first
     complete call) and ``max_string_length`` the longest string argument (None: unbounded);
     ``"auto"`` picks them by whether an adapter is given (:data:`UNTUNED_LIMITS` /
-    :data:`TUNED_LIMITS`). With λ > 1
-    the rows fork off the greedy row at its least sure steps (``diversity="branch"``, fast
-    decoder: deterministic, and a fork re-decodes only its tail), or with ``"sample"`` they are
-    sampled at ``temperature`` (``greedy_first`` keeps row 0 greedy).
+    :data:`TUNED_LIMITS`). With λ > 1 the rows fork off the greedy row at its least sure steps
+    (``diversity="branch"``, fast decoder: deterministic, and a fork re-decodes only its tail),
+    or with ``"sample"`` they are sampled at ``temperature`` (``greedy_first`` keeps row 0
+    greedy).
     """
 
     def __init__(
