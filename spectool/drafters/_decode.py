@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,6 +157,7 @@ def decode_rows(
     seed: int | None = None,
     stats: DecodeStats | None = None,
     branch: bool = False,
+    bias: Callable[[str, Any], Any] | None = None,
 ) -> list[list[int]]:
     """Decode ``rows`` answers for ``prompt`` under ``grammar``; returns each row's new ids.
 
@@ -165,7 +166,8 @@ def decode_rows(
     ``stop`` ends the draft before its next forward (``[]`` is returned).
     ``grammar`` None decodes without a constraint (then jump-forward does nothing); a
     ``concurrent.futures.Future`` of one is awaited after the prefill, so a new tool set's
-    grammar compiles on the other core while the prompt is prefilled.
+    grammar compiles on the other core while the prompt is prefilled. ``bias(text, logits)``
+    reshapes each sampled step's logits from the row's text so far (:class:`._copy.CopyBias`).
     """
     import torch
 
@@ -173,7 +175,7 @@ def decode_rows(
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     stops = {int(s) for s in stop_ids}
     decode = functools.partial(
-        _decode_one, model, tokenizer, xgr, prefix, stop, stops, vocab, max_new_tokens, top_p, generator
+        _decode_one, model, tokenizer, xgr, prefix, stop, stops, vocab, max_new_tokens, top_p, generator, bias
     )
     try:
         first = prefix.prefill(model, prompt, stop, stats, reuse=reuse)
@@ -235,6 +237,7 @@ def _decode_one(
     max_new_tokens: int,
     top_p: float,
     generator: Any,
+    bias: Callable[[str, Any], Any] | None,
     grammar: Any,
     logits: Any,
     temperature: float,
@@ -257,6 +260,8 @@ def _decode_one(
         if forced_next is not None:
             scores, token, forced_next = None, forced_next, None
         else:
+            if bias is not None:
+                logits = bias(tokenizer.decode(new), logits)
             scores = row.masked(logits) if row is not None else logits
             token = _pick(scores, temperature, top_p, generator)
             if token in stops or not bool(scores[token].isfinite()):

@@ -353,6 +353,7 @@ def test_bad_options_are_config_errors():
     # untuned: the first complete call ends the draft, strings are cut short
     untuned = LocalDrafter(None)
     assert (untuned.max_calls, untuned.max_string_length) == (1, UNTUNED_LIMITS["max_string_length"])
+    assert untuned.copy_bias == 0.0  # an untuned model's values are not nudged
 
 
 @pytest.mark.anyio
@@ -381,6 +382,7 @@ async def test_adapter_is_loaded_through_the_tune_helpers_function(tiny, monkeyp
     # a tuned adapter writes whole responses: parallel calls allowed, long strings uncut
     assert drafter.max_calls == TUNED_LIMITS["max_calls"] > 1
     assert drafter.max_string_length == 12  # given: kept
+    assert drafter.copy_bias == TUNED_LIMITS["copy_bias"] > 0
     assert (
         LocalDrafter(tiny, adapter="/tmp/some-adapter").max_string_length == TUNED_LIMITS["max_string_length"]
     )
