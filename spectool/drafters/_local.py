@@ -30,6 +30,7 @@ from .._types import DraftRequest, ToolCall
 from ._common import tool_schemas, with_known_tools
 from ._copy import CopyBias, source_text, token_texts
 from ._decode import DecodeStats, decode_rows
+from ._generate import eos_ids, generate_texts
 from ._loading import (
     COMPILER,
     DEFAULT_LOCAL_MODEL,
@@ -42,33 +43,6 @@ from ._loading import (
 from ._prompts import DEFAULT_EXAMPLES, WorkedExample, draft_messages
 
 __all__ = ["DEFAULT_LOCAL_MODEL", "LocalDrafter", "LocalModel", "TUNED_LIMITS", "UNTUNED_LIMITS"]
-
-
-class _Cancelled:
-    """A transformers StoppingCriteria that stops every row once its event is set."""
-
-    def __init__(self, event: threading.Event) -> None:
-        self.event = event
-
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        import torch
-
-        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool)
-
-
-class _GreedyRow:
-    """Row 0 of a sampled batch decodes greedily: its best token is the only one left.
-
-    The greedy answer is the single most likely call; sampling the other rows adds diversity
-    without losing it.
-    """
-
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        best = int(scores[0].argmax())
-        keep = scores[0, best].clone()
-        scores[0, :] = float("-inf")
-        scores[0, best] = keep
-        return scores
 
 
 #: Answer limits of an untuned model: it has not learnt where an answer ends, so it stops at
@@ -232,7 +206,7 @@ class LocalDrafter:
         rows = max(1, int(request.samples)) if (self.temperature > 0 or branch) else 1
         vocab = output_width(loaded.model)
         grammar = xgr = None
-        stops = set(_eos_ids(loaded))
+        stops = set(eos_ids(loaded))
         if self.constrained:
             constraint = loaded.constraint(self.max_string_length, self.max_calls)
             grammar, xgr = COMPILER.submit(constraint.compiled, self.draft_tools(request)), constraint.xgr
@@ -303,73 +277,6 @@ class LocalDrafter:
             )["input_ids"]
 
     def _generate(self, loaded: LocalModel, request: DraftRequest, stop: threading.Event) -> list[str]:
-        import torch
-        from transformers import StoppingCriteriaList
-
-        ids = torch.tensor([self.token_ids(loaded, request)])
-        sample = self.temperature > 0 and int(request.samples) > 1
-        n = max(1, int(request.samples)) if sample else 1  # greedy samples would all be equal
-        kwargs: dict[str, Any] = {
-            "max_new_tokens": self.max_new_tokens,
-            "do_sample": sample,
-            "stopping_criteria": StoppingCriteriaList([_Cancelled(stop)]),
-        }
-        if sample:
-            kwargs.update(temperature=self.temperature, top_p=self.top_p)
-        eos = _eos_ids(loaded)
-        processors: list[Any] = []
-        if self.constrained:
-            grammar = loaded.constraint(self.max_string_length, self.max_calls)
-            processors.append(grammar.processor(self.draft_tools(request), n))
-            eos = sorted(set(eos) | set(grammar.stop_token_ids))
-        if sample and self.greedy_first:
-            processors.append(_GreedyRow())  # after the mask: the best *allowed* token
-        kwargs["logits_processor"] = processors
-        kwargs["eos_token_id"] = eos
-        kwargs["pad_token_id"] = eos[0] if eos else 0
-        with loaded.lock, torch.inference_mode():
-            if stop.is_set():
-                return []
-            start, cpu = time.perf_counter(), time.thread_time()
-            batch, extra = _shared_prefill(loaded.model, ids, n)
-            out = loaded.model.generate(
-                input_ids=batch, attention_mask=torch.ones_like(batch), **extra, **kwargs
-            )
-            self.last_generate_s = time.perf_counter() - start
-            # CPU seconds of this thread: all of it with torch at one thread, robust to load
-            self.last_generate_cpu_s = time.thread_time() - cpu
-        texts = loaded.tokenizer.batch_decode(out[:, ids.shape[-1] :], skip_special_tokens=True)
+        texts, self.last_generate_s, self.last_generate_cpu_s = generate_texts(self, loaded, request, stop)
         self.last_texts = texts
         return texts
-
-
-def _shared_prefill(model: Any, ids: Any, n: int) -> tuple[Any, dict[str, Any]]:
-    """λ rows that share ONE prefill: the prompt's KV cache is computed once and repeated.
-
-    ``num_return_sequences`` would prefill the prompt λ times; the outputs are the same.
-    Falls back to that for models whose cache cannot be repeated.
-    """
-    if n == 1:
-        return ids, {}
-    try:
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=model.config)
-        model(input_ids=ids[:, :-1], past_key_values=cache, use_cache=True)
-        cache.batch_repeat_interleave(n)
-    except (AttributeError, TypeError, NotImplementedError):
-        return ids, {"num_return_sequences": n}
-    return ids.repeat(n, 1), {"past_key_values": cache}
-
-
-def _eos_ids(loaded: LocalModel) -> list[int]:
-    found: set[int] = set()
-    for value in (
-        getattr(loaded.model.generation_config, "eos_token_id", None),
-        loaded.tokenizer.eos_token_id,
-    ):
-        if isinstance(value, int):
-            found.add(value)
-        elif isinstance(value, (list, tuple)):
-            found.update(int(v) for v in value)
-    return sorted(found)

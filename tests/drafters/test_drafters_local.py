@@ -196,13 +196,13 @@ async def test_one_batched_generate_gives_lambda_valid_calls(smol, monkeypatch):
 def test_shared_prefill_gives_what_num_return_sequences_gives(smol):
     import torch
 
-    from spectool.drafters._local import _shared_prefill
+    from spectool.drafters._generate import shared_prefill
 
     ids = smol.tokenizer("The capital of France is", return_tensors="pt")["input_ids"]
     opts = {"max_new_tokens": 4, "do_sample": True, "top_k": 1, "pad_token_id": 0}
     with torch.inference_mode():
         plain = smol.model.generate(input_ids=ids, num_return_sequences=2, **opts)
-        batch, extra = _shared_prefill(smol.model, ids, 2)
+        batch, extra = shared_prefill(smol.model, ids, 2)
         assert "past_key_values" in extra  # the cache really was shared
         shared = smol.model.generate(input_ids=batch, **extra, **opts)
     assert torch.equal(plain, shared)
@@ -261,9 +261,9 @@ def test_unknown_drafter_dtype_is_a_config_error():
 def test_greedy_row_keeps_only_the_best_token_of_row_zero():
     import torch
 
-    from spectool.drafters._local import _GreedyRow
+    from spectool.drafters._generate import GreedyRow
 
     scores = torch.tensor([[0.25, 2.0, -1.0, float("-inf")], [0.25, 2.0, -1.0, 0.5]])
-    out = _GreedyRow()(None, scores.clone())
+    out = GreedyRow()(None, scores.clone())
     assert out[0].tolist() == [float("-inf"), 2.0, float("-inf"), float("-inf")]
     assert out[1].tolist() == [0.25, 2.0, -1.0, 0.5]  # other rows stay sampled
