@@ -2,7 +2,7 @@
 # Rebuild the shipped drafter adapter (spectool/drafters/data/adapter-smollm2-bfcl) from the
 # TRAIN split of BFCL: traces from ground truth, then LoRA tuning of the embedded SmolLM2.
 # Held out entirely (never seen): multi_turn_long_context (and every other BFCL category).
-# About 35 min on one core of the 2-core reference machine (305 steps of 4 examples, bf16 autocast).
+# About 35 min on the 2-core reference machine, both cores (2 epochs: 610 steps of 4 examples, bf16 autocast).
 # Usage: scripts/build-adapter.sh [OUT_DIR] [extra `drafters tune` options…]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,6 @@ traces=$(mktemp -t spectool-traces-XXXX.jsonl)
   --categories simple_python,multiple,live_simple,live_multiple,parallel,parallel_multiple,multi_turn_base \
   --out "$traces"
 "$py" -m spectool.drafters._tune --traces "$traces" --out "$out" \
-  --max-per-category 300 --epochs 1 --rank 16 --lr 1e-3 --batch-size 4 --max-tokens 640 \
-  --threads 1 --max-minutes 55 "$@"
+  --max-per-category 300 --epochs 2 --rank 16 --lr 1e-3 --batch-size 4 --max-tokens 640 \
+  --threads 2 --max-minutes 58 "$@"
 gzip -nc "$traces" > "$out/traces.jsonl.gz" && rm -f "$traces"
