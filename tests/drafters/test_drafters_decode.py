@@ -22,6 +22,7 @@ from spectool import ConfigError, DraftRequest, ToolCall
 from spectool._toolcall_text import parse_tool_calls
 from spectool.drafters import LocalDrafter
 from spectool.drafters._common import tool_schemas
+from spectool.drafters._copy import open_string_value
 from spectool.drafters._decode import DecodeStats, PrefixCache, _repeats_a_call, decode_rows
 from spectool.drafters._eval import valid
 from spectool.drafters._grammar import GrammarConstraint
@@ -245,6 +246,37 @@ def test_rows_are_complete_valid_calls_and_jump_forward_skips_sampling(tiny, gra
     assert jump.forced_tokens > 0 and plain.forced_tokens == 0
     assert jump.forwards < plain.forwards  # forced tokens rode along in one forward each
     assert jump.sampled_tokens < plain.sampled_tokens
+
+
+def test_the_decode_loop_bounds_strings_an_unbounded_grammar_leaves_open(tiny):
+    # The untuned default: the grammar compiles without maxLength (ms, not ~0.2 s) and the loop
+    # closes a string value once it is full. A random model writes strings until it is stopped,
+    # so without the bound its values run far past it.
+    model, tok = tiny
+    free = GrammarConstraint(
+        tok, model.get_output_embeddings().weight.shape[0], max_string_length=None, max_calls=1
+    )
+    ids = _prompts(tiny)[0]
+    longest_token = 16  # the last token may carry a value a little past the bound
+
+    def values(**options) -> list[str]:
+        with torch.inference_mode():
+            rows = _decode(
+                tiny, free, ids, PrefixCache(), rows=2, temperature=0.0, max_new_tokens=96, **options
+            )
+        out = []
+        for row in rows:
+            for call in parse_tool_calls(tok.decode(row, skip_special_tokens=True)):
+                out += [v for v in call.arguments.values() if isinstance(v, str)]
+        return out
+
+    bounded = values(max_string_length=8)
+    assert bounded and all(len(v) <= 8 + longest_token for v in bounded)
+    assert max(len(v) for v in bounded) >= 8  # it was reached, then closed: the calls still parse
+    # the same greedy row, unguarded: a value runs on (still open when the tokens ran out)
+    (row,) = _decode(tiny, free, ids, PrefixCache(), rows=1, temperature=0.0, max_new_tokens=96)
+    text = tok.decode(row, skip_special_tokens=True)
+    assert len(open_string_value(text) or "") > 8 + longest_token
 
 
 class _StopAfter:
