@@ -15,13 +15,12 @@ torch is imported lazily (callers hold the model's lock).
 from __future__ import annotations
 
 import functools
-import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._copy import open_string_value
+from ._row_limits import StringGuard, repeats_a_call
 
 __all__ = ["DecodeStats", "PrefixCache", "decode_rows"]
 
@@ -180,7 +179,7 @@ def decode_rows(
     stats = stats if stats is not None else DecodeStats()
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     stops = {int(s) for s in stop_ids}
-    guard = _StringGuard.make(tokenizer, max_string_length) if grammar is not None else None
+    guard = StringGuard.make(tokenizer, max_string_length) if grammar is not None else None
     decode = functools.partial(
         _decode_one,
         model,
@@ -257,7 +256,7 @@ def _decode_one(
     top_p: float,
     generator: Any,
     bias: Callable[[str, Any], Any] | None,
-    guard: _StringGuard | None,
+    guard: StringGuard | None,
     grammar: Any,
     logits: Any,
     temperature: float,
@@ -304,36 +303,13 @@ def _decode_one(
                 new.extend(feed)  # the grammar can only end here: no forward needed
                 break
         new.extend(feed)
-        if len(new) >= max_new_tokens or (row is not None and _repeats_a_call(tokenizer, new, feed)):
+        if len(new) >= max_new_tokens or (row is not None and repeats_a_call(tokenizer, new, feed)):
             break
         if stop.is_set():
             raise _Stopped
         logits = _forward(model, prefix.cache, feed, stats)
         prefix.ids.extend(feed)
     return new
-
-
-@dataclass(frozen=True)
-class _StringGuard:
-    """Ends a string value at ``limit`` characters by feeding the closing quote."""
-
-    limit: int
-    quote: int
-
-    @classmethod
-    def make(cls, tokenizer: Any, limit: int | None) -> _StringGuard | None:
-        ids = tokenizer('"', add_special_tokens=False)["input_ids"] if limit else []
-        return cls(int(limit), int(ids[0])) if limit and len(ids) == 1 else None
-
-    def closes(self, text: str, row: _Row) -> bool:
-        """True when the open value is full and the grammar takes a bare quote now."""
-        value = open_string_value(text)
-        if value is None or len(value) < self.limit or value.endswith("\\"):
-            return False
-        if not row.matcher.accept_token(self.quote):
-            return False
-        row.matcher.rollback(1)  # the caller feeds it like any chosen token
-        return True
 
 
 def _note_fork(
@@ -350,35 +326,6 @@ def _note_fork(
     if runner_up in stops or not bool(top.values[1].isfinite()):
         return
     forks.append((float(top.values[0] - top.values[1]), index, runner_up))
-
-
-def _repeats_a_call(tokenizer: Any, new: list[int], feed: list[int]) -> bool:
-    """True when the calls ``new`` has completed end with one equal to an earlier one.
-
-    A small model that should close the array sometimes writes its last call again; the rest
-    of the row would be the same call over and over, so the row ends here (the caller reads a
-    truncated array up to its last complete call). Only a step whose tokens close a brace can
-    complete a call; jump-forward often feeds the next call's opening with it.
-    """
-    if "}" not in tokenizer.decode(feed):
-        return False
-    calls = _complete_items(tokenizer.decode(new))
-    return len(calls) > 1 and calls[-1] in calls[:-1]
-
-
-def _complete_items(text: str) -> list[Any]:
-    """The complete items of a JSON array that may be cut anywhere after them."""
-    decoder, items = json.JSONDecoder(), []
-    at = text.find("[") + 1
-    while 0 < at < len(text):
-        while at < len(text) and text[at] in " ,\n":
-            at += 1
-        try:
-            item, at = decoder.raw_decode(text, at)
-        except ValueError:
-            break
-        items.append(item)
-    return items
 
 
 def _forced(tokenizer: Any, row: _Row, budget: int, stops: set[int], vocab: int) -> list[int]:

@@ -23,10 +23,11 @@ from spectool._toolcall_text import parse_tool_calls
 from spectool.drafters import LocalDrafter
 from spectool.drafters._common import tool_schemas
 from spectool.drafters._copy import open_string_value
-from spectool.drafters._decode import DecodeStats, PrefixCache, _repeats_a_call, decode_rows
+from spectool.drafters._decode import DecodeStats, PrefixCache, decode_rows
 from spectool.drafters._eval import valid
 from spectool.drafters._grammar import GrammarConstraint
 from spectool.drafters._local import TUNED_LIMITS, UNTUNED_LIMITS
+from spectool.drafters._row_limits import repeats_a_call
 
 TOOLS = [
     {
@@ -219,7 +220,7 @@ def test_a_row_ends_when_it_writes_a_call_it_already_wrote(tiny):
     a, b = '{"name": "add", "arguments": {"a": 1}}', '{"name": "add", "arguments": {"a": 2}}'
 
     def ends(text: str, last: str) -> bool:
-        return _repeats_a_call(tok, tok(text)["input_ids"], tok(last)["input_ids"])
+        return repeats_a_call(tok, tok(text)["input_ids"], tok(last)["input_ids"])
 
     assert ends(f"[{a}, {b}, {a}", "}}")
     assert ends(f"[{a}, {a},", "}},")  # a merged closing token
