@@ -17,32 +17,48 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CopyBias", "expects_value", "open_string_value", "source_text", "token_texts"]
+__all__ = ["CopyBias", "TokenTable", "expects_value", "open_string_value", "source_text", "token_table"]
 
 #: Longest continuation (characters) looked up per occurrence; longer tokens are rare.
 MAX_TOKEN_CHARS = 24
 #: Source characters kept (the most recent): bounds the per-step lookups.
 MAX_SOURCE_CHARS = 6000
 
-_TEXTS: weakref.WeakKeyDictionary[Any, dict[str, list[int]]] = weakref.WeakKeyDictionary()
+
+@dataclass(frozen=True)
+class TokenTable:
+    """A vocabulary by token text, and the tokens that close a string (``"``, ``",``, ``"}`` …)."""
+
+    by_text: Mapping[str, Sequence[int]]
+    closers: tuple[int, ...]
+
+    @classmethod
+    def from_texts(cls, by_text: Mapping[str, Sequence[int]]) -> TokenTable:
+        closers = sorted({i for t, found in by_text.items() if t.startswith('"') for i in found})
+        return cls(by_text, tuple(closers))
 
 
-def token_texts(tokenizer: Any, vocab: int) -> dict[str, list[int]]:
-    """Token text → ids with that text (built once per tokenizer). Tokens that decode to a
-    partial character (byte pieces of a longer UTF-8 sequence) are left out."""
+_TABLES: weakref.WeakKeyDictionary[Any, TokenTable] = weakref.WeakKeyDictionary()
+
+
+def token_table(tokenizer: Any, vocab: int) -> TokenTable:
+    """The tokenizer's :class:`TokenTable` (built once per tokenizer, ~0.3 s). Tokens that decode
+    to a partial character (byte pieces of a longer UTF-8 sequence) are left out."""
     try:
-        return _TEXTS[tokenizer]
+        return _TABLES[tokenizer]
     except (KeyError, TypeError):
         pass
     size = min(vocab, len(tokenizer))
-    table: dict[str, list[int]] = {}
+    by_text: dict[str, list[int]] = {}
     for i, text in enumerate(tokenizer.batch_decode([[i] for i in range(size)])):
         if text and "\ufffd" not in text:
-            table.setdefault(text, []).append(i)
+            by_text.setdefault(text, []).append(i)
+    table = TokenTable.from_texts(by_text)
     try:
-        _TEXTS[tokenizer] = table
+        _TABLES[tokenizer] = table
     except TypeError:  # a tokenizer that cannot be weakly referenced: rebuild next time
         pass
     return table
@@ -124,14 +140,14 @@ class CopyBias:
     """Adds ``beta`` to the logits of tokens that keep the open string value a copy of
     ``source``. Call with the row's text so far and its logits; returns biased logits."""
 
-    def __init__(self, source: str, texts: Mapping[str, Sequence[int]], beta: float) -> None:
+    def __init__(self, source: str, table: TokenTable, beta: float) -> None:
         self.source = source
-        self.texts = texts
+        self.texts = table.by_text
+        # closing quotes are boosted where a copied span ends a word, so the bias never pushes
+        # a value on past the words it copied
+        self._closers = table.closers
         self.beta = float(beta)
         self._starts = _word_starts(source)
-        # tokens that close the string (``"``, ``",``, ``"}`` …): boosted where a copied span
-        # ends a word, so the bias never pushes a value on past the words it copied
-        self._closers = sorted({i for t, found in texts.items() if t.startswith('"') for i in found})
 
     def token_ids(self, value: str) -> list[int]:
         """Ids of tokens t such that ``value + t`` occurs in the source (at a word start when

@@ -28,7 +28,7 @@ from .._errors import ConfigError, DrafterError
 from .._toolcall_text import salvage_tool_calls
 from .._types import DraftRequest, ToolCall
 from ._common import tool_schemas, with_known_tools
-from ._copy import CopyBias, source_text, token_texts
+from ._copy import CopyBias, source_text, token_table
 from ._decode import DecodeStats, decode_rows
 from ._generate import eos_ids, generate_texts
 from ._loading import (
@@ -158,7 +158,7 @@ class LocalDrafter:
             self._loaded = await anyio.to_thread.run_sync(load_shared, self._source, self.dtype, self.adapter)
         if self.copy_bias:  # the token-text table (~0.3 s once per tokenizer) off the first draft
             loaded = self._loaded
-            await anyio.to_thread.run_sync(token_texts, loaded.tokenizer, output_width(loaded.model))
+            await anyio.to_thread.run_sync(token_table, loaded.tokenizer, output_width(loaded.model))
         return self._loaded
 
     async def propose(self, request: DraftRequest) -> list[ToolCall]:
@@ -251,8 +251,8 @@ class LocalDrafter:
     def _copy_bias(self, loaded: LocalModel, request: DraftRequest, vocab: int) -> CopyBias | None:
         if not self.copy_bias:
             return None
-        texts = token_texts(loaded.tokenizer, vocab)
-        return CopyBias(source_text(request.messages), texts, self.copy_bias)
+        table = token_table(loaded.tokenizer, vocab)
+        return CopyBias(source_text(request.messages), table, self.copy_bias)
 
     def prompt_ids(self, loaded: LocalModel, request: DraftRequest) -> Any:
         """Token ids of the drafting prompt, dropping the oldest turns to fit the budget."""

@@ -10,13 +10,13 @@ import torch
 
 from spectool import ConfigError, DraftRequest
 from spectool.drafters import LocalDrafter
-from spectool.drafters._copy import CopyBias, expects_value, open_string_value, source_text
+from spectool.drafters._copy import CopyBias, TokenTable, expects_value, open_string_value, source_text
 
 from .test_drafters_decode import TOOLS, tiny  # noqa: F401 - the module fixture
 
 # A toy vocabulary: enough to tell word starts, continuations and closers apart.
 VOCAB = ["Hy", "der", "abad", "H", "in", " in", "Fa", '"', '",', '"}', "x", " ", "Hyd", ' "', ' "Hy', '"x']
-TEXTS = {t: [i] for i, t in enumerate(VOCAB)}
+TEXTS = TokenTable.from_texts({t: [i] for i, t in enumerate(VOCAB)})
 
 
 def _names(ids: list[int]) -> set[str]:
