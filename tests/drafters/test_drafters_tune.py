@@ -314,6 +314,58 @@ def test_tuning_recipe_end_to_end_and_adapter_changes_outputs(tmp_path, smol_tok
         load_adapter(tiny(), tmp_path)
 
 
+def test_loss_on_the_target_columns_equals_the_full_right_padded_loss(smol_tokenizer) -> None:
+    """Left padding plus the output layer on the target columns only must train on exactly the
+    loss the model's own right-padded forward computes (rows of different lengths, so a wrong
+    position count or a shifted label column changes it)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from spectool.drafters._tune import IGNORE, _target_loss, encode_example
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(smol_tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    model = LlamaForCausalLM(cfg).eval()
+    short = DraftRequest([{"role": "user", "content": "add 2 and 3"}], TOOLS)
+    batch = [
+        encode_example(smol_tokenizer, TraceExample(REQUEST, CALLS)),
+        encode_example(smol_tokenizer, TraceExample(short, [ToolCall("get_weather", {"city": "Rome"})])),
+    ]
+    assert len(batch[0].input_ids) != len(batch[1].input_ids)
+    width = max(len(e.input_ids) for e in batch)
+    ids = torch.zeros((2, width), dtype=torch.long)
+    labels = torch.full((2, width), IGNORE)
+    mask = torch.zeros((2, width), dtype=torch.long)
+    for row, e in enumerate(batch):
+        n = len(e.input_ids)
+        ids[row, :n], labels[row, :n], mask[row, :n] = torch.tensor(e.input_ids), torch.tensor(e.labels), 1
+    with torch.no_grad():
+        full = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        ours = _target_loss(model, batch, pad_id=0)
+    assert torch.allclose(full, ours, atol=1e-5), (full, ours)
+
+
+def test_a_tokenizer_without_a_chat_template_gets_the_plain_one() -> None:
+    """Gemma 3 270M ships as a base model with no chat template: the prompt falls back to
+    ``Role:`` blocks after the BOS token, the answer left open."""
+    from spectool.drafters._compact import compact_prompt_text
+
+    class Plain:  # the one attribute pair compact_prompt_text reads from a template-less tokenizer
+        chat_template = None
+        bos_token = "<bos>"
+
+    text = compact_prompt_text(Plain(), REQUEST)
+    system, user = compact_messages(REQUEST)
+    assert text == f"<bos>System:\n{system['content']}\n\nUser:\n{user['content']}\n\nAssistant:\n"
+
+
 # -- the shipped adapter ---------------------------------------------------------------------------
 
 
@@ -357,6 +409,18 @@ def test_tune_cli_parses_its_options() -> None:
         ]
     )
     assert (args.epochs, args.rank, args.lr, args.max_examples, args.threads) == (2.0, 8, 1e-4, 5, 1)
+
+
+def test_precision_auto_follows_what_the_cpu_computes_natively(monkeypatch) -> None:
+    """bf16 only where oneDNN has it natively: an AVX2-only CPU runs a bf16 step ~20x slower."""
+    import torch
+
+    from spectool.drafters._tune import resolve_precision
+
+    assert resolve_precision("fp32") == "fp32" and resolve_precision("bf16") == "bf16"
+    for native, expected in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda native=native: native)
+        assert resolve_precision("auto") == expected
 
 
 def test_traces_run_off_the_event_loop_thread_safely(tmp_path) -> None:
