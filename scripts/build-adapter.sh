@@ -2,7 +2,9 @@
 # Rebuild the shipped drafter adapter (spectool/drafters/data/adapter-smollm2-bfcl) from the
 # TRAIN split of BFCL: traces from ground truth, then LoRA tuning of the embedded SmolLM2.
 # Held out entirely (never seen): multi_turn_long_context (and every other BFCL category).
-# About 35 min on the 2-core reference machine, both cores (2 epochs: 610 steps of 4 examples, bf16 autocast).
+# About 35 min on the 2-core AVX-512 reference machine, both cores (2 epochs: 610 steps of 4
+# examples, bf16 autocast). Precision is auto: fp32 on a CPU without native bf16 (AVX2 only),
+# where a step costs more and the 58-min cap may end it early (the manifest records the steps).
 # Usage: scripts/build-adapter.sh [OUT_DIR] [extra `drafters tune` options…]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -24,6 +24,7 @@ from ._settings import settings
 
 __all__ = [
     "EMBEDDED_MODEL",
+    "GEMMA_MODEL",
     "cache_dir",
     "embedded_gguf",
     "embedded_hf_folder",
