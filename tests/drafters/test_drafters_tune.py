@@ -260,25 +260,32 @@ def test_bfcl_builder_replays_ground_truth_with_true_outputs() -> None:
 # -- the recipe end to end -------------------------------------------------------------------------
 
 
+def _tiny_llama(tokenizer):
+    """A seeded 2-layer random Llama with ``tokenizer``'s vocabulary: the real code paths in ms."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
 def test_tuning_recipe_end_to_end_and_adapter_changes_outputs(tmp_path, smol_tokenizer) -> None:
     """A tiny random Llama with SmolLM2's tokenizer: the real recipe in seconds."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     from spectool.drafters._adapter import adapter_manifest, load_adapter
     from spectool.drafters._tune import save_adapter, tune
 
     def tiny():
-        torch.manual_seed(0)
-        cfg = LlamaConfig(
-            vocab_size=len(smol_tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-        )
-        return LlamaForCausalLM(cfg).eval()
+        return _tiny_llama(smol_tokenizer)
 
     examples = [
         TraceExample(REQUEST, CALLS),
@@ -319,20 +326,10 @@ def test_loss_on_the_target_columns_equals_the_full_right_padded_loss(smol_token
     loss the model's own right-padded forward computes (rows of different lengths, so a wrong
     position count or a shifted label column changes it)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     from spectool.drafters._tune import IGNORE, _target_loss, encode_example
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(smol_tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-    model = LlamaForCausalLM(cfg).eval()
+    model = _tiny_llama(smol_tokenizer)
     short = DraftRequest([{"role": "user", "content": "add 2 and 3"}], TOOLS)
     batch = [
         encode_example(smol_tokenizer, TraceExample(REQUEST, CALLS)),
