@@ -15,12 +15,12 @@ bench: setup
 # Static checks, each its own line so a failure names its tool: ruff (lint rules and format,
 # pyproject [tool.ruff]), import-linter (the layers of docs/architecture.md, .importlinter),
 # mypy (pyproject [tool.mypy]).
-LINT_PATHS := spectool serving integrations tests
+LINT_PATHS := spectool serving integrations bench tests
 lint: setup
 	.venv/bin/ruff check $(LINT_PATHS)
 	.venv/bin/ruff format --check $(LINT_PATHS)
-	PYTHONPATH=.:serving:integrations/langchain:integrations/mcp:integrations/openai_agents .venv/bin/lint-imports
-	.venv/bin/mypy -p spectool -p spectool_serving
+	PYTHONPATH=.:serving:bench:scripts:integrations/langchain:integrations/mcp:integrations/openai_agents .venv/bin/lint-imports
+	.venv/bin/mypy -p spectool -p spectool_serving -p spectool_bench
 
 # Rewrites files: import order and pyupgrade fixes, then the formatter.
 format: setup

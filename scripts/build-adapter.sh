@@ -12,7 +12,7 @@ out=${1:-spectool/drafters/data/adapter-smollm2-bfcl}
 shift || true
 py=${PYTHON:-.venv/bin/python}
 traces=$(mktemp -t spectool-traces-XXXX.jsonl)
-"$py" -m spectool.bench._bfcl_traces --split train --speculable-only --first-step-only \
+"$py" -m spectool_bench.bfcl._traces --split train --speculable-only --first-step-only \
   --categories simple_python,multiple,live_simple,live_multiple,parallel,parallel_multiple,multi_turn_base \
   --out "$traces"
 "$py" -m spectool.drafters._tune --traces "$traces" --out "$out" \

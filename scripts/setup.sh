@@ -9,7 +9,8 @@ stamp=.venv/.spectool-setup
 # setup.py and the kernel sources too: `pip install -e .` builds the CPU kernel library in place,
 # and an edited C source would otherwise fall back to the first-use build in the cache
 kernels=(setup.py serving/spectool_serving/backends/_kernel_sources.py serving/spectool_serving/backends/*.c)
-want=$(cat pyproject.toml $(ls integrations/*/pyproject.toml 2>/dev/null) "${kernels[@]}" scripts/setup.sh \
+want=$(cat pyproject.toml bench/pyproject.toml $(ls integrations/*/pyproject.toml 2>/dev/null) "${kernels[@]}" \
+    scripts/setup.sh scripts/requirements.py \
     | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     exit 0
@@ -34,6 +35,11 @@ echo "setup: installing into .venv (a few minutes on a fresh machine)" >&2
 mapfile -t reqs < <(.venv/bin/python scripts/requirements.py all dev --exclude xgrammar)
 "${pip[@]}" install "${reqs[@]}"
 "${pip[@]}" install --no-deps -e .
+# measurement, its own distribution (bench/): its requirements less spectool (installed above,
+# and naming spectool[serve] would let pip reach for triton again), then itself without deps
+mapfile -t bench_reqs < <(.venv/bin/python scripts/requirements.py --project bench --exclude xgrammar)
+"${pip[@]}" install "${bench_reqs[@]}"
+"${pip[@]}" install --no-deps -e bench
 for d in integrations/*/; do
     [ -f "$d/pyproject.toml" ] && "${pip[@]}" install -e "$d"
 done

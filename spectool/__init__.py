@@ -1,6 +1,7 @@
 """spectool: speculative tool calling for LLM agents."""
 
 from ._cache import CacheCounters, Outcome, ToolCache
+from ._engine_client import resolved_messages
 from ._errors import (
     ConfigError,
     DrafterError,
@@ -80,6 +81,7 @@ __all__ = [
     "instrument",
     "load_traces",
     "remove_observer",
+    "resolved_messages",
     "responses_input_to_messages",
     "run_agent",
     "speculative",

@@ -4,8 +4,8 @@ The core never imports the serving engine or the benchmarks: a command is a modu
 (``add_arguments(parser)`` and ``run(args) -> int``), imported by :func:`importlib.import_module`
 once the user picked it. Commands come from two places, merged:
 
-* :data:`COMMANDS`, the built-in table (the core's own commands and those of the packages
-  this distribution ships: serving, measurement);
+* :data:`COMMANDS`, the built-in table (the core's own commands and the serving engine's,
+  which this distribution ships);
 * the ``spectool.commands`` entry-point group, so another distribution adds one without
   touching this file::
 
@@ -13,7 +13,9 @@ once the user picked it. Commands come from two places, merged:
       my-job = "my_package.my_job_cli"      # module; its docstring's first line is the help
 
 A command whose module cannot be imported (its extra is not installed) still shows in
-``--help`` and fails with the install hint when run.
+``--help`` and fails with the install hint when run. The measurement commands (``bench``,
+``soak``, ``drafters``, …) come from the ``spectool-bench`` distribution this way; without it,
+running one says to install it (:data:`ELSEWHERE`).
 """
 
 from __future__ import annotations
@@ -25,30 +27,27 @@ from importlib import metadata
 
 # subcommand -> (module with `add_arguments(parser)` and `run(args) -> int`, help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "bench": ("spectool.bench._bench_cli", "BFCL multi-agent benchmark of speculative tool calling"),
-    "soak": ("spectool.bench._soak", "many agents on the embedded engine under faults: is anything lost?"),
-    "calibrate": ("spectool.bench._decode_cli", "re-measure tree-decoding cost tables and draft size g*"),
-    "decode-bench": (
-        "spectool.bench._decode_cli",
-        "tree speculative decoding vs autoregressive and prompt lookup",
-    ),
-    "drafters": (
-        "spectool.bench._drafters_cli",
-        "evaluate drafters on BFCL ground truth (eval) or tune one (tune)",
-    ),
     "model": ("spectool._model_cli", "the performance model: calculator and Figure 3"),
-    "overhead": ("spectool._overhead", "middleware overhead per turn and time saved (scripted)"),
     "serve": ("spectool_serving._serve_cli", "serve a model with the engine-side tool cache (OpenAI API)"),
+}
+
+# Commands another distribution of this project registers; named here only so that running one
+# without it installed says what to install instead of "invalid choice".
+ELSEWHERE: dict[str, str] = {
+    name: "spectool-bench" for name in ("bench", "soak", "calibrate", "decode-bench", "drafters", "overhead")
 }
 
 ENTRY_POINT_GROUP = "spectool.commands"
 
 
-def commands() -> dict[str, tuple[str, str]]:
-    """The built-in table plus every ``spectool.commands`` entry point (which wins on a clash)."""
+def commands(describe: bool = True) -> dict[str, tuple[str, str]]:
+    """The built-in table plus every ``spectool.commands`` entry point (which wins on a clash).
+
+    An entry point's help is its module's docstring, so ``describe=False`` leaves it empty
+    rather than import every plug-in module when one command runs."""
     table = dict(COMMANDS)
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        help_ = table.get(ep.name, ("", ""))[1] or _doc_line(ep.module)
+        help_ = table.get(ep.name, ("", ""))[1] or (_doc_line(ep.module) if describe else "")
         table[ep.name] = (ep.module, help_)
     return table
 
@@ -58,7 +57,17 @@ def _doc_line(module: str) -> str:
         doc = importlib.import_module(module).__doc__ or ""
     except ImportError:
         return ""
-    return doc.strip().splitlines()[0] if doc.strip() else ""
+    line = doc.strip().splitlines()[0] if doc.strip() else ""
+    # a command module's docstring opens with its own name (``spectool bench``: …); the listing has it
+    return line.split(": ", 1)[1] if line.startswith("``spectool ") and ": " in line else line
+
+
+def _not_installed(command: str) -> str:
+    dist = ELSEWHERE[command]
+    return (
+        f"this command comes with the {dist} distribution, which is not installed: "
+        f"pip install {dist} (in a clone of the repository: pip install -e bench)"
+    )
 
 
 def _chosen(argv: list[str], names: set[str]) -> str | None:
@@ -71,12 +80,17 @@ def _chosen(argv: list[str], names: set[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    table = commands()
+    table = commands(describe=False)
+    chosen = _chosen(argv, set(table))
+    if chosen is None:
+        table = commands()  # the listing of `spectool --help` shows every command's help
     parser = argparse.ArgumentParser(prog="spectool", description="Speculative tool calling for LLM agents.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    chosen = _chosen(argv, set(table))
     from ._errors import SpectoolError, missing_extra
 
+    if chosen is None and (wanted := _chosen(argv, set(ELSEWHERE))) is not None:
+        print(f"spectool {wanted}: error: {_not_installed(wanted)}", file=sys.stderr)
+        return 1
     for name, (module, help_) in table.items():
         p = sub.add_parser(name, help=help_)
         p.set_defaults(_module=module)
@@ -87,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         except ModuleNotFoundError as exc:
             print(f"spectool {name}: error: {missing_extra(exc.name or module, 'serve')}", file=sys.stderr)
             return 1
+    for name in sorted(ELSEWHERE.keys() - table.keys()):  # listed, so `--help` says where they are
+        sub.add_parser(name, help=f"(not installed: pip install {ELSEWHERE[name]})")
     args = parser.parse_args(argv)
     if not getattr(args, "_module", None):
         parser.print_help()

@@ -10,6 +10,8 @@ Importing this package never imports torch or transformers.
 
 from ._adapter import load_adapter, shipped_adapter_path
 from ._combined import CombinedDrafter
+from ._common import call_key, tool_schemas
+from ._compact import compact_prompt_ids
 from ._endpoint import EndpointDrafter
 from ._grammar import calls_schema
 from ._history import HistoryDrafter
@@ -23,9 +25,12 @@ __all__ = [
     "EndpointDrafter",
     "HistoryDrafter",
     "LocalDrafter",
+    "call_key",
     "calls_schema",
+    "compact_prompt_ids",
     "draft_messages",
     "load_adapter",
     "shipped_adapter_path",
     "system_prompt",
+    "tool_schemas",
 ]

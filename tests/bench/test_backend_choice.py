@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from spectool.bench import _backend
-from spectool.bench._backend import choose, machine_key, record_rates, recorded_rates, resolve_backend
+from spectool_bench.backends import _choice as _backend
+from spectool_bench.backends._choice import choose, machine_key, record_rates, recorded_rates, resolve_backend
 
 
 def test_choose_needs_vllm_to_win_by_the_margin():
@@ -76,7 +76,7 @@ def test_auto_probes_once_then_reads_the_record(monkeypatch, tmp_path):
 def test_bench_cli_backend_and_dtype_reach_the_plan():
     import argparse
 
-    from spectool.bench._bench_cli import add_arguments, build_plan
+    from spectool_bench.harness._cli import add_arguments, build_plan
 
     p = argparse.ArgumentParser()
     add_arguments(p)
@@ -91,7 +91,7 @@ def _row(s, prefill, trips, hit=None):
 
 
 def test_comparison_summary_counts_savings_per_hit_only():
-    from spectool.bench._backends_main import summarize, table
+    from spectool_bench.backends._compare import summarize, table
 
     rows = {
         "baseline": [_row(4.0, 300, 2), _row(5.0, 300, 2)],
@@ -116,7 +116,7 @@ def test_comparison_summary_counts_savings_per_hit_only():
 def test_backends_measure_reads_o2_counters_and_rejections_while_its_client_is_open(monkeypatch):
     """``measure`` against stand-ins for the workload calls (no server): the O2 figures come
     from the same open client as the turns (a read after the client closed failed once)."""
-    from spectool.bench import _backends_main as bm
+    from spectool_bench.backends import _compare as bm
 
     def open_only(fn):
         def wrapped(c, *a, **k):

@@ -3,9 +3,9 @@
 import pytest
 
 from spectool import ConfigError, Effect, ToolCall
-from spectool.bench._bfcl import _single_truth, load_tasks, openai_tool, parse_call, tool_name
-from spectool.bench._effects import EFFECTS, effect_of, measure_effects
-from spectool.bench._executable import STATELESS, Environment, load_class
+from spectool_bench.bfcl._effects import EFFECTS, effect_of, measure_effects
+from spectool_bench.bfcl._executable import STATELESS, Environment, load_class
+from spectool_bench.bfcl._tasks import _single_truth, load_tasks, openai_tool, parse_call, tool_name
 
 
 def test_categories_load_with_ground_truth():

@@ -11,13 +11,13 @@ import pytest
 from openai import AsyncOpenAI
 
 from spectool import ConfigError, DraftRequest, ToolCall
-from spectool.bench._bfcl import load_tasks
-from spectool.bench._harness import Setup, assign, run_agents
-from spectool.bench._latency import Latency
-from spectool.bench._metrics import predicted_speedup, run_row
-from spectool.bench._oracle import OracleDrafter
-from spectool.bench._replay import ReplayModel, TokenRates, next_step_call
 from spectool.cli import main
+from spectool_bench.bfcl._tasks import load_tasks
+from spectool_bench.harness._agents import Setup, assign, run_agents
+from spectool_bench.harness._latency import Latency
+from spectool_bench.harness._metrics import predicted_speedup, run_row
+from spectool_bench.harness._oracle import OracleDrafter
+from spectool_bench.harness._replay import ReplayModel, TokenRates, next_step_call
 
 REQUIRED = {
     "config",
@@ -157,7 +157,7 @@ def test_cli_tiny_run_writes_results_and_plots(tmp_path, capsys):
 
 
 def test_aggregate_throughput_is_m_times_the_mean_per_agent_rate_and_is_plotted(tmp_path):
-    from spectool.bench._report import aggregate_throughput, write_plots
+    from spectool_bench.report._results import aggregate_throughput, write_plots
 
     def run(config, m, tok_s):
         return {
@@ -186,7 +186,7 @@ def test_a_main_model_with_a_prefix_cache_is_warmed_before_each_baseline(monkeyp
     an untimed pass over the same tasks comes first (workload calls stood in, no server)."""
     import types
 
-    from spectool.bench import _sweep
+    from spectool_bench.harness import _sweep
 
     calls = []
 
@@ -230,8 +230,8 @@ def test_a_main_model_with_a_prefix_cache_is_warmed_before_each_baseline(monkeyp
 def test_engine_prediction_at_alpha_zero_is_exactly_no_speedup():
     """Eq. 6 with nothing answered in place is Eq. 4; the ratio of the two float sums must not
     read as a slowdown in its last bit (a CI run once got 0.9999999999999999)."""
-    from spectool.bench._harness import AgentResult
-    from spectool.bench._metrics import engine_prediction
+    from spectool_bench.harness._agents import AgentResult
+    from spectool_bench.harness._metrics import engine_prediction
 
     reqs = [  # a case whose float sums differ in the last bit
         {"prompt": 168, "completion": 9, "calls": 1, "G": 0.40405522059153737, "T": 0.49543508709194095},

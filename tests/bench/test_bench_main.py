@@ -13,16 +13,16 @@ import pytest
 from openai import AsyncOpenAI
 
 from spectool import ToolCall
-from spectool.bench._bfcl import load_tasks
-from spectool.bench._harness import Setup, assign, run_agents
-from spectool.bench._latency import Latency
-from spectool.bench._metrics import run_row
-from spectool.bench._oracle import OracleDrafter
-from spectool.bench._replay import ReplayModel, TokenRates, next_step
-from spectool.bench._splits import split_of
-from spectool.bench._sweep import headline_plan
-from spectool.bench._workload import ToolStats, build_toolbox, precomputed_output, task_output
 from spectool.cli import main
+from spectool_bench.bfcl._splits import split_of
+from spectool_bench.bfcl._tasks import load_tasks
+from spectool_bench.bfcl._workload import ToolStats, build_toolbox, precomputed_output, task_output
+from spectool_bench.harness._agents import Setup, assign, run_agents
+from spectool_bench.harness._latency import Latency
+from spectool_bench.harness._metrics import run_row
+from spectool_bench.harness._oracle import OracleDrafter
+from spectool_bench.harness._replay import ReplayModel, TokenRates, next_step
+from spectool_bench.harness._sweep import headline_plan
 
 
 def test_equal_canonical_calls_get_equal_stub_outputs():
@@ -187,7 +187,7 @@ def test_cli_replay_with_eager_arm_and_auto_writes_the_headline_plot(tmp_path, c
 def test_quick_runs_the_headline_then_the_embedded_engine():
     import argparse
 
-    from spectool.bench._bench_cli import add_arguments, build_plans
+    from spectool_bench.harness._cli import add_arguments, build_plans
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -199,8 +199,8 @@ def test_quick_runs_the_headline_then_the_embedded_engine():
 
 
 def test_the_tuned_arm_appears_when_the_adapter_is_shipped(tmp_path, monkeypatch):
-    from spectool.bench import _sweep
     from spectool.drafters import _adapter
+    from spectool_bench.harness import _sweep
 
     assert _sweep.headline_drafters()[0] == "history"
     (tmp_path / "adapter_config.json").write_text("{}")

@@ -5,11 +5,11 @@ import json
 import pytest
 
 from spectool import ToolCall
-from spectool.bench._bfcl import load_tasks
-from spectool.bench._drafter_eval import replay_steps
-from spectool.bench._drafter_metrics import percentile, score_step, summarize
 from spectool.cli import main
 from spectool.drafters._common import tool_schemas
+from spectool_bench.bfcl._tasks import load_tasks
+from spectool_bench.drafters._eval import replay_steps
+from spectool_bench.drafters._metrics import percentile, score_step, summarize
 
 
 def fn(name, props, required=None):
@@ -193,7 +193,7 @@ def test_cli_rejects_unknown_names_clearly(capsys):
 
 
 def test_adapter_option_reaches_the_tuned_drafters(tmp_path):
-    from spectool.bench._drafters_cli import _check_drafters
+    from spectool_bench.drafters._cli import _check_drafters
 
     (tmp_path / "manifest.json").write_text('{"compact_format_version": 2}')
     made = _check_drafters(("tuned", "tuned+mined", "history"), tmp_path)
@@ -202,7 +202,7 @@ def test_adapter_option_reaches_the_tuned_drafters(tmp_path):
 
 
 def test_model_option_reaches_the_model_drafters_and_no_other(tmp_path, capsys):
-    from spectool.bench._drafters_cli import _check_drafters
+    from spectool_bench.drafters._cli import _check_drafters
 
     (tmp_path / "manifest.json").write_text('{"compact_format_version": 3}')
     made = _check_drafters(("tuned", "local", "history"), tmp_path, "some/model.gguf")
@@ -213,7 +213,7 @@ def test_model_option_reaches_the_model_drafters_and_no_other(tmp_path, capsys):
 
 
 def test_cli_tune_without_the_tuning_module_says_so(monkeypatch, capsys):
-    from spectool.bench import _drafters_cli
+    from spectool_bench.drafters import _cli as _drafters_cli
 
     monkeypatch.setattr(_drafters_cli, "TUNE_MODULE", "spectool.drafters._no_such_tune_module")
     assert main(["drafters", "tune", "--traces", "x"]) == 1
@@ -225,7 +225,7 @@ def test_cli_tune_delegates_to_the_tuning_module(monkeypatch):
     import sys
     import types
 
-    from spectool.bench import _drafters_cli
+    from spectool_bench.drafters import _cli as _drafters_cli
 
     seen = {}
     fake = types.ModuleType("fake_tune")
@@ -237,9 +237,9 @@ def test_cli_tune_delegates_to_the_tuning_module(monkeypatch):
     assert seen == {"traces": "t.jsonl"}
 
 
-@pytest.mark.parametrize("category", __import__("spectool.bench._bfcl", fromlist=["x"]).ALL_CATEGORIES)
+@pytest.mark.parametrize("category", __import__("spectool_bench.bfcl._tasks", fromlist=["x"]).ALL_CATEGORIES)
 def test_every_category_in_the_wheel_replays(category):
-    from spectool.bench._bfcl import NO_CALL_CATEGORIES
+    from spectool_bench.bfcl._tasks import NO_CALL_CATEGORIES
 
     tasks = load_tasks(category, limit=2)
     assert tasks and all(t.tools for t in tasks)

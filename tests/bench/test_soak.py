@@ -52,14 +52,14 @@ def test_a_tiny_soak_loses_and_changes_nothing(tmp_path, capsys):
 
 
 def test_a_lost_agent_is_reported_by_the_errors_inside_its_task_group():
-    from spectool.bench._soak import _describe
+    from spectool_bench.soak._cli import _describe
 
     group = ExceptionGroup("unhandled errors in a TaskGroup", [ValueError("bad args"), KeyError("x")])
     assert _describe(group) == "ValueError: bad args; KeyError: 'x'"
 
 
 def test_rss_is_compared_like_with_like():
-    from spectool.bench._soak_report import growth, quarters, rss_comparison
+    from spectool_bench.soak._report import growth, quarters, rss_comparison
 
     # a pass whose batch grows then drains: first → last quarter reads the workload's shape
     shape = [(t, 1000.0 + (300.0 if 4 <= t < 12 else 0.0) + (100.0 if t >= 12 else 0.0)) for t in range(16)]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import spectool
-from spectool.bench import TimelineRecorder, draw_timeline
 from spectool.testing import KeyValueWorld, ScriptedDrafter, ScriptedModel, call, openai_client, say
+from spectool_bench import TimelineRecorder, draw_timeline
 
 SCRIPT = [
     [call("get", key="a"), call("get", key="b")],

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.model
 
 
 def test_decode_bench_writes_results_and_every_fp32_method_is_lossless(tmp_path, monkeypatch):
-    from spectool_serving.tree import bench
+    from spectool_bench.decode import _tree as bench
 
     monkeypatch.setenv("SPECTOOL_TREE_CALIBRATION", str(tmp_path / "cal"))
     out = tmp_path / "out"
@@ -50,7 +50,7 @@ def test_decode_bench_writes_results_and_every_fp32_method_is_lossless(tmp_path,
 
 
 def test_unknown_prompt_id_is_a_clear_error():
-    from spectool_serving.tree.bench import load_prompts
+    from spectool_bench.decode._tree import load_prompts
 
     with pytest.raises(ValueError, match="unknown prompt id"):
         load_prompts(ids=["no-such-prompt"])

@@ -24,10 +24,10 @@ from spectool.drafters import LocalDrafter
 from spectool.drafters._common import tool_schemas
 from spectool.drafters._copy import open_string_value
 from spectool.drafters._decode import DecodeStats, PrefixCache, decode_rows
-from spectool.drafters._eval import valid
 from spectool.drafters._grammar import GrammarConstraint
 from spectool.drafters._local import TUNED_LIMITS, UNTUNED_LIMITS
 from spectool.drafters._row_limits import repeats_a_call
+from spectool_bench.drafters._prompt_eval import valid
 
 TOOLS = [
     {

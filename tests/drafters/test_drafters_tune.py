@@ -186,9 +186,9 @@ def test_target_is_what_the_grammar_lets_the_drafter_write(smol_tokenizer) -> No
 
 
 def test_training_and_drafting_render_the_same_prompt_and_mask_it(smol_tokenizer) -> None:
-    from spectool.bench._adapter_eval import CompactDrafter
     from spectool.drafters._loading import LocalModel
     from spectool.drafters._tune import IGNORE, encode_example
+    from spectool_bench.drafters._adapter_eval import CompactDrafter
 
     enc = encode_example(smol_tokenizer, TraceExample(REQUEST, CALLS))
     drafting = CompactDrafter((None, smol_tokenizer)).prompt_ids(
@@ -239,9 +239,9 @@ async def test_speculator_records_each_request_and_the_calls_that_followed(tmp_p
 
 
 def test_bfcl_builder_replays_ground_truth_with_true_outputs() -> None:
-    from spectool.bench._bfcl import load_tasks
-    from spectool.bench._bfcl_traces import bfcl_examples, task_examples
-    from spectool.bench._splits import split_of
+    from spectool_bench.bfcl._splits import split_of
+    from spectool_bench.bfcl._tasks import load_tasks
+    from spectool_bench.bfcl._traces import bfcl_examples, task_examples
 
     task = next(t for t in load_tasks("multi_turn_base", limit=10) if t.calls >= 3)
     examples = list(task_examples(task))

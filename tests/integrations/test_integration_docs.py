@@ -16,6 +16,7 @@ PATHS = [
     ROOT / "integrations" / "mcp",
     ROOT / "integrations" / "openai_agents",
     ROOT / "integrations" / "langchain",
+    ROOT / "bench",  # tracing.md draws its picture with spectool_bench
     ROOT,
 ]
 

@@ -19,35 +19,25 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-# measurement (docs/architecture.md "Layers", .importlinter), plus the g* fit in tree.calibrate
-# (the server reads only the cost tables from that module)
-MEASUREMENT = (
-    "spectool.bench",
-    "spectool_serving.bench",
-    "spectool_serving.tree.bench",
-    "spectool_serving.tree.calibrate",
-)
+# measurement is its own distribution; its requirements name spectool[serve] and its additions
+BENCH_PYPROJECT = tomllib.loads((ROOT / "bench" / "pyproject.toml").read_text())
+BENCH = "spectool-bench"  # an "extra" of _closure: that distribution's own requirements
 # layer: (extras its install names, import roots, modules left out, modules only (prefixes))
 LAYERS = {
     # `pip install spectool`: the core less what the extras below own
     "core": (
         (),
         ["spectool"],
-        ("spectool.bench", "spectool.drafters", "spectool._embedded", "spectool._tracing"),
+        ("spectool.drafters", "spectool._embedded", "spectool._tracing"),
         (),
     ),
-    "serve": (
-        ("serve",),
-        ["spectool_serving"],
-        ("spectool_serving.vllm", "spectool_serving.bench", "spectool_serving.tree.bench"),  # [vllm], [bench]
-        (),
-    ),
+    "serve": (("serve",), ["spectool_serving"], ("spectool_serving.vllm",), ()),  # [vllm]
     # the in-process drafter: model loading, grammar, adapters, int8, tuning
     "local": (("local",), ["spectool"], (), ("spectool.drafters", "spectool._embedded")),
     "tracing": (("tracing",), ["spectool"], (), ("spectool._tracing",)),
-    # measurement runs on the layer it measures (the embedded engine, the drafters: [serve] ⊇
-    # [local]; docs/benchmark.md); what it adds (plots, fits, BFCL's MathAPI) is [bench]'s
-    "bench": (("bench", "serve"), ["spectool", "spectool_serving"], (), MEASUREMENT),
+    # `pip install spectool-bench`: measurement runs on the layer it measures (the embedded engine,
+    # the drafters: [serve] ⊇ [local]; docs/benchmark.md); what it adds (plots, BFCL's MathAPI) is its own
+    BENCH: ((BENCH,), ["spectool_bench"], (), ()),
 }
 STDLIB = set(sys.stdlib_module_names)
 # (module, distribution) imported only on a path another extra serves -> that extra. Checked in
@@ -57,6 +47,8 @@ ALLOWED = {
     ("spectool_serving.tree.calibrate", "scipy"): "bench",  # the g* fit, reached from
     ("spectool_serving.tree.calibrate", "scikit-learn"): "bench",  # `calibrate` / `decode-bench` only
 }
+# [bench]: the figures and fits spectool itself keeps (the ALLOWED modules above)
+LAYERS["bench"] = (("bench", "serve"), ["spectool", "spectool_serving"], (), tuple(m for m, _ in ALLOWED))
 
 
 def _norm(name: str) -> str:
@@ -68,7 +60,9 @@ def _closure(*extras: str) -> set[str]:
     installed distributions' own requirements (markers evaluated, no extras beyond those named)."""
     optional = PYPROJECT["project"]["optional-dependencies"]
     todo = [Requirement(r) for r in PYPROJECT["project"]["dependencies"]]
-    todo += [Requirement(r) for extra in extras for r in optional[extra]]
+    todo += [Requirement(r) for extra in extras if extra != BENCH for r in optional[extra]]
+    if BENCH in extras:
+        todo += [Requirement(r) for r in BENCH_PYPROJECT["project"]["dependencies"]]
     seen: set[str] = set()
     while todo:
         req = todo.pop()
@@ -97,9 +91,10 @@ def _imports(roots: list[str], skip: tuple[str, ...] = (), only: tuple[str, ...]
     """Third-party distribution -> the modules (under ``roots``) that import it."""
     import grimp
 
-    graph = grimp.build_graph(*roots, "spectool", include_external_packages=True, cache_dir=None)
+    own = ("spectool", "spectool_serving")  # this repository's own packages, not third-party
+    graph = grimp.build_graph(*dict.fromkeys([*roots, *own]), include_external_packages=True, cache_dir=None)
     dists = metadata.packages_distributions()
-    ours = set(roots) | {"spectool"}
+    ours = set(roots) | set(own)
     out: dict[str, set[str]] = {}
     for module in graph.modules:
         if (
@@ -149,9 +144,23 @@ def test_allowed_imports_are_real_and_their_extra_brings_them(module, dist):
         ("bench", "bench", "matplotlib"),
         ("bench", "bench", "scikit-learn"),  # an ALLOWED import (tree.calibrate) counts in [bench]'s layer
         ("core", None, "pydantic-settings"),
+        # spectool-bench's own additions, and the layer its requirement on spectool[serve] brings
+        (BENCH, BENCH, "matplotlib"),
+        (BENCH, BENCH, "torch"),
     ],
 )
 def test_the_check_catches_a_missing_requirement(monkeypatch, layer, extra, dropped):
+    if extra == BENCH:
+        bench = dict(BENCH_PYPROJECT["project"])
+        # dropping torch: spectool-bench asks for plain spectool instead of spectool[serve]
+        bench["dependencies"] = [
+            "spectool" if r.startswith("spectool[") and dropped == "torch" else r
+            for r in bench["dependencies"]
+            if Requirement(r).name != dropped
+        ]
+        monkeypatch.setitem(BENCH_PYPROJECT, "project", bench)
+        assert dropped in _missing(layer)
+        return
     project = dict(PYPROJECT["project"])
     if extra is None:
         project["dependencies"] = [r for r in project["dependencies"] if Requirement(r).name != dropped]

@@ -3,10 +3,13 @@ venvs and works. The wheel is built once for the module (``pip wheel .``, about 
 
 Light installs, resolved for real: the core, ``[tracing]`` and ``[bench]`` each get a fresh venv
 with its own pip and ``pip install 'spectool-<ver>.whl[extra]'`` from the package index, so pip's
-own resolution decides what lands there. What the static check in test_install.py cannot see
-fails here: it reads this environment's installed metadata, not what pip resolves today (a range
-that admits a release the code cannot use), nor imports grimp does not follow (BFCL's tool
-classes need mpmath), nor an eager import of an optional package. Measured on a 2-core
+own resolution decides what lands there. The measurement distribution's wheel
+(``spectool-bench``, built from ``bench/``) goes into the ``[bench]`` venv without its
+``spectool[serve]`` requirement (torch: see below) but with its own additions from the index.
+What the static check in test_install.py cannot see fails here: it reads this environment's
+installed metadata, not what pip resolves today (a range that admits a release the code cannot
+use), nor imports grimp does not follow (BFCL's tool classes need mpmath), nor an eager import
+of an optional package. Measured on a 2-core
 machine with a local index mirror: a venv with pip ~5 s; the install ~7 s for the core and
 ``[tracing]``, ~25 s for ``[bench]`` (matplotlib, scipy, scikit-learn: ~380 MB); whole tests ~10,
 ~11 and ~30 s.
@@ -123,6 +126,20 @@ def wheel(tmp_path_factory) -> Path:
     return built
 
 
+@pytest.fixture(scope="module")
+def bench_wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bench-wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", out]
+        + [ROOT / "bench"],
+        check=True,
+        timeout=300,
+        cwd=out,
+    )
+    (built,) = out.glob("spectool_bench-*.whl")
+    return built
+
+
 def _fresh_install(wheel: Path, where: Path, extra: str = "") -> tuple[Venv, dict]:
     """A venv with its own pip, `pip install 'wheel[extra]'` from the index, then what every light
     install must do: import the wheel's spectool without its optional packages, and run the CLI."""
@@ -154,6 +171,9 @@ def test_core_installs_light_and_runs_an_agent(wheel, tmp_path):
     assert "pip install 'spectool[tracing]'" in out
     figure = venv.spectool("model", "figure", "--out", tmp_path / "f.png", ok=False)
     assert figure.returncode != 0 and "pip install 'spectool[bench]'" in figure.stderr
+    # measurement is another distribution: its commands are listed and say what to install
+    bench = venv.spectool("bench", "--quick", ok=False)
+    assert bench.returncode == 1 and "pip install spectool-bench" in bench.stderr
 
 
 @pytest.mark.install
@@ -185,15 +205,30 @@ print(json.dumps({s.name: s.attributes.get("spectool.speculative") for s in expo
 
 
 @pytest.mark.install
-def test_bench_extra_draws_figures_and_runs_bfcl_math(wheel, tmp_path):
-    """[bench] is measurement's own additions on top of the layer measured: light, no torch."""
+def test_bench_extra_draws_figures_and_spectool_bench_runs_bfcl_math(wheel, bench_wheel, tmp_path):
+    """[bench] is what spectool itself keeps for figures and fits: light, no torch. spectool-bench
+    installs beside it, registers its commands, and brings BFCL's MathAPI (mpmath)."""
     venv, probe = _fresh_install(wheel, tmp_path, "bench")
-    assert probe["installed"] == ["numpy", "matplotlib", "scipy", "sklearn", "mpmath"]
+    assert probe["installed"] == ["numpy", "matplotlib", "scipy", "sklearn"]
     venv.spectool("model", "figure", "--out", tmp_path / "f.png")
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the wheel's own requirements, less spectool[serve] (torch), resolved from the index
+    meta = zipfile.ZipFile(bench_wheel).read(f"{bench_wheel.name.split('-')[0]}-0.1.0.dist-info/METADATA")
+    requires = [
+        line.split(":", 1)[1].strip()
+        for line in meta.decode().splitlines()
+        if line.startswith("Requires-Dist:") and not line.split(":", 1)[1].strip().startswith("spectool")
+    ]
+    assert any(r.startswith("mpmath") for r in requires), requires
+    pip = (venv.root / "bin" / "python", "-m", "pip", "install", "-q")
+    venv.run(*pip, "--no-deps", bench_wheel, timeout=120)
+    venv.run(*pip, *requires, timeout=420)
+    help_ = venv.spectool("--help").stdout
+    assert "not installed" not in help_ and "BFCL multi-agent benchmark" in help_
+    assert "--quick" in venv.spectool("bench", "--help").stdout
     # BFCL's MathAPI, imported from the bfcl-eval wheel (mpmath: an import grimp cannot see)
     out = venv.python(
-        "from spectool.bench._executable import load_class\n"
+        "from spectool_bench.bfcl._executable import load_class\n"
         "print(load_class('MathAPI')().logarithm(value=8, base=2, precision=5)['result'])"
     )
     assert float(out) == 3.0

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from spectool.bench._backends_main import measure
 from spectool.cli import main
+from spectool_bench.backends._compare import measure
 
 pytestmark = pytest.mark.vllm
 

@@ -68,7 +68,7 @@ def test_command_loads_every_plugin_piece(tmp_path):
 
 def test_the_stock_arm_is_the_same_server_without_any_spectool_piece(tmp_path):
     """The overhead bench's control: identical flags, no extension, no proposer, no plugin."""
-    from spectool.bench._vllm_overhead import arm_command
+    from spectool_bench.vllm._overhead import arm_command
 
     folder = tmp_path / "m"
     folder.mkdir()
@@ -88,7 +88,7 @@ def test_the_stock_arm_is_the_same_server_without_any_spectool_piece(tmp_path):
 
 
 def test_overhead_summary_pairs_the_arms_per_stream_count():
-    from spectool.bench._vllm_overhead import summarize
+    from spectool_bench.vllm._overhead import summarize
 
     samples = [
         {"arm": "stock", "streams": 8, "tok_s": 100.0, "ttft_median_s": 0.5},
@@ -102,8 +102,8 @@ def test_overhead_summary_pairs_the_arms_per_stream_count():
 
 
 def test_ngram_arm_is_stock_vllm_with_its_own_proposer_and_its_summary(tmp_path):
-    from spectool.bench._vllm_ngram import summarize
-    from spectool.bench._vllm_overhead import NGRAM, arm_command
+    from spectool_bench.vllm._ngram import summarize
+    from spectool_bench.vllm._overhead import NGRAM, arm_command
 
     cmd, env = arm_command("ngram", port=9, dtype="float32", model=str(tmp_path))
     assert json.loads(cmd[cmd.index("--speculative-config") + 1]) == NGRAM
@@ -168,7 +168,7 @@ def test_proposer_counts_tool_acceptance_and_keeps_what_the_model_wrote_instead(
 def test_o2_counts_and_rejections_read_either_backend():
     import httpx
 
-    from spectool_serving.vllm.workload import o2_counts, o2_rejections
+    from spectool_bench.vllm._workload import o2_counts, o2_rejections
 
     def vllm(request):
         o2 = {"tool_proposed": 9, "tool_accepted": 7, "tool_rejections": [{"drafted": "a", "wrote": "b"}]}
@@ -192,7 +192,7 @@ def test_o2_counts_and_rejections_read_either_backend():
 def test_the_no_o2_arm_loads_the_plugins_without_a_speculative_path(tmp_path):
     """The third overhead arm separates what the plugins cost from what O2's speculative path
     costs: plugins and worker extension on, no --speculative-config."""
-    from spectool.bench._vllm_overhead import arm_command, summarize, table
+    from spectool_bench.vllm._overhead import arm_command, summarize, table
 
     cmd, env = arm_command("no-o2", port=9, dtype="bfloat16", model=str(tmp_path))
     assert "--speculative-config" not in cmd and "--worker-extension-cls" in cmd

@@ -15,7 +15,7 @@ applies:
   CPU in fp32, its GEMMs.
 
 ``torch.compile`` (inductor, frozen weights) is not a backend: measured here
-(``scripts/bench_forward_backends.py``, SmolLM2 fp32, context 300) it needs one graph per tree
+(``python -m spectool_bench.backends._forward``, SmolLM2 fp32, context 300) it needs one graph per tree
 width and 300–470 s to compile each on this 2-core CPU, and its logits match eager within
 5e-5 (the C path within 7e-5). The side-by-side timing table is in docs/tree-decoding.md
 ("Forward backends"), pending where that run did not finish.

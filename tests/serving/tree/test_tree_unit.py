@@ -304,7 +304,7 @@ def test_sliding_window_tree_matches_full_forward():
 
 
 def test_shipped_prompt_set_covers_categories_and_languages():
-    from spectool_serving.tree.bench import load_prompts
+    from spectool_bench.decode._tree import load_prompts
 
     items = load_prompts()
     cats = {i["category"] for i in items}
@@ -323,7 +323,7 @@ def test_shipped_prompt_set_covers_categories_and_languages():
 
 
 def test_calibration_prompts_cover_every_category_and_are_held_out():
-    from spectool_serving.tree.bench import load_calibration_prompts, load_prompts
+    from spectool_bench.decode._tree import load_calibration_prompts, load_prompts
 
     cal, items = load_calibration_prompts(), load_prompts()
     assert {i["category"] for i in cal} == {i["category"] for i in items}
@@ -333,7 +333,7 @@ def test_calibration_prompts_cover_every_category_and_are_held_out():
 
 
 def test_bench_summary_geometric_mean_over_categories():
-    from spectool_serving.tree.bench import _summarize
+    from spectool_bench.decode._tree import _summarize
 
     def row(cat, ar, pl3, pl10, us):
         mk = lambda t: {"tok_s": t, "identical": True}  # noqa: E731

@@ -1,0 +1,11 @@
+"""spectool_bench: measurement for spectool, its own distribution (``spectool-bench``).
+
+Subpackages by topic: ``bfcl`` (the workload), ``harness`` (``spectool bench``), ``report``,
+``soak``, ``drafters`` (``spectool drafters``), ``backends``, ``decode`` (``decode-bench``,
+``calibrate``), ``engine``, ``vllm``, ``middleware`` (``spectool overhead``). It uses only the
+public names of ``spectool`` and ``spectool_serving``; nothing there imports it.
+"""
+
+from .report._timeline import Timeline, TimelineRecorder, draw_timeline
+
+__all__ = ["Timeline", "TimelineRecorder", "draw_timeline"]

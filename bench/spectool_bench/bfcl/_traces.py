@@ -1,0 +1,157 @@
+"""Drafting traces from BFCL ground truth (the data the shipped adapter is tuned on).
+
+Each example is what a drafter would see at one step of the replay main model
+(:mod:`._replay`: one ground-truth call per model response) and the calls that follow:
+
+* single-turn: at step i the question plus calls 0..i-1 with their stub outputs; the target is
+  the remaining calls i.. (a drafter that writes them all at step 0 covers the later steps);
+* multi-turn: the ground truth is replayed with BFCL's executable classes (true outputs, true
+  state), one example per ground-truth call with the true history before it; the target is
+  that one call.
+
+Only tasks in ``split`` (:mod:`._splits`) are used: tune on ``train``, report on ``test``.
+
+    python -m spectool_bench.bfcl._traces --split train --categories simple_python,multiple --out t.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from spectool import DraftRequest, ToolCall, TraceExample, TraceRecorder
+
+from ._effects import effect_of
+from ._executable import Environment
+from ._splits import in_split
+from ._tasks import MULTI_TURN_CATEGORIES, Task, load_tasks
+from ._workload import task_output
+
+__all__ = ["add_arguments", "bfcl_examples", "run", "task_examples"]
+
+
+def _assistant(call: ToolCall, n: int) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": f"call_{n}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments_json},
+            }
+        ],
+    }
+
+
+def _speculable(task: Task, env: Environment | None, call: ToolCall) -> bool:
+    if env is None:
+        return True  # single-turn stubs are pure
+    return effect_of(env.owner(call.name), call.name).speculable
+
+
+def task_examples(task: Task, split: str = "") -> Iterator[TraceExample]:
+    """The drafting examples of one task, in replay order."""
+    env = Environment(list(task.classes), task.initial_config, task.long_context) if task.multi_turn else None
+    messages: list[dict[str, Any]] = []
+    n = 0
+    for turn_no, (user_msgs, calls) in enumerate(zip(task.turns, task.ground_truth)):
+        messages.extend(dict(m) for m in user_msgs)
+        for i, call in enumerate(calls):
+            target = [call] if env is not None else list(calls[i:])
+            meta = {
+                "task": task.id,
+                "category": task.category,
+                "split": split,
+                "turn": turn_no,
+                "step": i,
+                "speculable": _speculable(task, env, call),
+            }
+            yield TraceExample(DraftRequest(messages=list(messages), tools=task.tools), target, meta)
+            out = env.call(call) if env is not None else task_output(task, call)
+            messages.append(_assistant(call, n))
+            messages.append({"role": "tool", "tool_call_id": f"call_{n}", "content": out})
+            n += 1
+        # the replay model closes every user turn with a short text answer
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "Done: " + ", ".join(c.name for c in calls) + "." if calls else "Nothing to do.",
+            }
+        )
+
+
+def bfcl_examples(
+    categories: Sequence[str],
+    split: str,
+    *,
+    limit: int | None = None,
+    first_step_only: bool = False,
+    speculable_only: bool = False,
+) -> Iterator[TraceExample]:
+    """Examples of every task of ``categories`` in ``split`` (``limit`` tasks per category);
+    ``speculable_only`` keeps the steps whose call may run early (the only ones a draft can win)."""
+    for category in categories:
+        tasks = in_split(load_tasks(category), split)[:limit]
+        for task in tasks:
+            for ex in task_examples(task, split):
+                if first_step_only and category not in MULTI_TURN_CATEGORIES and ex.meta["step"] > 0:
+                    continue
+                if speculable_only and not ex.meta["speculable"]:
+                    continue
+                yield ex
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--categories",
+        default="simple_python,multiple,live_simple,live_multiple,parallel,parallel_multiple,multi_turn_base",
+        help="comma-separated BFCL categories",
+    )
+    parser.add_argument("--split", default="train", help="train|dev|test|all (default train)")
+    parser.add_argument("--limit", type=int, default=None, help="tasks per category")
+    parser.add_argument(
+        "--first-step-only",
+        action="store_true",
+        help="single-turn: only the example at step 0 (question → all calls)",
+    )
+    parser.add_argument(
+        "--speculable-only",
+        action="store_true",
+        help="only steps whose call is speculable (the speculator drops other proposals)",
+    )
+    parser.add_argument("--out", default="-", help="JSONL file (default stdout)")
+
+
+def run(args: argparse.Namespace) -> int:
+    cats = [c.strip() for c in args.categories.split(",") if c.strip()]
+    examples = bfcl_examples(
+        cats,
+        args.split,
+        limit=args.limit,
+        first_step_only=args.first_step_only,
+        speculable_only=args.speculable_only,
+    )
+    if args.out == "-":
+        import json
+
+        for ex in examples:
+            sys.stdout.write(json.dumps(ex.as_json(), ensure_ascii=False, default=str) + "\n")
+        return 0
+    rec = TraceRecorder(args.out, mode="w")
+    for ex in examples:
+        rec.write(ex)
+    print(f"wrote {rec.written} examples to {args.out}", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="spectool drafters traces", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,224 @@
+"""``spectool drafters``: evaluate drafters offline on BFCL ground truth, or tune one.
+
+    spectool drafters eval --categories simple_python,multi_turn_base --split test \\
+        --drafters history --samples 1,3 --limit 40 --out drafter-eval
+    spectool drafters tune --traces train.jsonl --out adapter/
+
+``eval`` prints a table and writes ``results.json`` (one row per drafter × category × split × λ)
+and ``drafter_eval.png`` into ``--out``. ``tune`` is :mod:`spectool.drafters._tune`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from spectool.errors import ConfigError
+
+TUNE_MODULE = "spectool.drafters.tune"
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in _words(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="drafters_command", metavar="{eval,tune}")
+    ev = sub.add_parser("eval", help="offline α, ceiling, g and waste of drafters on BFCL ground truth")
+    ev.add_argument(
+        "--categories",
+        type=_words,
+        default=("simple_python", "multi_turn_base"),
+        help="BFCL categories, comma-separated, or 'all' (default simple_python,multi_turn_base)",
+    )
+    ev.add_argument(
+        "--split",
+        choices=("train", "dev", "test", "all"),
+        default="test",
+        help="tasks by sha256(task id) bucket: train 0-59, dev 60-69, test 70-99 (default test)",
+    )
+    ev.add_argument(
+        "--drafters",
+        type=_words,
+        default=("history",),
+        help=f"comma-separated: {', '.join(DRAFTERS)} (default history)",
+    )
+    ev.add_argument("--samples", type=_ints, default=(1, 3), help="λ values (default 1,3)")
+    ev.add_argument("--limit", type=int, help="first N tasks of the split per category")
+    ev.add_argument(
+        "--adapter",
+        type=Path,
+        help="the tuned drafters' adapter folder (default: the shipped one), e.g. one of yours "
+        "from `spectool drafters tune`",
+    )
+    ev.add_argument(
+        "--model",
+        help="base model of the local and tuned drafters: embedded (default), a .gguf file or an "
+        "HF folder; an adapter must have been tuned on it",
+    )
+    ev.add_argument("--out", type=Path, default=Path("drafter-eval"), help="output folder")
+    ev.add_argument("--threads", type=int, help="torch CPU threads for model drafters")
+    ev.add_argument("--no-progress", action="store_true")
+    ev.add_argument("--no-plot", action="store_true")
+    help_ = "LoRA-tune the local drafter on traces (spectool.drafters.tune)"
+    try:
+        module = importlib.import_module(TUNE_MODULE)
+    except ImportError:
+        # No options to parse: take everything, so `run` can say what is missing.
+        tune = sub.add_parser("tune", help=help_, prefix_chars="+")
+        tune.set_defaults(_tune_missing=True)
+        tune.add_argument("rest", nargs="*")
+    else:
+        module.add_arguments(sub.add_parser("tune", help=help_))
+
+
+# --- drafter names -> constructors (heavy imports happen only when a drafter is built) ---------
+
+
+def _history(category: str = "") -> Any:
+    from spectool.drafters import HistoryDrafter
+
+    return HistoryDrafter()
+
+
+def _local(category: str = "", model: str | None = None) -> Any:
+    from spectool.drafters import LocalDrafter
+
+    return LocalDrafter(model or "embedded")
+
+
+def _tuned(category: str = "", adapter: Path | None = None, model: str | None = None) -> Any:
+    from spectool.drafters import LocalDrafter, shipped_adapter_path
+
+    # the shipped adapter unless --adapter names another (ConfigError if it is missing)
+    return LocalDrafter(model or "embedded", adapter=adapter or shipped_adapter_path())
+
+
+def _combined(category: str = "", model: str | None = None) -> Any:
+    from spectool.drafters import CombinedDrafter
+
+    return CombinedDrafter([_mined(category), _local(category, model)], rank="confidence")
+
+
+def _tuned_mined(category: str = "", adapter: Path | None = None, model: str | None = None) -> Any:
+    from spectool.drafters import CombinedDrafter
+
+    return CombinedDrafter([_mined(category), _tuned(category, adapter, model)], rank="confidence")
+
+
+def _mined(category: str = "") -> Any:
+    from spectool.drafters import HistoryDrafter
+
+    from ._eval import train_traces
+
+    return HistoryDrafter.from_traces(train_traces(category) if category else ())
+
+
+DRAFTERS: dict[str, Callable[[str], Any]] = {
+    "combined": _combined,
+    "history": _history,
+    "local": _local,
+    "mined": _mined,
+    "tuned": _tuned,
+    "tuned+mined": _tuned_mined,
+}
+
+
+_TUNED = ("tuned", "tuned+mined")
+_MODEL_DRAFTERS = ("local", "combined", *_TUNED)
+
+
+def _check_drafters(
+    names: tuple[str, ...], adapter: Path | None = None, model: str | None = None
+) -> dict[str, Callable[[str], Any]]:
+    unknown = [n for n in names if n not in DRAFTERS]
+    if unknown or not names:
+        raise ConfigError(f"unknown drafter(s) {unknown}; known: {', '.join(DRAFTERS)}")
+    if adapter is not None and not set(_TUNED) & set(names):
+        raise ConfigError("--adapter is for the tuned drafters: add tuned or tuned+mined to --drafters")
+    if model is not None and not set(_MODEL_DRAFTERS) & set(names):
+        raise ConfigError(f"--model is for the model drafters: add one of {', '.join(_MODEL_DRAFTERS)}")
+
+    def make(name: str) -> Callable[[str], Any]:
+        options: dict[str, Any] = {"adapter": adapter} if name in _TUNED else {}
+        if name in _MODEL_DRAFTERS:
+            options["model"] = model
+        return functools.partial(DRAFTERS[name], **options) if options else DRAFTERS[name]
+
+    chosen = {n: make(n) for n in names}
+    for make in chosen.values():  # fail before hours of work if a drafter cannot even be built
+        make("")
+    return chosen
+
+
+def _categories(names: tuple[str, ...]) -> tuple[str, ...]:
+    from ..bfcl._tasks import ALL_CATEGORIES
+
+    if names == ("all",):
+        return ALL_CATEGORIES
+    unknown = [c for c in names if c not in ALL_CATEGORIES]
+    if unknown or not names:
+        raise ConfigError(f"unknown BFCL categor(y/ies) {unknown}; known: {', '.join(ALL_CATEGORIES)}")
+    return names
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ._eval import check_samples, run_grid
+    from ._report import drafter_table, write_drafter_plot, write_drafter_results
+
+    check_samples(args.samples)
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit must be ≥ 1, got {args.limit}")
+    categories = _categories(args.categories)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    drafters = _check_drafters(args.drafters, args.adapter, args.model)
+    t0 = time.perf_counter()
+    rows = anyio.run(
+        run_grid, drafters, categories, args.split, args.samples, args.limit, not args.no_progress
+    )
+    print(drafter_table(rows))
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    meta = {
+        "command": "spectool drafters eval",
+        "split": args.split,
+        "limit": args.limit,
+        "adapter": str(args.adapter) if args.adapter else "shipped",
+        "model": args.model or "embedded",
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "load_average": load,
+        "note": "offline: no main model, no injected latency; g is wall time per propose()",
+    }
+    print(f"wrote {write_drafter_results(rows, meta, args.out)}")
+    if not args.no_plot:
+        print(f"wrote {write_drafter_plot(rows, args.out)}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    command = getattr(args, "drafters_command", None)
+    if command == "eval":
+        return run_eval(args)
+    if command == "tune":
+        if getattr(args, "_tune_missing", False):
+            raise ConfigError(f"`spectool drafters tune` needs {TUNE_MODULE}, which this installation lacks")
+        return int(importlib.import_module(TUNE_MODULE).run(args) or 0)
+    print("usage: spectool drafters {eval,tune} …  (spectool drafters eval --help)")
+    return 2

@@ -1,0 +1,217 @@
+"""Offline drafter evaluation on BFCL ground truth: no main model, no injected latency.
+
+Each task's ground truth is replayed as the replay main model serves it (multi-turn: one call
+per response, outputs from the real BFCL classes run on the task's initial state; single-turn:
+the turn's calls together, stub outputs; a short final message ends each user turn). Before
+every response the drafter sees exactly the conversation the main model saw — the true history,
+never its own earlier guesses — and its proposals are scored by :mod:`._drafter_metrics`.
+
+A fresh drafter is built per (drafter, category, λ) and sees that category's tasks in order, so
+anything it learns online (the history drafter's session memory) comes only from tasks it has
+already been scored on.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spectool import Drafter, DraftRequest, Effect, ToolCall
+from spectool.drafters import tool_schemas
+from spectool.errors import ConfigError
+
+from ..bfcl._effects import effect_of
+from ..bfcl._executable import Environment
+from ..bfcl._splits import in_split
+from ..bfcl._tasks import Task, load_tasks
+from ..bfcl._workload import task_output
+from ._metrics import StepScore, score_step, summarize
+
+__all__ = [
+    "Prepared",
+    "Step",
+    "check_samples",
+    "evaluate",
+    "prepare",
+    "replay",
+    "replay_steps",
+    "run_grid",
+    "speculable_tools",
+    "train_traces",
+]
+
+_SPECULABLE = (Effect.PURE, Effect.READ_ONLY)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One ground-truth response: the conversation before it, the tools offered, its calls."""
+
+    messages: Sequence[Mapping[str, Any]]
+    tools: Sequence[Mapping[str, Any]]
+    calls: Sequence[ToolCall]
+
+
+def speculable_tools(task: Task, env: Environment | None = None) -> set[str]:
+    """Tools the bench declares pure or read-only: the effect table for BFCL's classes; every
+    single-turn tool (the bench serves them from precomputed stubs, which are pure)."""
+    names = [t["function"]["name"] for t in task.tools]
+    if not task.multi_turn:
+        return set(names)
+    env = env or Environment(task.classes, task.initial_config, task.long_context)
+    return {n for n in names if effect_of(env.owner(n), n) in _SPECULABLE}
+
+
+def replay_steps(task: Task) -> tuple[list[Step], set[str]]:
+    """The task's responses with the true history before each, and its speculable tools."""
+    steps, _, speculable = replay(task)
+    return steps, speculable
+
+
+@functools.lru_cache(maxsize=8)
+def train_traces(category: str) -> tuple[list[dict[str, Any]], ...]:
+    """The full ground-truth conversations of a category's train split (for mining drafters)."""
+    return tuple(replay(t)[1] for t in in_split(load_tasks(category), "train"))
+
+
+def replay(task: Task) -> tuple[list[Step], list[dict[str, Any]], set[str]]:
+    """Steps, the whole conversation after the last turn, and the speculable tools."""
+    env = Environment(task.classes, task.initial_config, task.long_context) if task.multi_turn else None
+    messages: list[dict[str, Any]] = []
+    steps: list[Step] = []
+    serial = 0
+    for turn_index, (turn, calls) in enumerate(zip(task.turns, task.ground_truth)):
+        messages.extend(dict(m) for m in turn)
+        tools = task.tools_at(turn_index)
+        groups = [[c] for c in calls] if task.multi_turn else ([list(calls)] if calls else [])
+        if not groups:  # no call expected: the drafter is still asked (what it proposes is waste)
+            steps.append(Step(tuple(messages), tools, ()))
+        for group in groups:
+            steps.append(Step(tuple(messages), tools, tuple(group)))
+            ids = [f"call_{task.id}_{serial + i}" for i in range(len(group))]
+            serial += len(group)
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": i,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments_json},
+                        }
+                        for i, c in zip(ids, group)
+                    ],
+                }
+            )
+            for i, c in zip(ids, group):
+                out = env.call(c) if env is not None else task_output(task, c)
+                messages.append({"role": "tool", "tool_call_id": i, "content": out})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "Done: " + ", ".join(c.name for c in calls) + "." if calls else "Nothing to do.",
+            }
+        )
+    return steps, messages, speculable_tools(task, env)
+
+
+async def _draft(drafter: Drafter, request: DraftRequest) -> tuple[list[ToolCall], float, bool]:
+    t0 = time.perf_counter()
+    try:
+        proposals = await drafter.propose(request)
+        ok = isinstance(proposals, list)
+    except Exception:  # noqa: BLE001 - a failing drafter scores as no proposals, as in the speculator
+        proposals, ok = [], False
+    seconds = time.perf_counter() - t0
+    return [p for p in (proposals if ok else []) if isinstance(p, ToolCall)], seconds, not ok
+
+
+@dataclass
+class Prepared:
+    """A task's replayed steps, computed once and shared by every drafter and λ."""
+
+    task: Task
+    steps: list[Step]
+    speculable: set[str]
+
+
+def prepare(category: str, split: str, limit: int | None) -> list[Prepared]:
+    tasks = in_split(load_tasks(category), split)[:limit]
+    return [Prepared(t, *replay_steps(t)) for t in tasks]
+
+
+async def evaluate(
+    drafter: Drafter,
+    prepared: Sequence[Prepared],
+    samples: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[StepScore]:
+    """Score a (fresh) drafter at λ = ``samples`` on the prepared tasks, in order."""
+    scores: list[StepScore] = []
+    for done, item in enumerate(prepared, 1):
+        for step in item.steps:
+            request = DraftRequest(list(step.messages), list(step.tools), samples)
+            proposals, seconds, failed = await _draft(drafter, request)
+            scores.append(
+                score_step(proposals, step.calls, item.speculable, tool_schemas(step.tools), seconds, failed)
+            )
+        if progress is not None:
+            progress(done, len(prepared))
+    return scores
+
+
+def _progress_printer(label: str) -> Callable[[int, int], None]:
+    start = time.perf_counter()
+    last = [0.0]
+
+    def show(done: int, total: int) -> None:
+        now = time.perf_counter() - start
+        if done == total or now - last[0] >= 2.0:
+            last[0] = now
+            print(f"  {label}: {done}/{total} tasks, {now:.0f} s", file=sys.stderr, flush=True)
+
+    return show
+
+
+async def run_grid(
+    drafters: Mapping[str, Callable[[str], Drafter]],
+    categories: Sequence[str],
+    split: str,
+    samples: Sequence[int],
+    limit: int | None,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """One row per drafter × category × λ (fields: see :func:`summarize`). ``drafters`` maps
+    a name to a factory called with the category (a mining drafter mines that category's
+    train split)."""
+    rows: list[dict[str, Any]] = []
+    for category in categories:
+        prepared = prepare(category, split, limit)
+        if progress:
+            n = sum(len(p.steps) for p in prepared)
+            print(f"{category} [{split}]: {len(prepared)} tasks, {n} responses", file=sys.stderr, flush=True)
+        for name, make in drafters.items():
+            for lam in samples:
+                show = _progress_printer(f"{name} λ={lam}") if progress else None
+                scores = await evaluate(make(category), prepared, lam, show)
+                rows.append(
+                    {
+                        "drafter": name,
+                        "category": category,
+                        "split": split,
+                        "samples": lam,
+                        "n_tasks": len(prepared),
+                        **summarize(scores),
+                    }
+                )
+    return rows
+
+
+def check_samples(samples: Sequence[int]) -> None:
+    if not samples or any(s < 1 for s in samples):
+        raise ConfigError(f"--samples must be integers ≥ 1, got {list(samples)}")

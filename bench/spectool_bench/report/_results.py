@@ -1,0 +1,270 @@
+"""The summary table, ``results.json`` and the PNG plots (in the paper's shapes)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from spectool.errors import missing_extra
+
+__all__ = [
+    "aggregate_throughput",
+    "summary_table",
+    "throughput_vs_agents_plot",
+    "write_plots",
+    "write_results",
+]
+
+_COLUMNS = [
+    ("config", "config", "{}"),
+    ("agents", "M", "{:g}"),
+    ("samples", "λ", "{:g}"),
+    ("drafter", "drafter", "{}"),
+    ("tool_latency_mean", "T̄ s", "{:.2f}"),
+    ("time_saved_pct", "saved %", "{:+.1f}"),
+    ("time_saved_vs_eager_pct", "vs eager %", "{:+.1f}"),
+    ("throughput_tok_s", "tok/s", "{:.1f}"),
+    ("hit_rate", "α", "{:.2f}"),
+    ("g_mean_s", "g s", "{:.2f}"),
+    ("wasted_tool_runs", "wasted", "{}"),
+    ("predicted_speedup", "pred S", "{:.3f}"),
+    ("measured_speedup", "meas S", "{:.3f}"),
+    ("measured_over_predicted", "meas/pred", "{:.3f}"),
+]
+
+
+_OPTIONAL = [("engine_hit_rate", "α_eng", "{:.2f}"), ("same_transcripts", "same", "{}")]
+
+
+def _avg(values: list[Any]) -> Any:
+    """Mean of numbers (None where any is None), all() of booleans, else the first value."""
+    if any(v is None for v in values):
+        return None
+    if isinstance(values[0], bool):
+        return all(values)
+    if isinstance(values[0], (int, float)):
+        return sum(values) / len(values)
+    return values[0]
+
+
+def _cell(value: Any, fmt: str, column: str) -> str:
+    if value is None:
+        return "—"
+    if value is True or value is False:
+        return "yes" if value else "NO"
+    if isinstance(value, str):
+        return value
+    return fmt.format(round(value) if column == "wasted_tool_runs" else value)
+
+
+def summary_table(runs: Sequence[Mapping[str, Any]]) -> str:
+    """Runs averaged over repeats, one line per (config, M, λ, drafter, latency). ``α_eng`` (calls
+    the engine resolved in place) appears when an engine calibration is present; ``same`` says
+    whether every speculative transcript equals its baseline's; ``vs eager %`` (time saved over
+    eager dispatch alone) when the run had an eager arm. ``—``: not defined for that row."""
+    columns = [
+        c for c in _COLUMNS if c[0] != "time_saved_vs_eager_pct" or any(r.get(c[0]) is not None for r in runs)
+    ]
+    columns += [c for c in _OPTIONAL if runs and all(c[0] in r for r in runs)]
+    groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in runs:
+        groups[(r["config"], r["agents"], str(r["samples"]), r["drafter"], r["tool_latency_mean"])].append(r)
+    order = {"baseline": 0, "eager": 1}
+    rows = []
+    for key in sorted(groups, key=lambda k: (k[1], k[4], order.get(k[0], 2), k[3], k[2], k[0])):
+        rs = groups[key]
+        rows.append([_cell(_avg([r.get(c) for r in rs]), fmt, c) for c, _, fmt in columns])
+    heads = [h for _, h, _ in columns]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
+    line = lambda cells: "  ".join(
+        c.rjust(w) if i > 3 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+    )
+    return "\n".join([line(heads), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def write_results(results: Mapping[str, Any], out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.json"
+    path.write_text(json.dumps(results, indent=2, default=str, ensure_ascii=False))
+    return path
+
+
+def write_plots(runs: Sequence[Mapping[str, Any]], out: Path, title: str = "") -> list[Path]:
+    """Three PNGs: time saved vs tool latency; throughput vs hit rate (λ); measured vs predicted."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise missing_extra("matplotlib", "bench") from exc
+    out.mkdir(parents=True, exist_ok=True)
+    spec = [r for r in runs if r["config"] != "baseline"]
+    paths = [saved_vs_alpha_plot(runs, out / "time_saved_vs_alpha.png", plt, title)]
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    series: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in spec:
+        series[f"{r['config']} · {r['drafter']} · λ={r['samples']} · M={r['agents']}"][
+            r["tool_latency_mean"]
+        ].append(r["time_saved_pct"])
+    for name, pts in sorted(series.items()):
+        xs = sorted(pts)
+        ax.plot(xs, [sum(pts[x]) / len(pts[x]) for x in xs], marker="o", label=name)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set(
+        xlabel="mean tool latency (s)",
+        ylabel="time saved per agent (%)",
+        title=f"Time saved vs tool latency {title}",
+    )
+    ax.legend(fontsize=6)
+    paths.append(_save(fig, out / "time_saved_vs_latency.png", plt))
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for r in spec:
+        ax.scatter(r["hit_rate"], r["throughput_tok_s"], s=18)
+        ax.annotate(
+            f"λ={r['samples']}",
+            (r["hit_rate"], r["throughput_tok_s"]),
+            fontsize=6,
+            xytext=(3, 2),
+            textcoords="offset points",
+        )
+    for r in runs:
+        if r["config"] == "baseline":
+            ax.axhline(r["throughput_tok_s"], color="grey", lw=0.5, ls=":")
+    ax.set(
+        xlabel="hit rate α",
+        ylabel="throughput per agent (generated tok/s)",
+        title=f"Throughput vs hit rate (dotted: baselines) {title}",
+    )
+    paths.append(_save(fig, out / "throughput_vs_hit_rate.png", plt))
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    predicted = [r for r in spec if r.get("predicted_speedup") is not None]
+    xs = [r["predicted_speedup"] for r in predicted]
+    ys = [r["measured_speedup"] for r in predicted]
+    ax.scatter(xs, ys, s=18)
+    lo, hi = min(xs + ys + [1.0]) * 0.98, max(xs + ys + [1.0]) * 1.02
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="measured = predicted")
+    ax.plot([lo, hi], [0.95 * lo, 0.95 * hi], ":", color="grey", lw=0.8, label="0.95 × predicted")
+    ax.set(
+        xlabel="predicted speedup (client: Eq. 2; engine: Eq. 4/Eq. 6)",
+        ylabel="measured speedup",
+        title=f"Measured vs predicted {title}",
+        xlim=(lo, hi),
+        ylim=(lo, hi),
+    )
+    ax.legend(fontsize=7)
+    paths.append(_save(fig, out / "measured_vs_predicted.png", plt))
+    if len({r["agents"] for r in runs}) > 1:
+        paths.append(throughput_vs_agents_plot(runs, out / "throughput_vs_agents.png", plt, title))
+    return paths
+
+
+def aggregate_throughput(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[int, float]]:
+    """Per config (baseline, client, engine…): M → aggregate generated tokens/s, i.e. M times
+    the mean per-agent throughput of that config's runs at M agents."""
+    per: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        per[r["config"]][int(r["agents"])].append(float(r["throughput_tok_s"]))
+    return {c: {m: m * sum(v) / len(v) for m, v in sorted(ms.items())} for c, ms in per.items()}
+
+
+def throughput_vs_agents_plot(
+    runs: Sequence[Mapping[str, Any]], path: Path, plt: Any, title: str = ""
+) -> Path:
+    """Aggregate tokens/s against the number of concurrent agents M, one line per config."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for config, points in sorted(aggregate_throughput(runs).items()):
+        xs = sorted(points)
+        ax.plot(xs, [points[m] for m in xs], marker="o", label=config)
+    xs = sorted({int(r["agents"]) for r in runs})
+    ax.set_xscale("log")
+    ax.set_xticks(xs, [str(m) for m in xs])
+    ax.set(
+        xlabel="concurrent agents M",
+        ylabel="aggregate generated tok/s",
+        title=f"Throughput vs agents\n{title}".strip(),
+    )
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7)
+    return _save(fig, path, plt)
+
+
+def saved_vs_alpha_plot(runs: Sequence[Mapping[str, Any]], path: Path, plt: Any, title: str = "") -> Path:
+    """The headline plot: time saved (against the sequential baseline) against the hit rate α.
+
+    One point per arm (marker: config; colour: drafter), the eager-dispatch-alone arm at α = 0,
+    and per drafter the model's curve (Eq. 2 over the reference run with that drafter's g)."""
+    fig, ax = plt.subplots(figsize=(7.2, 4.6))
+    colours: dict[str, Any] = {}
+    palette = plt.get_cmap("tab10")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.annotate(
+        "sequential baseline (no eager dispatch, no drafter)",
+        (1.0, 0),
+        fontsize=7,
+        color="grey",
+        xytext=(0, -10),
+        textcoords="offset points",
+        ha="right",
+    )
+    drawn: set[str] = set()
+    for r in runs:
+        if r["config"] == "baseline":
+            continue
+        if r["config"] == "eager":
+            ax.axhline(r["time_saved_pct"], color="black", lw=0.8, ls="--")
+            ax.scatter(
+                [0],
+                [r["time_saved_pct"]],
+                color="black",
+                marker="s",
+                s=36,
+                zorder=3,
+                label=f"eager dispatch alone ({r['time_saved_pct']:+.1f} %)",
+            )
+            continue
+        colour = colours.setdefault(r["drafter"], palette(len(colours) % 10))
+        curve = r.get("model_curve")
+        if curve and r["drafter"] not in drawn:
+            drawn.add(r["drafter"])
+            ax.plot(
+                [c[0] for c in curve],
+                [c[1] for c in curve],
+                color=colour,
+                lw=1,
+                alpha=0.6,
+                label=f"model (Eq. 2), g = {r['g_mean_s']:.2f} s: {r['drafter']}",
+            )
+        marker = {"1": "o", "3": "^", "auto": "*"}.get(str(r["samples"]), "D")
+        ax.scatter(
+            [r["hit_rate"]],
+            [r["time_saved_pct"]],
+            color=colour,
+            marker=marker,
+            s=60,
+            zorder=3,
+            edgecolor="black",
+            linewidth=0.5,
+            label=f"{r['drafter']} λ={r['samples']}: {r['time_saved_pct']:+.1f} %",
+        )
+    ax.set(
+        xlabel="hit rate α (share of the model's calls a draft started early)",
+        ylabel="time saved per agent (%)",
+        xlim=(-0.03, 1.03),
+        title=title or "Time saved against hit rate: measured points, model curves",
+    )
+    ax.legend(fontsize=6.5, loc="upper left")
+    return _save(fig, path, plt)
+
+
+def _save(fig: Any, path: Path, plt: Any) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

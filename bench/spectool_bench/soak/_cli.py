@@ -1,0 +1,321 @@
+"""``spectool soak``: many agents on the embedded engine under faults; is anything lost?
+
+One process serves the embedded SmolLM2 on spectool's torch engine (HTTP on localhost) and runs
+two passes of the same agents over the same BFCL test-split tasks (greedy, streamed,
+``tool_choice="required"``, the same tools, whose injected failures depend on the call only):
+
+1. **reference**: no drafter, no faults beyond the tools' own — the transcripts to match;
+2. **soak**: engine-side speculation (``mode="engine"``, history drafter λ = 1) with a drafter
+   that raises, hangs and returns garbage; clients that open streams and drop them; and the
+   HTTP server restarted mid-run (open connections cut; agents re-send the cut request).
+
+Reported: transcripts lost (an agent that did not finish) or changed (≠ the reference, call
+ids aside), asyncio tasks and threads left after the pass, the process's RSS (client and server
+share it here) and its growth from the first to the last quarter of the pass, responses with a
+5xx status, and how many faults of each kind were injected. Both passes run under the same
+concurrency on the same engine, so a changed transcript is speculation's doing, not batching's.
+
+    spectool soak --agents 32 --tasks-per-agent 4 --out soak-out
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..bfcl._splits import in_split
+from ..bfcl._tasks import load_tasks
+from ..harness._agents import AgentResult, Setup, _run_agent, assign
+from ..harness._latency import Latency
+from ..harness._metrics import _same
+from . import _report as soak_report
+from ._faults import FaultCounts, FaultyDrafter, disconnecting_clients, faulty_tools
+
+__all__ = ["add_arguments", "main", "run"]
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class _Statuses:
+    """httpx response hook: counts 5xx answers the agents' clients saw."""
+
+    def __init__(self) -> None:
+        self.server_errors = 0
+        self.responses = 0
+
+    async def __call__(self, response: Any) -> None:
+        self.responses += 1
+        self.server_errors += response.status_code >= 500
+
+
+def _say(msg: str) -> None:
+    print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _client_factory(base_url: str, statuses: _Statuses) -> Callable[[], Any]:
+    from openai import AsyncOpenAI
+
+    http_lib: Any
+    try:  # the HTTP library the installed openai is built on (httpx2 from openai 3 on)
+        import httpx2 as http_lib
+    except ImportError:
+        import httpx as http_lib
+
+    def make() -> Any:
+        http = http_lib.AsyncClient(timeout=600.0, event_hooks={"response": [statuses]})
+        return AsyncOpenAI(api_key="EMPTY", base_url=base_url, http_client=http, max_retries=3)
+
+    return make
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` of the exceptions that happened: a task group's wrapper names none."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def _agents(assignment: Sequence[Sequence[Any]], setup: Setup) -> tuple[list[AgentResult], list[str]]:
+    """Run every agent; one agent's failure is recorded (a lost transcript), not fatal."""
+    results = [AgentResult(agent=i) for i in range(len(assignment))]
+    errors = [""] * len(assignment)
+
+    async def one(i: int) -> None:
+        try:
+            await _run_agent(i, assignment[i], setup, results[i])
+        except Exception as exc:  # noqa: BLE001 - the report names it
+            errors[i] = _describe(exc)[:600]
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(assignment)):
+            tg.start_soon(one, i)
+    return results, errors
+
+
+async def _sample_rss(
+    rss: list[tuple[float, float]],
+    stop: anyio.Event,
+    t0: float,
+    label: str,
+    statuses: _Statuses,
+    counts: FaultCounts,
+) -> None:
+    """RSS every 0.5 s until ``stop``, with a progress line every 15 s (runs last minutes)."""
+    said = 0.0
+    while not stop.is_set():
+        now = time.perf_counter() - t0
+        rss.append((now, _rss_mb()))
+        if now - said >= 15:
+            said = now
+            _say(
+                f"{label} {now:.0f} s: {statuses.responses} responses ({statuses.server_errors} 5xx), "
+                f"RSS {rss[-1][1]:.0f} MB, faults {sum(counts.as_dict().values())}"
+            )
+        with anyio.move_on_after(0.5):
+            await stop.wait()
+
+
+async def _reference_pass(assignment: list, setup: Setup, statuses: _Statuses, counts: FaultCounts):
+    """The pass without speculation, RSS sampled as in a soak pass: the control for its growth."""
+    rss: list[tuple[float, float]] = []
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_sample_rss, rss, stop, time.perf_counter(), "reference pass", statuses, counts)
+        results, errors = await _agents(assignment, setup)
+        stop.set()
+    return results, errors, rss
+
+
+async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base: dict, counts: FaultCounts):
+    from spectool.drafters import HistoryDrafter
+
+    statuses = _Statuses()
+    make_client = _client_factory(main.base_url, statuses)
+    salt = iter(range(10**6))
+    setup = Setup(
+        **base,
+        make_client=make_client,
+        drafter=lambda: FaultyDrafter(HistoryDrafter(), counts, salt=str(next(salt))),
+        mode="engine",
+        engine_options={"base_url": main.base_url},
+        request_retries=8,
+        tools_hook=faulty_tools(counts),
+    )
+    rss: list[tuple[float, float]] = []
+    marks: list[tuple[float, str]] = []
+    stop = anyio.Event()
+    t0 = time.perf_counter()
+    sample = functools.partial(_sample_rss, rss, stop, t0, "soak pass", statuses, counts)
+
+    async def restart() -> None:
+        with anyio.move_on_after(args.restart_after):
+            await stop.wait()
+        if not stop.is_set():
+            marks.append((time.perf_counter() - t0, "server restart"))
+            await anyio.to_thread.run_sync(main.restart_http, 1.0)
+            counts.restarts += 1
+
+    results: list[AgentResult] = []
+    errors: list[str] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sample)
+        tg.start_soon(
+            functools.partial(
+                disconnecting_clients,
+                make_client,
+                base["model"],
+                counts,
+                every_s=args.disconnect_every,
+                stop=stop,
+            )
+        )
+        if args.restart_after > 0:
+            tg.start_soon(restart)
+        results, errors = await _agents(assignment, setup)
+        stop.set()
+    return results, errors, statuses, rss, marks, time.perf_counter() - t0
+
+
+async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
+    tasks = [t for c in args.categories.split(",") for t in in_split(load_tasks(c), "test")]
+    assignment = assign(tasks, args.agents, args.tasks_per_agent)
+    base = {
+        "model": main.model_name,
+        "max_turns": 1,
+        "max_steps_per_turn": args.max_steps,
+        "stream": True,
+        "latency": Latency(args.tool_latency, cv=0.2),
+        "request_options": {
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": 0.0,
+            "max_tokens": args.max_tokens,
+            "tool_choice": "required",
+        },
+    }
+    ref_statuses = _Statuses()
+    ref_counts = FaultCounts()
+    _say(f"reference pass: {len(tasks)} test tasks over {len(assignment)} agents, no speculation, no faults")
+    reference, ref_errors, ref_rss = await _reference_pass(
+        assignment,
+        Setup(
+            **base,
+            make_client=_client_factory(main.base_url, ref_statuses),
+            tools_hook=faulty_tools(ref_counts),
+        ),
+        ref_statuses,
+        ref_counts,
+    )
+    if any(ref_errors):
+        raise RuntimeError(f"the reference pass failed: {next(e for e in ref_errors if e)}")
+    counts = FaultCounts()
+    passes: list[dict[str, Any]] = []
+    lost: list[int] = []
+    changed: list[int] = []
+    run_rss: list[float] = []  # every soak pass's samples, in order: the whole run's RSS
+    for k in range(args.passes):
+        _say(
+            f"soak pass {k + 1}/{args.passes}: engine-side speculation under drafter/tool faults, "
+            "dropped streams, a restart"
+        )
+        results, errors, statuses, rss, marks, wall = await _soak_pass(args, main, assignment, base, counts)
+        await anyio.sleep(args.settle)  # speculative runs still in flight get their timeout to finish
+        lost_k = [i for i, e in enumerate(errors) if e or len(results[i].transcript) != len(assignment[i])]
+        changed_k = [
+            i for i in range(len(results)) if i not in lost_k and not _same(reference[i], results[i])
+        ]
+        lost, changed = lost + lost_k, changed + changed_k
+        passes.append(soak_report.pass_summary(lost_k, changed_k, statuses, rss, wall))
+        run_rss += [v for _, v in rss]
+    me = asyncio.current_task()
+    tasks_left = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    report = soak_report.report(
+        args,
+        reference,
+        results,
+        errors,
+        lost,
+        changed,
+        tasks_left,
+        statuses,
+        ref_statuses,
+        counts,
+        rss,
+        marks,
+        wall,
+        main,
+    )
+    report["passes"] = passes
+    report.update(soak_report.rss_comparison(ref_rss, passes, run_rss))
+    report["server_errors_5xx"] = sum(p["server_errors_5xx"] for p in passes)
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..backends._embedded_main import EmbeddedMain
+
+    if args.quick:
+        args.agents, args.tasks_per_agent = 4, 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    with EmbeddedMain(backend="torch", threads=args.threads, max_batch=16) as main:
+        before = {t.ident for t in threading.enumerate()}
+        report = anyio.run(_run_async, args, main)
+        # after the event loop closed (its worker pools with it): what did the run leave behind?
+        # The engine's and the HTTP server's own threads are daemons that live as long as it.
+        left = [t.name for t in threading.enumerate() if t.ident not in before and not t.daemon]
+    report["threads_left"], report["threads_left_names"] = len(left), left[:10]
+    (args.out / "results.json").write_text(json.dumps(report, indent=1) + "\n")
+    soak_report.print_report(report)
+    png = None if args.no_plot else soak_report.plot(report, args.out)
+    print(f"wrote {args.out / 'results.json'}" + (f" and {png}" if png else ""))
+    bad = report["lost_transcripts"] or report["changed_transcripts"] or report["server_errors_5xx"]
+    return 1 if bad else 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--agents", type=int, default=32, help="concurrent agents (default 32)")
+    p.add_argument("--tasks-per-agent", type=int, default=4)
+    p.add_argument("--categories", default="simple_python,multiple,parallel")
+    p.add_argument("--max-steps", type=int, default=2, help="model messages per task")
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--tool-latency", type=float, default=0.3, help="mean tool seconds")
+    p.add_argument("--restart-after", type=float, default=20.0, help="seconds into the soak pass (0: never)")
+    p.add_argument("--disconnect-every", type=float, default=3.0, help="seconds between dropped streams")
+    p.add_argument("--settle", type=float, default=6.0, help="seconds to wait before counting leftovers")
+    p.add_argument("--threads", type=int, default=2, help="torch threads of the engine")
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="soak passes over the same tasks (RSS growth is reported for the last: a first pass "
+        "also raises the allocator's high-water marks)",
+    )
+    p.add_argument("--quick", action="store_true", help="4 agents × 2 tasks")
+    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--out", type=Path, default=Path("soak-out"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="spectool soak", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

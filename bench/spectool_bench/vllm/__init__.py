@@ -1,0 +1,1 @@
+"""The vLLM plugin measured: its workload, overhead per arm, and n-gram speculation."""
