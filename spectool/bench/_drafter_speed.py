@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 
-from .._keys import canonical_key
+from ..keys import canonical_key
 from .._types import DraftRequest, ToolCall
 from ..drafters._common import tool_schemas
 from ..drafters._local import LocalDrafter

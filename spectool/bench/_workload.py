@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from .._keys import canonical_key
+from ..keys import canonical_key
 from .._tools import Effect, Toolbox, ToolSpec
 from .._types import ToolCall
 from ._bfcl import Task

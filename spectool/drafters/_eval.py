@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from .._keys import canonical_key
+from ..keys import canonical_key
 from .._types import DraftRequest, ToolCall
 from ._common import tool_schemas
 from ._local import LocalDrafter

@@ -66,7 +66,7 @@ def test_contracts_hold_on_the_tree(tmp_path):
         ),
         (
             "spectool_serving/_violation.py",
-            "from spectool._keys import canonical_key\n",
+            "from spectool._tools import Toolbox\n",
             "Serving and integrations use only the core's public modules",
         ),
     ],
