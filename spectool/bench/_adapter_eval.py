@@ -22,11 +22,11 @@ from typing import Any
 
 import anyio
 
-from ..keys import canonical_key
 from .._types import ToolCall
 from ..drafters._common import tool_schemas
 from ..drafters._compact import compact_prompt_ids
 from ..drafters._local import LocalDrafter
+from ..keys import canonical_key
 from ._bfcl_traces import bfcl_examples
 
 __all__ = ["CompactDrafter", "evaluate", "main"]

@@ -25,10 +25,10 @@ from typing import Any
 
 import anyio
 
-from ..keys import canonical_key
 from .._types import DraftRequest, ToolCall
 from ..drafters._common import tool_schemas
 from ..drafters._local import LocalDrafter
+from ..keys import canonical_key
 from ._bfcl import Task, load_tasks
 from ._splits import in_split
 

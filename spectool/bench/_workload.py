@@ -13,9 +13,9 @@ from typing import Any
 
 import anyio
 
-from ..keys import canonical_key
 from .._tools import Effect, Toolbox, ToolSpec
 from .._types import ToolCall
+from ..keys import canonical_key
 from ._bfcl import Task
 from ._effects import effect_of
 from ._executable import Environment

@@ -17,8 +17,8 @@ from typing import Any
 
 import anyio
 
-from ..keys import canonical_key
 from .._types import DraftRequest, ToolCall
+from ..keys import canonical_key
 from ._common import tool_schemas
 from ._local import LocalDrafter
 
