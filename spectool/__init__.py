@@ -14,7 +14,6 @@ from ._errors import (
     ToolError,
     ToolNotFoundError,
 )
-from ._keys import canonical_key
 from ._loop import AgentResult, run_agent
 from ._observe import Observer, add_observer, remove_observer
 from ._openai import (
@@ -34,6 +33,7 @@ from ._tracing import instrument, uninstrument
 from ._types import Drafter, DraftRequest, ToolCall
 from ._wire import responses_input_to_messages
 from .drafters import CombinedDrafter, EndpointDrafter, HistoryDrafter, LocalDrafter
+from .keys import canonical_key
 
 __version__ = "0.1.0"
 

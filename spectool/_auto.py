@@ -7,7 +7,12 @@ module only keeps the estimates it needs, from what the speculator sees:
   as a "no call" outcome: drafting could not help it), and for each call whether a draft
   sample of this turn had proposed it in time (a hit) at the λ used;
 * per draft: its seconds at its λ (g(λ) = g + (λ−1)·extra, least squares once two λ were seen);
-* per tool run: its seconds (T per tool).
+* per tool run: its seconds (T per tool);
+* per drafted request: the speculative tool runs its samples started. Each run costs
+  ``cost_per_run_s`` (default :data:`DEFAULT_RUN_COST_S`, never zero: a run is real work
+  somewhere, and with a free run a drafter that never hits would be drafted for ever, since
+  any α > 0 "saves" something); the expected wasted ones are charged against the saving, so
+  such a drafter's α estimate falls until λ = 0 (issue 26: within ~25 turns for G = T = 1 s).
 
 Hits follow α(λ) = a·(1 − (1 − p)^λ): p the chance one sample drafts the call, a the ceiling no
 number of samples passes (a drafter's samples are not independent: a deterministic one's λ
@@ -29,7 +34,11 @@ from collections.abc import Iterable, Sequence
 
 from .model import SampleChoice, ToolOdds, choose_samples
 
-__all__ = ["AutoSamples", "fit_hits"]
+__all__ = ["DEFAULT_RUN_COST_S", "AutoSamples", "fit_hits"]
+
+#: What one speculative tool run costs, in seconds of the agent's time, unless the session
+#: says otherwise (``run_cost=``): small beside a tool's latency, but never free.
+DEFAULT_RUN_COST_S = 0.05
 
 _P_GRID = [i / 50 for i in range(1, 50)]
 _A_GRID = [i / 40 for i in range(1, 41)]
@@ -77,9 +86,16 @@ class AutoSamples:
     """Running estimates for one session, and the λ they call for."""
 
     def __init__(
-        self, max_samples: int = 9, cost_per_sample_s: float = 0.0, explore_every: int = 8, window: int = 200
+        self,
+        max_samples: int = 9,
+        cost_per_sample_s: float = 0.0,
+        explore_every: int = 8,
+        window: int = 200,
+        cost_per_run_s: float = DEFAULT_RUN_COST_S,
     ) -> None:
         self.max_samples, self.cost_per_sample_s = max_samples, cost_per_sample_s
+        self.cost_per_run_s = cost_per_run_s
+        self.runs: deque[tuple[int, int]] = deque(maxlen=window)  # (λ, speculative runs started)
         self.explore_every = explore_every
         self.calls: dict[str, int] = defaultdict(int)  # tool (or NO_CALL) -> model requests
         self.hits: dict[str, deque[tuple[int, bool]]] = defaultdict(lambda: deque(maxlen=window))
@@ -99,9 +115,13 @@ class AutoSamples:
     def observe_tool(self, name: str, seconds: float) -> None:
         self.T[name].add(seconds)
 
-    def observe_turn(self, samples: int, G: float | None, calls: Sequence[tuple[str, bool, bool]]) -> None:
-        """One model request: λ used, seconds to the answer (None: unknown), and per call
-        (tool, speculable, hit)."""
+    def observe_turn(
+        self, samples: int, G: float | None, calls: Sequence[tuple[str, bool, bool]], runs: int = 0
+    ) -> None:
+        """One model request: λ used, seconds to the answer (None: unknown), per call (tool,
+        speculable, hit), and the speculative tool runs its drafts started."""
+        if samples > 0:
+            self.runs.append((samples, runs))
         if G is not None:
             self.G.add(G)
         if not calls:
@@ -126,6 +146,11 @@ class AutoSamples:
             max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var) if var > 0 else 0.0
         )
         return max(0.0, my - slope * mx), slope
+
+    def runs_per_sample(self) -> float:
+        """Speculative tool runs one draft sample starts, on average (0 before any draft)."""
+        samples = sum(lam for lam, _ in self.runs)
+        return sum(r for _, r in self.runs) / samples if samples else 0.0
 
     def odds(self) -> list[ToolOdds]:
         records = [r for name in self.hits for r in self.hits[name]]
@@ -152,6 +177,8 @@ class AutoSamples:
             g_per_extra_sample=extra,
             cost_per_sample_s=self.cost_per_sample_s,
             max_samples=self.max_samples,
+            runs_per_sample=self.runs_per_sample(),
+            cost_per_run_s=self.cost_per_run_s,
         )
         if self.last.samples > 0:
             self._idle = 0

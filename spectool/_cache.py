@@ -188,6 +188,12 @@ class ToolCache:
             self._entries.clear()
             self._tg = None
 
+    def unused_finished(self) -> int:
+        """Speculative runs that finished and were not used (yet): wasted so far."""
+        return sum(
+            1 for e in self._entries.values() if e.speculative and not e.used and e.outcome is not None
+        )
+
     @property
     def task_group(self) -> TaskGroup:
         """The session's task group (drafts run here too). Only while open."""

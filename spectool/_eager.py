@@ -9,13 +9,22 @@ response (same calls, same cache, same ordering rule as :meth:`Speculator.resolv
 
 Policies (``eager=`` on the wrapper):
 
-* ``"speculable"`` (default) pure and read_only calls start when their JSON closes; mutating
+* ``"speculable"`` (default) pure and read_only calls start when their JSON closes, under
+                   exactly drafting's admission (:meth:`ToolCache.may_run_early`: an
+                   ``external=True`` tool only with ``speculate_external=True``); mutating
                    calls wait for ``run_tool_calls`` as before.
-* ``"all"``        mutating calls also start early, once the model has moved past them (the
-                   next call began, or the response finished), still in order behind the
-                   calls they depend on. Opt in only if every streamed response's calls reach
-                   ``run_tool_calls``: a mutating call has run by then.
+* ``"all"``        mutating calls also start before ``run_tool_calls``, once their arguments
+                   are final: when the stream has ended (a malformed stream may still send a
+                   fragment for any call until then), in order behind the calls they depend
+                   on, and never for a broken stream. Opt in only if every streamed
+                   response's calls reach ``run_tool_calls``: a mutating call has run by then.
 * ``False``        off.
+
+A fragment for a call after a later call began, or for a call whose JSON had closed, means a
+broken stream: nothing further starts early, and whatever started is checked against the
+final message (a changed call is resolved again). A finished message's calls are matched to
+an unfinished batch only by call id, and an eager read whose scope changed since it ran
+(another write, an ``invalidate``) is resolved again, as a drafted read would be.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import anyio
 
 from ._cache import Outcome
 from ._speculator import Speculator, _depends_on
+from ._tools import Effect
 from ._types import ToolCall
 from ._wire import _get
 
@@ -52,7 +62,10 @@ def eager_policy(value: Any) -> EagerPolicy:
     raise ConfigError(f"eager must be 'speculable', 'all' or False, got {value!r}")
 
 
-def _same(a: ToolCall, b: ToolCall) -> bool:
+def _same(a: ToolCall, b: ToolCall, *, ids: bool = False) -> bool:
+    """Same name and arguments (``ids``: and the same call id where either has one)."""
+    if ids and (a.id or b.id) and a.id != b.id:
+        return False
     return a.name == b.name and dict(a.arguments) == dict(b.arguments)
 
 
@@ -66,24 +79,56 @@ class EagerBatch:
         self.started: dict[int, ToolCall] = {}
         self._done: dict[int, anyio.Event] = {}
         self._outcomes: dict[int, Outcome] = {}
+        self._epochs: dict[int, int] = {}  # started call -> its scope's epoch when it ran
         self.finished = False
+        self.broken = False  # the stream sent something a well-formed one cannot: start nothing more
+        self.ended = False  # the stream is over: every call's arguments are final
+
+    def break_stream(self) -> None:
+        if not self.broken:
+            log.warning("malformed tool-call stream: nothing further starts early")
+        self.broken = True
+
+    def end(self) -> None:
+        """The stream ended: arguments are final, so a mutating call may start ("all")."""
+        self.ended = True
+        if not self.finished and not self.broken:
+            self._try_start()
 
     def offer(self, i: int, call: ToolCall, *, final: bool) -> None:
         """Call ``i`` is complete (``final``: and the model has moved past it); maybe start it."""
         if self.finished or self.policy == "off":
+            return
+        if i in self.known and not _same(self.known[i], call, ids=True):
+            self.break_stream()  # a closed call changed: the stream is not well formed
             return
         self.known.setdefault(i, call)
         if final:
             self.final.add(i)
         self._try_start()
 
+    def _admissible(self, spec: Any, i: int) -> bool:
+        """Exactly what drafting admits (effect, ``external``, the session's opt-ins); under
+        "all" also a mutating call, once the stream has ended (its arguments are final)."""
+        cache = self.speculator.cache
+        if spec.speculable:
+            return cache.may_run_early(spec)
+        return (
+            self.policy == "all"
+            and self.ended
+            and i in self.final
+            and (cache.speculate_external or not spec.external)
+        )
+
     def _try_start(self) -> None:
+        if self.broken:
+            return
         specs = self._specs()
         for i in range(len(specs)):
             spec = specs[i]
             if i in self.started or spec is None:  # unknown tools are answered at resolve time
                 continue
-            allowed = spec.speculable or (self.policy == "all" and i in self.final)
+            allowed = self._admissible(spec, i)
             # Start only behind calls already started: no task waits on one that may never run.
             if not allowed or any(j not in self.started for j in _depends_on(specs, i)):
                 continue
@@ -107,6 +152,7 @@ class EagerBatch:
         try:
             for j in _depends_on(specs, i):
                 await self._done[j].wait()
+            self._epochs[i] = self.speculator.cache.epoch(specs[i].scope)
             outcome = await self.speculator.resolve(call)
         except Exception as exc:  # noqa: BLE001 - never let one call break the session's task group
             outcome = Outcome(error=exc)
@@ -116,12 +162,14 @@ class EagerBatch:
             done.set()
 
     def matches(self, calls: Sequence[ToolCall]) -> bool:
-        """Whether ``calls`` are this response's calls (by id, else by name and arguments)."""
+        """Whether ``calls`` are this response's calls: by call id (and name and arguments).
+        Calls without ids match no batch: an abandoned response's runs are never handed to
+        a later call that merely looks the same."""
         if self.finished or not self.known or len(calls) < len(self.known):
             return False
         for i, c in self.known.items():
             k = calls[i] if i < len(calls) else None
-            if not isinstance(k, ToolCall) or ((k.id or c.id) and k.id != c.id) or not _same(k, c):
+            if not isinstance(k, ToolCall) or not k.id or not _same(k, c, ids=True):
                 return False
         return True
 
@@ -134,10 +182,11 @@ class EagerBatch:
         calls = list(calls)
         for i, call in list(self.started.items()):
             now = calls[i] if i < len(calls) else None
-            if not isinstance(now, ToolCall) or not _same(now, call):  # not with a well-formed stream
+            if not isinstance(now, ToolCall) or not _same(now, call, ids=True):  # a malformed stream
                 log.warning("eagerly started call %d differs from the final one; resolving again", i)
                 del self.started[i]
                 self._done[i] = anyio.Event()
+        await self._drop_stale(calls)
         specs = [
             self.speculator.toolbox._specs.get(c.name) if isinstance(c, ToolCall) else None for c in calls
         ]
@@ -163,20 +212,50 @@ class EagerBatch:
             await self._done[i].wait()
         return [self._outcomes[i] for i in range(len(calls))]
 
+    async def _drop_stale(self, calls: Sequence[Any]) -> None:
+        """Forget eager reads whose scope changed other than by this batch's own later writes
+        (state epochs, as for drafted reads): resolved now, they see the current state."""
+        specs = self.speculator.toolbox._specs
+        for i in sorted(self.started):
+            spec = specs.get(self.started[i].name)
+            if spec is None or spec.effect is not Effect.READ_ONLY:
+                continue
+            await self._done[i].wait()
+            later = [
+                j for j in self.started if j > i and _mutates(specs.get(self.started[j].name), spec.scope)
+            ]
+            # the epoch when this batch's first later write of the scope began (now if it has
+            # not begun yet: nothing awaits between here and the check)
+            now = self.speculator.cache.epoch(spec.scope)
+            seen = self._epochs.get(min(later), now) if later else now
+            if i in self._epochs and seen != self._epochs[i]:
+                log.info("eager read %d is stale (its scope changed); resolving again", i)
+                del self.started[i]
+                self._outcomes.pop(i, None)
+                self._done[i] = anyio.Event()
+
+
+def _mutates(spec: Any, scope: str) -> bool:
+    return spec is not None and not spec.speculable and spec.scope == scope
+
 
 class StreamWatcher:
-    """Reads a stream's events and tells an :class:`EagerBatch` which calls closed."""
+    """Reads a stream's events and tells an :class:`EagerBatch` which calls closed, when the
+    stream ended, and when it broke (a fragment for a call the model had moved past)."""
 
     def __init__(self, batch: EagerBatch) -> None:
         self.batch = batch
         self._closed: dict[int, ToolCall] = {}  # chat slot -> its call, once the JSON closed
+        self._text: dict[int, tuple[Any, int]] = {}  # chat slot -> (name, arguments length)
         self._sent: set[tuple[int, bool]] = set()
         self._ordinal: dict[int, int] = {}  # responses output_index -> call ordinal
+        self._items_done: set[int] = set()  # responses output indexes whose item is done
 
     def see_chat(self, slots: Mapping[int, Mapping[str, Any]], chunk: Any) -> None:
         """After the accumulator took ``chunk``: which slots closed, which the model left."""
         choices = [ch for ch in (_get(chunk, "choices") or ()) if _get(ch, "index", 0) == 0]
         finishing = any(_get(ch, "finish_reason") for ch in choices)
+        self._check_order(slots)
         touched = {
             _get(tc, "index", 0)
             for ch in choices
@@ -194,17 +273,49 @@ class StreamWatcher:
                 self._sent.add((n, final))
                 self.batch.offer(n, self._closed[slot], final=final)
 
+    def _check_order(self, slots: Mapping[int, Mapping[str, Any]]) -> None:
+        """A slot whose text changed after a later slot began, or after its JSON closed, is a
+        broken stream (a well-formed one sends each call's fragments in one run)."""
+        texts = {s: _progress(slots[s]) for s in slots}
+        changed = [s for s, t in texts.items() if self._text.get(s) != t and s in self._text]
+        if any(s in self._closed or any(o > s for o in self._text) for s in changed):
+            self.batch.break_stream()
+        self._text = texts
+
     def see_responses(self, event: Any) -> None:
         kind = _get(event, "type")
         item = _get(event, "item")
+        index = _get(event, "output_index", 0)
         if kind == "response.output_item.added" and _get(item, "type") == "function_call":
-            self._ordinal[_get(event, "output_index", 0)] = len(self._ordinal)
+            if index in self._ordinal or any(o > index for o in self._ordinal):
+                self.batch.break_stream()
+            self._ordinal[index] = len(self._ordinal)
+        elif kind == "response.function_call_arguments.delta":
+            if index in self._items_done or any(o > index for o in self._ordinal):
+                self.batch.break_stream()  # a fragment for a call the model had left
         elif kind == "response.output_item.done" and _get(item, "type") == "function_call":
-            i = self._ordinal.get(_get(event, "output_index", 0))
+            i = self._ordinal.get(index)
+            self._items_done.add(index)
             fn = {"name": _get(item, "name"), "arguments": _get(item, "arguments")}
             call = _closed_call({"id": _get(item, "call_id"), "function": fn}, True)
             if i is not None and call is not None:
                 self.batch.offer(i, call, final=True)
+
+    def end(self, slots: Mapping[int, Mapping[str, Any]] | None = None) -> None:
+        """The stream is over: a chat call still open is judged as ended, then arguments are
+        final and the batch may start what waited for that."""
+        if slots is not None:
+            for n, slot in enumerate(sorted(slots)):
+                call = self._closed.get(slot) or _closed_call(slots[slot], True)
+                if call is not None:
+                    self.batch.offer(n, call, final=True)
+        self.batch.end()
+
+
+def _progress(slot: Mapping[str, Any]) -> tuple[Any, int]:
+    """How far a chat slot has come (the accumulator only appends): name, arguments length."""
+    fn = slot.get("function") or {}
+    return fn.get("name"), len(fn.get("arguments") or "")
 
 
 def _closed_call(slot: Mapping[str, Any], ended: bool) -> ToolCall | None:

@@ -147,6 +147,8 @@ class SpeculativeStream:
             self._see(event)
             yield event
         self._done = True
+        if self._watch is not None:  # arguments are final only now (eager="all" writes)
+            self._watch.end(self._chat.calls if self.api == "chat" else None)
 
     async def __aenter__(self) -> SpeculativeStream:
         return self

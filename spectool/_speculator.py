@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from ._auto import AutoSamples
+from ._auto import DEFAULT_RUN_COST_S, AutoSamples
 from ._cache import CacheCounters, OnComplete, Outcome, ToolCache, foreign_cancellation
 from ._errors import ConfigError, SpectoolError
 from ._observe import hooks as _observe
@@ -120,6 +120,7 @@ class Speculator:
         max_proposals: int = 16,
         max_samples: int = 9,
         sample_cost: float = 0.0,
+        run_cost: float = DEFAULT_RUN_COST_S,
         on_complete: OnComplete | None = None,
         cache: ToolCache | None = None,
         trace: Any = None,
@@ -130,11 +131,14 @@ class Speculator:
         auto = samples == "auto"
         if not auto and (not isinstance(samples, int) or samples < 1):
             raise ConfigError(f"samples must be an int >= 1 or 'auto', got {samples!r}")
-        if max_proposals < 0 or draft_timeout <= 0 or max_samples < 0 or sample_cost < 0:
+        if max_proposals < 0 or draft_timeout <= 0 or max_samples < 0 or sample_cost < 0 or not run_cost >= 0:
             raise ConfigError(
-                "max_proposals >= 0, draft_timeout > 0, max_samples >= 0 and sample_cost >= 0 required"
+                "max_proposals >= 0, draft_timeout > 0, max_samples >= 0, sample_cost >= 0 and "
+                "run_cost >= 0 required"
             )
-        self.auto = AutoSamples(max_samples, sample_cost) if auto else None
+        # run_cost: seconds one speculative tool run is worth; never free by default, so a
+        # drafter that never hits converges to λ = 0 (spectool._auto).
+        self.auto = AutoSamples(max_samples, sample_cost, cost_per_run_s=run_cost) if auto else None
         self.toolbox = tools if isinstance(tools, Toolbox) else Toolbox(tools)
         self.drafter = drafter
         self.samples, self.draft_timeout, self.max_proposals = samples, draft_timeout, max_proposals
@@ -158,8 +162,11 @@ class Speculator:
         return self.cache.counters
 
     def stats(self) -> dict[str, Any]:
-        """Cache and draft counters in one flat dict."""
-        return {**self.cache.counters.as_dict(), **self.draft_counters.as_dict()}
+        """Cache and draft counters in one flat dict. ``wasted_runs`` is live: speculative runs
+        discarded unused, plus those finished and not used so far."""
+        out = {**self.cache.counters.as_dict(), **self.draft_counters.as_dict()}
+        out["wasted_runs"] += self.cache.unused_finished()
+        return out
 
     # -- drafting ---------------------------------------------------------------------------
 
@@ -298,7 +305,8 @@ class Speculator:
             turn.observed = True
             # A request answered without calls ends when the next one starts: no G from it.
             G = time.perf_counter() - turn.started if answered else None
-            self.auto.observe_turn(turn.samples, G, self._hits(turn, calls))
+            runs = len({(c.name, repr(sorted(c.arguments.items()))) for c in turn.admitted})
+            self.auto.observe_turn(turn.samples, G, self._hits(turn, calls), runs)
 
     def _hits(self, turn: Turn, calls: Sequence[Any]) -> list[tuple[str, bool, bool]]:
         """(tool, speculable, drafted in time) for each known tool among the model's calls."""

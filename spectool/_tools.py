@@ -26,10 +26,9 @@ from typing import Any, TypeVar, overload
 
 import anyio.to_thread
 import pydantic
-import pydantic_core
 
 from ._errors import ToolArgumentsError, ToolDefinitionError, ToolNotFoundError
-from ._keys import KeyFunction, canonical_key, parse_arguments
+from .keys import KeyFunction, canonical_key, parse_arguments
 
 __all__ = ["Effect", "ToolSpec", "Toolbox", "tool", "tool_spec"]
 
@@ -79,22 +78,16 @@ class ToolSpec:
     def key(self, arguments: str | Mapping[str, Any] | None) -> str:
         """The canonical cache key of a call to this tool.
 
-        With a validator (every ``@tool``) the key is made from the *validated* arguments, so
-        two calls share a key only if the function would receive equal arguments (``5`` and
-        ``5.0`` for ``int | float`` differ; arguments that fail validation raise
-        ToolArgumentsError, as running the tool would). Without one the function receives the
-        parsed JSON, so the key is that JSON's (key order and whitespace aside).
+        The key is :func:`spectool.keys.canonical_key` of the wire arguments and this tool's
+        JSON schema: the very function the engine's tool-output store applies to the same
+        arguments, so client and server keys agree by construction. With a validator (every
+        ``@tool``) the arguments are validated first: a call the tool would refuse raises
+        ToolArgumentsError, as running it would. The canonical form only makes coercions the
+        validator makes too, so equal keys mean the function receives equal arguments.
         """
-        if self.validator is None:
-            return self._key_of(parse_or_raise(self, arguments), None)
-        validated = self.validate(arguments)
-        try:
-            plain = pydantic_core.to_jsonable_python(validated)
-            return self._key_of(plain, self.parameters)
-        except (ValueError, pydantic_core.PydanticSerializationError):
-            # Validated values with no JSON form: equal input JSON still means equal validated
-            # arguments (validation is deterministic), so fall back to the input's exact JSON.
-            return self._key_of(parse_or_raise(self, arguments), None)
+        if self.validator is not None:
+            self.validate(arguments)
+        return self._key_of(parse_or_raise(self, arguments), self.parameters)
 
     def _key_of(self, arguments: Mapping[str, Any], schema: Mapping[str, Any] | None) -> str:
         try:

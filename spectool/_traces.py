@@ -29,7 +29,7 @@ from typing import Any
 from ._errors import ConfigError
 from ._types import DraftRequest, ToolCall
 
-__all__ = ["TRACE_VERSION", "TraceExample", "TraceRecorder", "load_traces"]
+__all__ = ["TRACE_VERSION", "TraceExample", "TraceRecorder", "iter_traces", "load_traces"]
 
 TRACE_VERSION = 1
 
@@ -79,22 +79,49 @@ class TraceRecorder:
 
 
 def _example(obj: Any, where: str) -> TraceExample:
+    """One trace line, checked field by field: a trace is a peer's file (another run, another
+    tool), so anything off is a ConfigError naming the file and line, never a stray error."""
     if not isinstance(obj, Mapping):
         raise ConfigError(f"{where}: a trace line must be a JSON object")
     version = obj.get("v", 1)
-    if not isinstance(version, int) or version > TRACE_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version > TRACE_VERSION:
         raise ConfigError(
             f"{where}: trace version {version!r} is newer than this spectool reads ({TRACE_VERSION})"
         )
-    try:
-        calls = [ToolCall(c["name"], dict(c.get("arguments") or {})) for c in obj["calls"]]
-        request = DraftRequest(messages=list(obj["messages"]), tools=list(obj["tools"]))
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"{where}: malformed trace line ({type(exc).__name__}: {exc})") from exc
-    return TraceExample(request, calls, dict(obj.get("meta") or {}))
+    for key in ("messages", "tools", "calls"):
+        if key not in obj:
+            raise ConfigError(f"{where}: malformed trace line (no {key!r})")
+    messages = _objects(obj["messages"], where, "messages")
+    tools = _objects(obj["tools"], where, "tools")
+    calls = []
+    for i, c in enumerate(_objects(obj["calls"], where, "calls")):
+        name, arguments = c.get("name"), c.get("arguments")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{where}: calls[{i}].name must be a non-empty string, got {name!r}")
+        if arguments is not None and not isinstance(arguments, Mapping):
+            raise ConfigError(
+                f"{where}: calls[{i}].arguments must be a JSON object, got {type(arguments).__name__}"
+            )
+        calls.append(ToolCall(name, dict(arguments or {})))
+    meta = obj.get("meta")
+    if meta is not None and not isinstance(meta, Mapping):
+        raise ConfigError(f"{where}: meta must be a JSON object, got {type(meta).__name__}")
+    return TraceExample(DraftRequest(messages=messages, tools=tools), calls, dict(meta or {}))
+
+
+def _objects(value: Any, where: str, key: str) -> list[Any]:
+    """``value`` as a list of JSON objects (a string is not a list of messages)."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: {key} must be a JSON array, got {type(value).__name__}")
+    for i, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"{where}: {key}[{i}] must be a JSON object, got {type(item).__name__}")
+    return list(value)
 
 
 def iter_traces(path: str | os.PathLike[str]) -> Iterator[TraceExample]:
+    """The examples of a trace file one line at a time (memory: one line), ConfigError with
+    the file and line on a malformed one."""
     try:
         fh = open(path, encoding="utf-8")  # noqa: SIM115 - closed below; a generator owns it
     except OSError as exc:
@@ -105,8 +132,8 @@ def iter_traces(path: str | os.PathLike[str]) -> Iterator[TraceExample]:
                 continue
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{n}: not JSON ({exc.msg})") from exc
+            except (json.JSONDecodeError, RecursionError) as exc:
+                raise ConfigError(f"{path}:{n}: not JSON ({getattr(exc, 'msg', exc)})") from exc
             yield _example(obj, f"{path}:{n}")
 
 

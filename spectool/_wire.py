@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._errors import ToolArgumentsError
-from ._keys import parse_arguments
 from ._types import ToolCall
+from .keys import parse_arguments
 
 __all__ = [
     "ChatAccumulator",

@@ -243,20 +243,27 @@ def choose_samples(
     g_per_extra_sample: float = 0.0,
     cost_per_sample_s: float = 0.0,
     max_samples: int = 9,
+    runs_per_sample: float = 0.0,
+    cost_per_run_s: float = 0.0,
 ) -> SampleChoice:
     """The λ ∈ {0 … max_samples} that maximises expected seconds saved per turn minus cost.
 
     ``G`` main-model seconds per turn; ``g`` drafter seconds for one sample and
     ``g_per_extra_sample`` more for each further one (g(λ) = g + (λ−1)·extra); ``tools`` the
     mix of calls the model makes (weights are normalised); ``cost_per_sample_s`` what one
-    sample costs, in seconds of the agent's time. Ties go to the smaller λ (cheaper, fewer
-    wasted runs); λ = 0 (do not draft) saves and costs nothing.
+    sample costs, in seconds of the agent's time. ``runs_per_sample`` speculative tool runs
+    each sample starts and ``cost_per_run_s`` what one run costs: a run the main model then
+    asks for replaces its own run, so only the expected wasted ones, λ·runs − α, are charged
+    (a drafter that never hits pays for every run, and λ falls to 0). Ties go to the smaller
+    λ (cheaper, fewer wasted runs); λ = 0 (do not draft) saves and costs nothing.
     """
     _check_times(
         G=G,
         g=g,
         g_per_extra_sample=g_per_extra_sample,
         cost_per_sample_s=cost_per_sample_s,
+        runs_per_sample=runs_per_sample,
+        cost_per_run_s=cost_per_run_s,
         **{f"T[{i}]": t.T for i, t in enumerate(tools)},
     )
     if max_samples < 0:
@@ -271,7 +278,7 @@ def choose_samples(
             w, a = max(0.0, t.weight) / total, min(1.0, max(0.0, t.ceiling)) * hit_rate_at(t.per_sample, lam)
             alpha += w * a
             saved += w * a * max(0.0, G + t.T - max(G, g_lam + t.T))
-        net = saved - lam * cost_per_sample_s
+        net = saved - lam * cost_per_sample_s - cost_per_run_s * max(0.0, lam * runs_per_sample - alpha)
         table.append((lam, alpha, saved, net))
         if net > best.net_s + 1e-12:
             best = SampleChoice(lam, alpha, saved, net)

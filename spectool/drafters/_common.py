@@ -6,8 +6,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .._keys import canonical_key
 from .._types import ToolCall
+from ..keys import canonical_key
 
 __all__ = [
     "assistant_calls",

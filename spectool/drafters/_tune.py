@@ -20,15 +20,16 @@ import json
 import math
 import random
 import shlex
+import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigError
-from .._traces import TraceExample, load_traces
+from .._traces import TraceExample, iter_traces
 from ._compact import COMPACT_FORMAT_VERSION, compact_prompt_ids, compact_target
 
 __all__ = [
@@ -78,19 +79,82 @@ def select_examples(
 ) -> list[TraceExample]:
     """A seeded, shuffled subset: at most ``max_per_category`` per ``meta.category``, then
     ``max_examples`` in all (categories interleaved by the shuffle)."""
+    cats = [str(ex.meta.get("category", "")) for ex in examples]
+    chosen = select_indices(cats, max_examples=max_examples, max_per_category=max_per_category, seed=seed)
+    return [examples[i] for i in chosen]
+
+
+def select_indices(
+    categories: Sequence[str],
+    *,
+    max_examples: int | None = None,
+    max_per_category: int | None = None,
+    seed: int = 0,
+) -> list[int]:
+    """:func:`select_examples` on positions: which examples (by their ``meta.category``) a
+    seeded shuffle keeps, so a trace file can be chosen from without holding its examples."""
     rng = random.Random(seed)
-    pool = list(examples)
+    pool = list(range(len(categories)))
     rng.shuffle(pool)
     if max_per_category:
         seen: collections.Counter[str] = collections.Counter()
         kept = []
-        for ex in pool:
-            cat = str(ex.meta.get("category", ""))
-            if seen[cat] < max_per_category:
-                seen[cat] += 1
-                kept.append(ex)
+        for i in pool:
+            if seen[categories[i]] < max_per_category:
+                seen[categories[i]] += 1
+                kept.append(i)
         pool = kept
     return pool[:max_examples] if max_examples else pool
+
+
+def training_examples(
+    path: str, *, max_examples: int | None = None, max_per_category: int | None = None, seed: int = 0
+) -> tuple[Iterator[TraceExample], dict[str, Any]]:
+    """The chosen examples of a trace file, streamed, and the data summary for the manifest.
+
+    Two passes over the file, one line in memory at a time: the first reads each line's
+    category (and split) to choose, the second yields the chosen examples in file order. A
+    trace file can be far larger than memory (``drafters tune`` once held every example of
+    10 MB lines at once)."""
+    seen = [(str(ex.meta.get("category", "")), str(ex.meta.get("split", "?"))) for ex in iter_traces(path)]
+    chosen = set(
+        select_indices(
+            [c for c, _ in seen], max_examples=max_examples, max_per_category=max_per_category, seed=seed
+        )
+    )
+    cats = collections.Counter(seen[i][0] or "?" for i in chosen)
+    summary = {
+        "traces": str(path),
+        "sha256_16": _file_digest(path),
+        "examples_by_category": dict(sorted(cats.items())),
+        "splits": sorted({seen[i][1] for i in chosen}),
+    }
+    return (ex for i, ex in enumerate(iter_traces(path)) if i in chosen), summary
+
+
+def _file_digest(path: str) -> str | None:
+    if not Path(path).is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def encode_fitting(
+    tokenizer: Any, examples: Iterable[TraceExample], max_tokens: int
+) -> tuple[list[Encoded], int]:
+    """Encode examples as they come, keeping those of at most ``max_tokens`` tokens; returns
+    them and how many were dropped. Holds one example at a time beside what it keeps."""
+    kept, dropped = [], 0
+    for ex in examples:
+        enc = encode_example(tokenizer, ex)
+        if len(enc.input_ids) > max_tokens:
+            dropped += 1
+        else:
+            kept.append(enc)
+    return kept, dropped
 
 
 def _batches(encoded: list[Encoded], batch_size: int, rng: random.Random) -> list[list[Encoded]]:
@@ -183,7 +247,7 @@ def _output_layer_in_fp32(model: Any) -> Iterator[None]:
 def tune(
     model: Any,
     tokenizer: Any,
-    examples: Sequence[TraceExample],
+    examples: Iterable[TraceExample],
     *,
     epochs: float = 1.0,
     rank: int = 16,
@@ -198,14 +262,13 @@ def tune(
     max_seconds: float | None = None,
     out=sys.stderr,
 ) -> tuple[Any, dict[str, Any]]:
-    """LoRA-tune ``model`` on ``examples``; returns the peft model and a training report."""
+    """LoRA-tune ``model`` on ``examples`` (any iterable: consumed once, one at a time);
+    returns the peft model and a training report."""
     import torch
 
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    encoded = [encode_example(tokenizer, ex) for ex in examples]
-    dropped = sum(1 for e in encoded if len(e.input_ids) > max_tokens)
-    encoded = [e for e in encoded if len(e.input_ids) <= max_tokens]
+    encoded, dropped = encode_fitting(tokenizer, examples, max_tokens)
     if not encoded:
         raise ConfigError("no training examples left (empty traces, or all longer than --max-tokens)")
     peft_model = _lora(model, rank, float(alpha if alpha is not None else 2 * rank), dropout)
@@ -283,18 +346,6 @@ def save_adapter(peft_model: Any, out_dir: str | Path, manifest: dict[str, Any])
     return out
 
 
-def _data_summary(path: str, examples: Sequence[TraceExample]) -> dict[str, Any]:
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16] if Path(path).is_file() else None
-    cats = collections.Counter(str(e.meta.get("category", "?")) for e in examples)
-    splits = sorted({str(e.meta.get("split", "?")) for e in examples})
-    return {
-        "traces": str(path),
-        "sha256_16": digest,
-        "examples_by_category": dict(sorted(cats.items())),
-        "splits": splits,
-    }
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--traces", required=True, help="trace JSONL (spectool drafters traces, or recorded)")
     parser.add_argument("--out", required=True, help="output folder for the adapter + manifest.json")
@@ -347,21 +398,22 @@ def run(args: argparse.Namespace) -> int:
         # a pipe or process substitution can be read once only: keep a copy beside the adapter
         Path(args.out).mkdir(parents=True, exist_ok=True)
         copy = Path(args.out) / "traces.jsonl"
-        copy.write_text(
-            sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8"), encoding="utf-8"
-        )
+        with copy.open("wb") as dst:  # streamed: a trace file may not fit in memory
+            if path == "-":
+                shutil.copyfileobj(sys.stdin.buffer, dst)
+            else:
+                with open(path, "rb") as src:
+                    shutil.copyfileobj(src, dst)
         path = str(copy)
-    examples = select_examples(
-        load_traces(path),
-        max_examples=args.max_examples,
-        max_per_category=args.max_per_category,
-        seed=args.seed,
+    examples, data = training_examples(
+        path, max_examples=args.max_examples, max_per_category=args.max_per_category, seed=args.seed
     )
     precision = resolve_precision(args.precision)
     source = None if args.model in ("", "embedded") else args.model
     model, tokenizer = load_causal_lm(source, dtype="float32")
     digest = _model_digest(model)  # before LoRA layers are injected
-    print(f"tuning on {len(examples)} examples from {path}", file=sys.stderr, flush=True)
+    chosen = sum(data["examples_by_category"].values())
+    print(f"tuning on {chosen} examples from {path}", file=sys.stderr, flush=True)
     peft_model, report = tune(
         model,
         tokenizer,
@@ -381,7 +433,7 @@ def run(args: argparse.Namespace) -> int:
         "base_model": getattr(model.config, "_name_or_path", "") or str(args.model),
         "base_model_source": args.model,
         "base_model_digest": digest,
-        "data": _data_summary(path, examples),
+        "data": data,
         "command": "spectool drafters tune "
         + " ".join(shlex.quote(a) for a in sys.argv[1:] if a not in ("drafters", "tune")),
         "options": {k: v for k, v in vars(args).items() if k not in ("func", "handler")},

@@ -157,3 +157,57 @@ def test_auto_keeps_few_samples_for_a_drafter_whose_samples_agree():
     # Independent samples would call for λ = 5 (α 0.4 → 0.92); the ceiling says more buy little.
     assert sum(picked[-20:]) / 20 < 2.0 and max(picked[-20:]) <= 2
     assert 0.3 < auto.odds()[0].ceiling < 0.6
+
+
+# -- issue 26, class 4: λ = auto backs off; wasted runs are counted live --------------------
+
+
+def _never_hitting(auto: AutoSamples, turns: int) -> list[int]:
+    """λ per turn for a drafter whose every sample starts one run the model never asks for
+    (G = T = 1 s, g = 0.1 s per sample)."""
+    chosen = []
+    for _ in range(turns):
+        lam = auto.choose()
+        chosen.append(lam)
+        if lam:
+            auto.observe_draft(lam, 0.1 * lam)
+        auto.observe_tool("get", 1.0)
+        auto.observe_turn(lam, 1.0, [("get", True, False)], runs=lam)
+    return chosen
+
+
+def test_a_drafter_that_never_hits_converges_to_no_drafting_within_25_turns():
+    auto = AutoSamples(max_samples=9)  # the defaults: sample_cost 0, run cost DEFAULT_RUN_COST_S
+    chosen = _never_hitting(auto, 80)
+    assert auto.last is not None and auto.last.samples == 0
+    # the bound: from turn 25 on the decision is λ = 0; only the exploration turn (every 8th
+    # idle turn, one sample) still drafts
+    assert all(lam <= 1 for lam in chosen[25:])
+    assert sum(chosen[25:]) <= len(chosen[25:]) // 8 + 1
+    assert sum(chosen) < 60  # against ~180 speculative runs at λ 2-6 when runs were free
+
+
+def test_negative_control_free_runs_never_back_off():
+    """With the old cost of a run (zero) the same drafter is drafted for ever."""
+    auto = AutoSamples(max_samples=9, cost_per_run_s=0.0)
+    chosen = _never_hitting(auto, 80)
+    assert min(chosen[25:]) >= 1
+
+
+def test_choose_samples_charges_only_the_wasted_runs():
+    # p = 1: every sample's one run is the model's call: nothing wasted, a run cost changes nothing
+    sure = choose_samples(2.0, 0.1, [ToolOdds(1.0, 1.0, 1.0)], runs_per_sample=1.0, cost_per_run_s=0.5)
+    assert sure.samples == 1 and sure.net_s == pytest.approx(1.0)
+    never = choose_samples(2.0, 0.1, [ToolOdds(1.0, 0.01, 1.0)], runs_per_sample=1.0, cost_per_run_s=0.05)
+    assert never.samples == 0
+
+
+@pytest.mark.anyio
+async def test_wasted_runs_are_live_during_a_session():
+    world = KeyValueWorld()
+    async with Speculator(world.toolbox) as spec:
+        assert spec.cache.speculate(spectool.ToolCall("get", {"key": "a"}))
+        await anyio.sleep(0.01)  # the run finished; nobody asked for it
+        assert spec.stats()["wasted_runs"] == 1
+        await spec.resolve(spectool.ToolCall("get", {"key": "a"}))  # now it is used: not wasted
+        assert spec.stats()["wasted_runs"] == 0

@@ -147,7 +147,8 @@ async def test_mutating_calls_wait_for_resolve_unless_the_user_opts_in() -> None
         ScriptedModel(script, token_latency=0.01), world, "all", pass_stream=True
     )
     put, get = starts[("put", (("key", "a"), ("value", "z")))], starts[("get", (("key", "a"),))]
-    assert put < ended - 0.1  # started once the model moved on to the next call
+    # it started once the stream ended (only then are its arguments final): see
+    # test_a_fragment_for_an_earlier_call_breaks_the_stream_and_nothing_more_runs_early
     assert get >= put + 0.05  # the read of the same scope waited for the write: it sees "z"
     assert [o["content"] for o in out][:2] == ["ok", "z"] and world.log.count("put") == 1
     assert stats["mutating_runs"] == 1
@@ -178,6 +179,8 @@ async def test_a_call_that_changed_after_it_started_is_resolved_again_as_finally
         batch = EagerBatch(spec, policy)
         batch.offer(0, ToolCall("get", {"key": "a"}, id="c0"), final=True)
         batch.offer(1, ToolCall("put", {"key": "a", "value": "q"}, id="c1"), final=True)
+        assert 1 not in batch.started  # a write waits for the end of the stream
+        batch.end()
         assert 0 in batch.started and (1 in batch.started) == (policy == "all")
         # A malformed stream: the final message says get(b); the eager get(a) is not used.
         outcomes = await batch.resolve_all(
@@ -200,3 +203,104 @@ async def test_traces_record_the_calls_of_eagerly_resolved_responses(tmp_path) -
         await client.close()
     examples = load_traces(path)
     assert [[x.name for x in e.calls] for e in examples] == [["get", "keys"]]
+
+
+# -- issue 26, class 3: eager dispatch admits what drafting admits, and no more ------------------
+
+
+def _external_world():
+    world = KeyValueWorld()
+    seen: list[str] = []
+
+    @spectool.tool(effect="read_only", external=True)
+    async def search(q: str) -> str:
+        """A third party's search: it learns every query."""
+        seen.append(q)
+        return q.upper()
+
+    world.toolbox.add(search)
+    return world, seen
+
+
+@pytest.mark.parametrize("opt_in", [False, True])
+async def test_an_external_tool_is_not_dispatched_early_without_the_sessions_opt_in(opt_in) -> None:
+    from spectool import ToolCall
+    from spectool._eager import EagerBatch
+
+    world, seen = _external_world()
+    async with spectool.Speculator(world.toolbox, speculate_external=opt_in) as spec:
+        batch = EagerBatch(spec, "all")
+        batch.offer(0, ToolCall("search", {"q": "merger plans"}, id="c0"), final=True)
+        batch.end()
+        await anyio.sleep(0.01)
+        assert (seen == ["merger plans"]) == opt_in  # the third party saw nothing before resolve
+        outcomes = await batch.resolve_all([ToolCall("search", {"q": "merger plans"}, id="c0")])
+    assert [o.value for o in outcomes] == ["MERGER PLANS"] and seen == ["merger plans"]
+
+
+def _chunk(slot: int, *, name: str | None = None, args: str = "", finish: str | None = None) -> dict:
+    fn = {"arguments": args, **({"name": name} if name else {})}
+    delta = {"tool_calls": [{"index": slot, "id": f"c{slot}" if name else None, "function": fn}]}
+    return {"choices": [{"index": 0, "delta": delta if finish is None else {}, "finish_reason": finish}]}
+
+
+async def test_a_fragment_for_an_earlier_call_breaks_the_stream_and_nothing_more_runs_early() -> None:
+    from spectool._eager import EagerBatch, StreamWatcher
+    from spectool._wire import ChatAccumulator
+
+    world = KeyValueWorld()
+    async with spectool.Speculator(world.toolbox) as spec:
+        batch = EagerBatch(spec, "all")
+        watch, acc = StreamWatcher(batch), ChatAccumulator()
+        stream = [
+            _chunk(0, name="put", args='{"key": "a", "value": "z"}'),
+            _chunk(1, name="get", args='{"key": "a"}'),
+            _chunk(0, args=', "value": "w"'),  # a fragment for call 0 after call 1 began
+            _chunk(0, finish="tool_calls"),
+        ]
+        for c in stream:
+            acc.add(c)
+            watch.see_chat(acc.calls, c)
+        watch.end(acc.calls)
+        await anyio.sleep(0.01)
+        assert batch.broken and world.log.count("put") == 0 and world.data["a"] == "1"
+        assert 1 not in batch.started  # the read after the broken fragment did not start either
+    assert world.log.count("get") == 0
+
+
+async def test_an_abandoned_responses_eager_read_is_never_served_after_a_write() -> None:
+    """Calls without ids (a hand-built message) match no eager batch by name and arguments."""
+    from spectool import ToolCall
+    from spectool._eager import EagerBatch
+
+    world = KeyValueWorld()
+    async with spectool.Speculator(world.toolbox) as spec:
+        abandoned = EagerBatch(spec, "speculable")
+        abandoned.offer(0, ToolCall("get", {"key": "a"}), final=True)  # a stream without call ids
+        await anyio.sleep(0.01)
+        assert world.log.count("get") == 1
+        await spec.resolve(ToolCall("put", {"key": "a", "value": "new"}))
+        assert not abandoned.matches([ToolCall("get", {"key": "a"})])
+        identified = EagerBatch(spec, "speculable")
+        identified.offer(0, ToolCall("get", {"key": "a"}, id="c9"), final=True)
+        assert identified.matches([ToolCall("get", {"key": "a"}, id="c9")])  # negative control
+
+
+async def test_an_eager_read_is_resolved_again_when_its_scope_changed_before_resolve() -> None:
+    from spectool import ToolCall
+    from spectool._eager import EagerBatch
+
+    world = KeyValueWorld()
+    async with spectool.Speculator(world.toolbox) as spec:
+        batch = EagerBatch(spec, "speculable")
+        batch.offer(0, ToolCall("get", {"key": "a"}, id="c0"), final=True)
+        await anyio.sleep(0.01)
+        world.data["a"] = "changed"
+        spec.invalidate("kv")  # a write the session ran outside this response
+        outcomes = await batch.resolve_all([ToolCall("get", {"key": "a"}, id="c0")])
+        assert [o.value for o in outcomes] == ["changed"] and world.log.count("get") == 2
+        same = EagerBatch(spec, "speculable")  # negative control: no write, the eager run is used
+        same.offer(0, ToolCall("get", {"key": "b"}, id="c1"), final=True)
+        await anyio.sleep(0.01)
+        outcomes = await same.resolve_all([ToolCall("get", {"key": "b"}, id="c1")])
+        assert [o.value for o in outcomes] == ["2"] and world.log.count("get") == 3

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spectool import canonical_key
-from spectool._keys import canonical_arguments, parse_arguments
+from spectool.keys import canonical_arguments, parse_arguments
 
 # Example counts come from the profile in conftest.py ("ci" by default, "long" on request).
 

@@ -130,7 +130,7 @@ async def served(tool: Any, drafted: dict, called: str) -> tuple[Any, bool]:
     async with ToolCache([tool]) as cache:
         cache.speculate(ToolCall(tool.__name__, drafted))  # refusing it is one right answer
         await anyio.sleep(0.05)
-        outcome = await cache.resolve(ToolCall(tool.__name__, spectool._keys.parse_arguments(called)))
+        outcome = await cache.resolve(ToolCall(tool.__name__, spectool.keys.parse_arguments(called)))
         return outcome, cache.counters.hits == 1
 
 
@@ -159,7 +159,7 @@ def test_nan_and_the_string_nan_never_share_a_key() -> None:
 
 async def tool_spec_run(tool: Any, called: str):
     async with ToolCache([tool]) as cache:
-        return await cache.resolve(ToolCall(tool.__name__, spectool._keys.parse_arguments(called)))
+        return await cache.resolve(ToolCall(tool.__name__, spectool.keys.parse_arguments(called)))
 
 
 async def test_equal_validated_arguments_still_hit() -> None:

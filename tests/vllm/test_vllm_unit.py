@@ -14,7 +14,7 @@ from spectool_serving.vllm.serve import build_command, server_env
 
 def test_internal_ids_map_back_to_the_response_id():
     assert response_id_of("chatcmpl-abc123-1a2B3c4D") == "chatcmpl-abc123"
-    assert response_id_of("chatcmpl-abc123.h2-1a2B3c4D") == "chatcmpl-abc123"  # an O3 hop
+    assert response_id_of("chatcmpl-abc123.h2-1a2B3c4D") == "chatcmpl-abc123.h2"  # an O3 hop: its own id
     assert response_id_of("chatcmpl-my-own-id-zzzzzzzz") == "chatcmpl-my-own-id"
     assert response_id_of("plain") == "plain"
 
@@ -22,16 +22,21 @@ def test_internal_ids_map_back_to_the_response_id():
 def test_mirror_newest_first_dedup_expiry_and_bounds():
     now = [100.0]
     m = DraftMirror(max_responses=2, max_entries=2, clock=lambda: now[0])
-    m.put("r1", "f", '{"a": 1}', 200)
-    m.put("r1", "g", '{"b": 2}', 150)
-    m.put("r1", "f", '{"a": 1}', 300)  # re-post moves to the front, no duplicate
+    for r in ("r1", "r2", "r3"):
+        m.put(("t", r), "f", "{}", 999)  # not open yet: taken by no scope
+    assert len(m) == 0
+    m.open(("t", "r1"), ["r1"])
+    m.put(("t", "r1"), "f", '{"a": 1}', 200)
+    m.put(("t", "r1"), "g", '{"b": 2}', 150)
+    m.put(("t", "r1"), "f", '{"a": 1}', 300)  # re-post moves to the front, no duplicate
     assert m.entries("r1") == [("f", '{"a": 1}'), ("g", '{"b": 2}')]
     now[0] = 160
     assert m.entries("r1") == [("f", '{"a": 1}')]
-    m.put("r2", "f", "{}", 999)
-    m.put("r3", "f", "{}", 999)  # evicts the oldest response
+    for r in ("r2", "r3"):
+        m.open(("t", r), [r])
+        m.put(("t", r), "f", "{}", 999)  # r3 evicts the oldest response
     assert m.entries("r1") == [] and len(m) == 2
-    m.drop("r2")
+    m.drop(("t", "r2"))
     assert m.entries("r2") == []
 
 
@@ -147,7 +152,8 @@ def test_proposer_counts_tool_acceptance_and_keeps_what_the_model_wrote_instead(
     written = prompt + '<tool_call>\n{"name": "get_weather", "arguments": '
     batch = types.SimpleNamespace(req_ids=["chatcmpl-r1"], num_prompt_tokens=[len(prompt)])
     p.attach(types.SimpleNamespace(input_batch=batch), "chatml")
-    p.mirror.put("chatcmpl-r1", "get_weather", '{"city": "Paris"}', expires=2e9)
+    p.mirror.open(("tag", "chatcmpl-r1"), ["chatcmpl-r1"])
+    p.mirror.put(("tag", "chatcmpl-r1"), "get_weather", '{"city": "Paris"}', expires=2e9)
 
     def step(text, sampled):
         ids = np.zeros((1, 256), dtype=np.int64)
@@ -159,9 +165,10 @@ def test_proposer_counts_tool_acceptance_and_keeps_what_the_model_wrote_instead(
     # the model takes 2 of them, then writes its own ' ' instead of 'c'; the text no longer
     # continues the cached call, so nothing more is drafted
     assert step(written + '{" ', [ord(c) for c in '{" '])[0] == []
-    counters = p.counters.as_dict()
+    counters = p.counters.as_dict("tag")
     assert (counters["tool_proposed"], counters["tool_accepted"]) == (8, 2)
     assert counters["tool_rejections"] == [{"drafted": '{"city":', "wrote": '{" '}]
+    assert p.counters.as_dict("another tenant")["tool_rejections"] == []
     json.dumps(counters)  # served as JSON by /spectool/stats
 
 

@@ -1,8 +1,11 @@
 """Effects of LangChain tools: how a tool says it may run early, and its spectool spec.
 
-A LangChain tool carries its declaration in ``tool.metadata["spectool"]`` (plain JSON, so it is
-harmless in traces). A tool built from a function that spectool's own ``@tool`` decorated keeps
-that function's declaration. Anything else is *mutating*: never run early.
+A declaration comes from the user only: :func:`speculable` records it for that tool object
+(a copy is also written to ``tool.metadata["spectool"]`` for display, but metadata is never
+read back: langchain-mcp-adapters copies an MCP server's tool annotations into ``metadata``,
+so a server could otherwise declare its own tools pure). A tool built from a function that
+spectool's own ``@tool`` decorated keeps that function's declaration. Anything else is
+*mutating*: never run early.
 
 Tools with injected arguments (``ToolRuntime``, ``InjectedState``, ``InjectedToolCallId``, …)
 are never speculable either: what they return depends on graph state that a draft cannot see.
@@ -10,6 +13,7 @@ are never speculable either: what they return depends on graph state that a draf
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -23,6 +27,23 @@ __all__ = ["declared", "effect_of", "speculable", "to_tool_spec"]
 T = TypeVar("T", bound=BaseTool)
 _META = "spectool"
 _OPTIONS = ("effect", "scope", "ttl", "max_concurrency", "injected_ok")
+# id(tool) -> the user's declaration; an entry goes with its tool (pydantic tools are not
+# hashable, so no WeakKeyDictionary). Nothing a peer sends can write here.
+_DECLARED: dict[int, dict[str, Any]] = {}
+
+
+def _record(tool: BaseTool, options: Mapping[str, Any]) -> None:
+    key = id(tool)
+    if key not in _DECLARED:
+        weakref.finalize(tool, _DECLARED.pop, key, None)
+    _DECLARED[key] = dict(options)
+
+
+def copy_declaration(source: BaseTool, target: BaseTool) -> None:
+    """``target`` (a wrapper spectool builds around ``source``) carries its declaration."""
+    found = _DECLARED.get(id(source))
+    if found is not None:
+        _record(target, found)
 
 
 def speculable(
@@ -70,16 +91,18 @@ def speculable(
             raise ToolDefinitionError(
                 f"speculable() needs a LangChain BaseTool (apply it above @tool); got {t!r}"
             )
-        t.metadata = {**(t.metadata or {}), _META: options}
+        _record(t, options)
+        t.metadata = {**(t.metadata or {}), _META: options}  # for display only; never read
         return t
 
     return declare if tool is None else declare(tool)
 
 
 def declared(tool: BaseTool) -> dict[str, Any]:
-    """The declared options of a tool (effect, scope, ttl, max_concurrency); mutating if none."""
-    meta = (tool.metadata or {}).get(_META)
-    if isinstance(meta, Mapping):
+    """The user's declared options of a tool (effect, scope, ttl, max_concurrency); mutating
+    if none. ``tool.metadata`` is not consulted: a tool's source (an MCP server) writes it."""
+    meta = _DECLARED.get(id(tool))
+    if meta is not None:
         return {k: meta[k] for k in _OPTIONS if k in meta}
     fn = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
     if fn is not None and hasattr(fn, "__spectool_tool__"):

@@ -17,6 +17,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import PrivateAttr
 
+from ._effects import copy_declaration
+
 __all__ = ["ReplayTool", "body_runner"]
 
 
@@ -97,6 +99,7 @@ class ReplayTool(BaseTool):
             extras=origin.extras,
         )
         replay._origin = origin
+        copy_declaration(origin, replay)
         replay._outcome = outcome
         return replay
 

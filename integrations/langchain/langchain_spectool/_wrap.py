@@ -34,7 +34,7 @@ from pydantic import ConfigDict, PrivateAttr
 from spectool import Drafter
 
 from ._convert import session_key
-from ._effects import has_injected_args
+from ._effects import copy_declaration, has_injected_args
 from ._middleware import _end_turn, _Speculation
 
 __all__ = ["SpeculativeChatModel", "SpeculativeTool"]
@@ -204,6 +204,7 @@ class SpeculativeTool(BaseTool):
             tags=inner.tags,
         )
         tool._inner, tool._owner = inner, owner
+        copy_declaration(inner, tool)
         return tool
 
     @property

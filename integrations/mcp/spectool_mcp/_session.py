@@ -17,7 +17,12 @@ from spectool import ConfigError, ToolError, ToolSpec
 
 from ._effects import spec_options
 
-__all__ = ["mcp_tool_spec", "mcp_tools", "result_value"]
+__all__ = ["MAX_PAGES", "MAX_TOOLS", "mcp_tool_spec", "mcp_tools", "result_value"]
+
+#: ``tools/list`` bounds: a server is a peer, and one whose every page has a ``nextCursor``
+#: (or that lists without end) must not keep the client looping and allocating.
+MAX_PAGES = 100
+MAX_TOOLS = 2000
 
 
 def result_value(name: str, result: types.CallToolResult) -> Any:
@@ -65,6 +70,8 @@ async def mcp_tools(
     scope: str = "mcp",
     overrides: Mapping[str, Any] | None = None,
     allow_external: bool = False,
+    max_pages: int = MAX_PAGES,
+    max_tools: int = MAX_TOOLS,
 ) -> list[ToolSpec]:
     """Every tool the (initialized) session's server offers, as ToolSpecs.
 
@@ -73,17 +80,27 @@ async def mcp_tools(
     ``"pure"``, ``"mutating"``) or to ToolSpec options (``{"effect": "pure", "ttl": 60}``);
     an override naming no tool of the server is an error (a typo would silently do nothing).
     ``allow_external`` lets read-only tools that reach outside (open world) run early.
+    Listing stops with ConfigError past ``max_pages`` pages or ``max_tools`` tools, or when
+    the server hands back a cursor it gave before (it would loop for ever).
     """
     listed: list[types.Tool] = []
     cursor: str | None = None
-    while True:
+    seen: set[str] = set()
+    for _ in range(max_pages):
         page = await session.list_tools(
             params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
         )
         listed.extend(page.tools)
+        if len(listed) > max_tools:
+            raise ConfigError(f"the MCP server lists more than {max_tools} tools (max_tools)")
         cursor = page.nextCursor
         if not cursor:
             break
+        if cursor in seen:
+            raise ConfigError(f"the MCP server's tools/list repeats the cursor {cursor[:40]!r}")
+        seen.add(cursor)
+    else:
+        raise ConfigError(f"the MCP server's tools/list goes on past {max_pages} pages (max_pages)")
     overrides = dict(overrides or {})
     unknown = set(overrides) - {t.name for t in listed}
     if unknown:

@@ -40,12 +40,13 @@ def check_vllm_version(version: str | None = None) -> str:
     return version
 
 
-# vLLM makes the engine-internal id "<external id>-<8 random chars>"; a server-side
-# continuation (O3) runs as "<base>.h<hop>", so every hop maps back to the response id.
-_INTERNAL = re.compile(r"^(.*?)(?:\.h\d+)?-[0-9A-Za-z]{8}$")
+# vLLM makes the engine-internal id "<external id>-<8 random chars>". Only that suffix is
+# removed: an O3 hop ("<base>.h<hop>") keeps its own id, which the endpoint registers with
+# the mirror exactly, so a client's "shared-2.h1" is never read as "shared-2".
+_INTERNAL = re.compile(r"^(.*)-[0-9A-Za-z]{8}$")
 
 
 def response_id_of(internal_id: str) -> str:
-    """The response id a client sees for an engine-internal request id."""
+    """The external (engine) request id of an engine-internal request id."""
     m = _INTERNAL.match(internal_id)
     return m.group(1) if m else internal_id

@@ -9,7 +9,8 @@ Routes (added through vLLM's ``EndpointPlugin`` contract; the chat route replace
   backend: the tenant is the bearer token, and the id a client picks with ``X-Request-Id``
   names a scope inside that tenant only (another tenant sending the same header gets its own
   scope; the same tenant reusing a live id gets 409).
-* ``GET /spectool/stats``: tool-cache, O2 (tool vs text drafts) and O3 counters.
+* ``GET /spectool/stats``: tool-cache, O2 (tool vs text drafts) and O3 counters, behind the
+  same credentials as the posts; the sampled rejected drafts are the asking tenant's only.
 * ``POST /v1/chat/completions``: vLLM's handler, plus: the response id is fixed before the
   engine sees the request (so posts can arrive while it streams), the id is opened in the
   store, O3 continues cached calls (a request opts out with header ``x-spectool-o3: off``),
@@ -33,6 +34,7 @@ from spectool.settings import settings
 from ..schemas import ToolOutputItems
 from ..store import ToolOutputStore
 from . import _continue
+from ._mirror import tenant_tag
 
 __all__ = ["SpectoolEndpoint"]
 
@@ -66,6 +68,7 @@ class SpectoolEndpoint:
         self.o3 = os.environ.get("SPECTOOL_VLLM_O3", "1") != "0"
         self.engine: Any = None
         self.o2 = False
+        self.api_keys: set[str] = set()  # vLLM's --api-key: its middleware guards /v1 only
         self.stats = {"posts": 0, "entries": 0, "o3_hits": 0, "o3_round_trips_saved": 0, "o3_responses": 0}
 
     # -- EndpointPlugin ---------------------------------------------------------------------
@@ -81,8 +84,8 @@ class SpectoolEndpoint:
             return await plugin.post(response_id, raw_request)
 
         @router.get("/spectool/stats")
-        async def stats():
-            return await plugin.collect_stats()
+        async def stats(raw_request: Request):
+            return await plugin.collect_stats(raw_request)
 
         @router.post("/v1/chat/completions")
         async def chat(request: ChatCompletionRequest, raw_request: Request):
@@ -92,6 +95,8 @@ class SpectoolEndpoint:
 
     async def init_state(self, engine_client: Any, state: Any, args: Any) -> None:
         self.engine = engine_client
+        keys = getattr(args, "api_key", None)
+        self.api_keys = {keys} if isinstance(keys, str) else set(keys or ())
         fmt = _PARSER_FORMATS.get(getattr(args, "tool_call_parser", None) or "hermes", "chatml")
         try:
             self.o2 = any(await engine_client.collective_rpc("spectool_attach", args=(fmt,)))
@@ -100,7 +105,15 @@ class SpectoolEndpoint:
         log.info("spectool: endpoint ready (O2 %s, O3 %s, format %s)", self.o2, self.o3, fmt)
 
     # -- routes -----------------------------------------------------------------------------
+    def _denied(self, raw_request: Any) -> Any:
+        """401 unless the bearer token is one of vLLM's ``--api-key`` keys (when set)."""
+        if self.api_keys and _owner(raw_request) not in self.api_keys:
+            return _error(401, "missing or invalid API key")
+        return None
+
     async def post(self, response_id: str, raw_request: Any) -> Any:
+        if (denied := self._denied(raw_request)) is not None:
+            return denied
         try:
             items = ToolOutputItems.model_validate_json(await raw_request.body()).root
         except ValidationError as exc:
@@ -114,8 +127,10 @@ class SpectoolEndpoint:
         self.stats["entries"] += n
         if self.o2:
             now, ttl = time.time(), self.cache.ttl
+            tag = tenant_tag(_owner(raw_request))
             mirrored = [
                 (
+                    tag,
                     response_id,
                     it.name,
                     json.dumps(it.params or {}, ensure_ascii=False),
@@ -129,11 +144,15 @@ class SpectoolEndpoint:
                 log.exception("spectool: could not mirror entries to the proposer")
         return {"cached": n}
 
-    async def collect_stats(self) -> dict:
+    async def collect_stats(self, raw_request: Any) -> Any:
+        if (denied := self._denied(raw_request)) is not None:
+            return denied
         workers = []
         if self.engine is not None:
             try:
-                workers = await self.engine.collective_rpc("spectool_stats")
+                workers = await self.engine.collective_rpc(
+                    "spectool_stats", args=(tenant_tag(_owner(raw_request)),)
+                )
             except Exception as exc:
                 workers = [{"o2": False, "error": str(exc)}]
         return {"endpoint": dict(self.stats), "o2": workers}
@@ -151,6 +170,7 @@ class SpectoolEndpoint:
             self.cache.open(rid, owner, tools)
         except ToolCacheError as exc:  # this tenant's id is live already (409) or the store is full
             return _error(exc.status_code or 400, str(exc))
+        await self._mirror_open(rid, owner)
 
         async def run(req: Any) -> Any:
             return await handler.create_chat_completion(req, raw_request)
@@ -195,10 +215,21 @@ class SpectoolEndpoint:
         self.stats["o3_hits"] += hits
         self.stats["o3_round_trips_saved"] += saved
 
+    async def _mirror_open(self, rid: str, owner: str) -> None:
+        """Tell the workers the exact engine ids this response runs under: the id, and the
+        O3 hops' ids (vLLM runs a hop under ``X-Request-Id`` when given, else ``<base>.h<n>``)."""
+        if not self.o2:
+            return
+        engine_ids = [rid, *(f"{rid}.h{n}" for n in range(1, self.max_hops + 2))]
+        try:
+            await self.engine.collective_rpc("spectool_open", args=(tenant_tag(owner), rid, engine_ids))
+        except Exception:
+            log.exception("spectool: could not open the response on the proposer")
+
     async def _close(self, rid: str, owner: str) -> None:
         self.cache.close(rid, owner)
         if self.o2:
             try:
-                await self.engine.collective_rpc("spectool_drop", args=(rid,))
+                await self.engine.collective_rpc("spectool_drop", args=(tenant_tag(owner), rid))
             except Exception:
                 log.exception("spectool: could not drop mirrored entries")

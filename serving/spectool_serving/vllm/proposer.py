@@ -126,12 +126,16 @@ class ToolCacheProposer:
             accepted = min(len(draft), len(toks) - 1)
             setattr(self.counters, f"{kind}_accepted", getattr(self.counters, f"{kind}_accepted") + accepted)
             if kind == "tool" and accepted < len(draft):
-                self._sample_rejection(draft, toks)
+                self._sample_rejection(rid, draft, toks)
 
-    def _sample_rejection(self, draft: list[int], sampled: list[int]) -> None:
+    def _sample_rejection(self, req_id: str, draft: list[int], sampled: list[int]) -> None:
         try:
+            scope = self.mirror.scope_of(response_id_of(req_id))
             self.counters.extra["tool_rejections"].append(
-                {"drafted": self._tokenizer.decode(draft), "wrote": self._tokenizer.decode(sampled)}
+                (
+                    scope[0] if scope else None,  # shown only to this tenant (/spectool/stats)
+                    {"drafted": self._tokenizer.decode(draft), "wrote": self._tokenizer.decode(sampled)},
+                )
             )
         except Exception:  # diagnostics only: never break decoding
             log.debug("spectool: could not record a rejected draft", exc_info=True)

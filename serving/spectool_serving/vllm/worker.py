@@ -26,24 +26,31 @@ class ToolCacheWorkerExtension:
             p.attach(self.model_runner, format_name)
         return p is not None
 
-    def spectool_put(self, items: list[tuple[str, str, str, float]]) -> int:
-        """Mirror entries ``(response id, name, arguments text, expires wall time)``."""
+    def spectool_open(self, tag: str, response_id: str, engine_ids: list[str]) -> None:
+        """Start a scope ``(tenant tag, response id)`` and register its exact engine ids."""
+        p = self._spectool_proposer()
+        if p is not None:
+            p.mirror.open((tag, response_id), engine_ids)
+
+    def spectool_put(self, items: list[tuple[str, str, str, str, float]]) -> int:
+        """Mirror entries ``(tenant tag, response id, name, arguments text, expires wall time)``."""
         p = self._spectool_proposer()
         if p is None:
             return 0
-        for rid, name, args, expires in items:
-            p.mirror.put(rid, name, args, expires)
+        for tag, rid, name, args, expires in items:
+            p.mirror.put((tag, rid), name, args, expires)
         return len(items)
 
-    def spectool_drop(self, response_id: str) -> None:
+    def spectool_drop(self, tag: str, response_id: str) -> None:
         p = self._spectool_proposer()
         if p is not None:
-            p.mirror.drop(response_id)
+            p.mirror.drop((tag, response_id))
 
-    def spectool_stats(self) -> dict:
+    def spectool_stats(self, tag: str | None = None) -> dict:
+        """Counters; rejected-draft texts only of the asking tenant's (``tag``) rows."""
         p = self._spectool_proposer()
         return (
             {"o2": False}
             if p is None
-            else {"o2": True, "mirrored_responses": len(p.mirror), **p.counters.as_dict()}
+            else {"o2": True, "mirrored_responses": len(p.mirror), **p.counters.as_dict(tag)}
         )
