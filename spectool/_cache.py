@@ -128,7 +128,7 @@ class ToolCache:
     tool's own ``ToolSpec.ttl`` wins); ``max_concurrency`` bounds speculative runs in flight
     (per tool: ``ToolSpec.max_concurrency``). Proposals over a bound are skipped, never queued,
     so speculation cannot delay the main path. Tools declared ``external=True`` are run early
-    only with ``speculate_external=True``.
+    only with ``speculate_external=True``; tools declared ``gated=True`` never are.
     """
 
     def __init__(
@@ -222,6 +222,8 @@ class ToolCache:
 
     def may_run_early(self, spec: ToolSpec) -> bool:
         """Whether proposals of ``spec`` may start before the model asks for them."""
+        if spec.gated:  # an approval or guardrail comes first, always
+            return False
         return spec.speculable and (self.speculate_external or not spec.external)
 
     def postable(self, key: str, epochs: dict[str, int] | None = None) -> ToolSpec | None:

@@ -84,6 +84,7 @@ class EagerBatch:
             if i in self.started or spec is None:  # unknown tools are answered at resolve time
                 continue
             allowed = spec.speculable or (self.policy == "all" and i in self.final)
+            allowed = allowed and not spec.gated  # an approval or guardrail comes first
             # Start only behind calls already started: no task waits on one that may never run.
             if not allowed or any(j not in self.started for j in _depends_on(specs, i)):
                 continue
