@@ -19,6 +19,7 @@ from spectool import Drafter, Speculator, SyncSpeculator, ToolSpec
 
 from ._convert import draft_messages, draft_tools, session_key, to_spectool_call
 from ._effects import to_tool_spec
+from ._gates import graph_gates, is_gated
 from ._replay import ReplayTool, body_runner
 from ._session import Sessions
 
@@ -28,9 +29,13 @@ log = logging.getLogger("langchain_spectool")
 
 
 def tool_specs(tools: Sequence[Any], *, asynchronous: bool) -> list[ToolSpec]:
-    """spectool specs of the LangChain tools in ``tools`` (provider dict tools skipped)."""
+    """spectool specs of the LangChain tools in ``tools`` (provider dict tools skipped); the
+    ones the running graph puts behind an approval are gated (never run early)."""
+    gates = graph_gates()
     return [
-        to_tool_spec(t, body_runner(t, asynchronous=asynchronous)) for t in tools if isinstance(t, BaseTool)
+        to_tool_spec(t, body_runner(t, asynchronous=asynchronous), gated=is_gated(gates, t.name))
+        for t in tools
+        if isinstance(t, BaseTool)
     ]
 
 

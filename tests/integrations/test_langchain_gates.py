@@ -1,0 +1,98 @@
+"""Approval gates with the real LangChain ``HumanInTheLoopMiddleware`` and LangGraph's
+``interrupt_before``: a call behind a gate has not run (not even early) when the interrupt
+arrives. Controls: the same agent with the gate on another tool, or none, does run it early.
+
+The chat model is scripted (ScriptedChatModel: LangChain's own fakes cannot bind tools); the
+agent, the middleware, the checkpointer and the interrupts are the real thing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+from langchain_spectool import SpeculativeToolMiddleware
+from spectool.testing import ScriptedDrafter
+
+from .test_langchain_middleware import MODEL_LATENCY, SCRIPT, World, oracle
+
+from langchain_spectool.testing import ScriptedChatModel  # isort: skip
+
+
+@pytest.fixture(params=["sync", "async"])
+def mode(request):
+    return request.param
+
+
+def _agent(world: World, *, interrupt_on=None, interrupt_before=None):
+    model = ScriptedChatModel(script=SCRIPT, latency=MODEL_LATENCY)
+    spec = SpeculativeToolMiddleware(ScriptedDrafter(oracle()), draft_timeout=1.0)
+    middleware = [spec]
+    if interrupt_on is not None:
+        middleware.insert(0, HumanInTheLoopMiddleware(interrupt_on=interrupt_on))
+    agent = create_agent(
+        model,
+        world.tools,
+        middleware=middleware,
+        checkpointer=InMemorySaver(),
+        interrupt_before=interrupt_before,
+    )
+    return agent, spec
+
+
+def _invoke(agent, inputs, mode: str, thread: str = "t1"):
+    config = {"configurable": {"thread_id": thread}}
+    if mode == "sync":
+        return agent.invoke(inputs, config)
+    return asyncio.run(agent.ainvoke(inputs, config))
+
+
+INPUT = {"messages": [("user", "buy two apples if in stock")]}
+
+
+def test_interrupt_on_a_read_only_tool_stops_it_running_early(mode):
+    world = World()
+    agent, spec = _agent(world, interrupt_on={"get_stock": True})
+    try:
+        result = _invoke(agent, INPUT, mode)
+        assert result.get("__interrupt__"), "the first turn's get_stock calls need approval"
+        assert world.runs("get_stock") == []  # drafted, declared read_only, yet not run
+        stats = spec.stats()
+        assert stats["hits"] + stats["joins"] == 0 and stats["admitted"] == 0
+        if mode == "sync":  # approved: now they run, through LangChain, once each
+            decisions = [{"type": "approve"}, {"type": "approve"}]
+            _invoke(agent, Command(resume={"decisions": decisions}), mode)
+            assert world.runs("get_stock")[:2] == [{"item": "apple"}, {"item": "pear"}]
+    finally:
+        spec.close()
+
+
+def test_control_the_same_agent_with_the_gate_on_another_tool_runs_reads_early(mode):
+    world = World()
+    agent, spec = _agent(world, interrupt_on={"buy": True})
+    try:
+        result = _invoke(agent, INPUT, mode)
+        assert result.get("__interrupt__")  # at buy, the third turn
+        assert world.runs("buy") == []
+        assert len(world.runs("get_stock")) == 2 and len(world.runs("audit")) == 1
+        stats = spec.stats()
+        assert stats["hits"] + stats["joins"] == 3  # the reads before the gate ran early
+    finally:
+        spec.close()
+
+
+def test_interrupt_before_tools_gates_every_tool(mode):
+    world = World()
+    agent, spec = _agent(world, interrupt_before=["tools"])
+    try:
+        result = _invoke(agent, INPUT, mode)
+        assert result["messages"][-1].tool_calls  # paused before the first tool node
+        assert world.runs("get_stock") == []
+        assert spec.stats()["admitted"] == 0
+    finally:
+        spec.close()
