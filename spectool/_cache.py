@@ -121,6 +121,16 @@ class _Entry:
     scope: anyio.CancelScope | None = None
 
 
+def sole_exception(group: BaseExceptionGroup) -> BaseException | None:
+    """The one exception a group (of groups) of one holds, else None."""
+    inner: BaseException = group
+    while isinstance(inner, BaseExceptionGroup):
+        if len(inner.exceptions) != 1:
+            return None
+        inner = inner.exceptions[0]
+    return inner
+
+
 class ToolCache:
     """Key -> future of one tool run, for one agent session.
 
@@ -179,14 +189,23 @@ class ToolCache:
                 if entry.scope is not None:
                     entry.scope.cancel()
             self._tg.cancel_scope.cancel()
+        single: BaseException | None = None
         try:
             return await self._tg.__aexit__(*exc)
+        except BaseExceptionGroup as group:
+            # The one boundary where the task group's wrapping comes off: a lone error (the
+            # SDK's APIConnectionError raised in the body) escapes as itself, so the caller's
+            # `except` keeps working; real multiples stay a group.
+            single = sole_exception(group)
+            if single is None:
+                raise
         finally:
             self.counters.wasted_runs += sum(
                 1 for e in self._entries.values() if e.speculative and not e.used
             )
             self._entries.clear()
             self._tg = None
+        raise single  # outside the handler: its own cause and context, not the group's
 
     @property
     def task_group(self) -> TaskGroup:

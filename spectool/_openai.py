@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 import anyio.lowlevel
 
-from ._cache import CacheCounters, Outcome
+from ._cache import CacheCounters, Outcome, ToolCache
 from ._eager import EagerBatch, StreamWatcher, eager_policy
 from ._errors import ConfigError
+from ._options import check_client, check_options
 from ._speculator import Speculator
 from ._tools import Toolbox
 from ._types import Drafter, ToolCall
@@ -234,6 +235,8 @@ class SpeculativeOpenAI:
         speculator: Speculator | None = None,
         **options: Any,
     ) -> None:
+        engine_options = options.pop("engine_options", {})
+        check_options(options, "spectool.speculative()", Speculator, ToolCache)
         if mode not in ("client", "engine"):
             raise ConfigError(f"mode must be 'client' or 'engine', got {mode!r}")
         if on_tool_error not in ("message", "raise"):
@@ -241,7 +244,7 @@ class SpeculativeOpenAI:
         self.client, self.mode, self.hooks = client, mode, list(hooks)
         self.on_tool_error = on_tool_error
         self.eager = eager_policy(eager)
-        engine_options = options.pop("engine_options", {})
+        check_client(client, asynchronous=True, where="spectool.speculative()")
         self.sink = sink if sink is not None or mode == "client" else _engine_sink(client, engine_options)
         self.speculator = speculator or Speculator(
             tools,

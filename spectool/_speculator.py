@@ -23,6 +23,7 @@ from ._auto import AutoSamples
 from ._cache import CacheCounters, OnComplete, Outcome, ToolCache, foreign_cancellation
 from ._errors import ConfigError, SpectoolError
 from ._observe import hooks as _observe
+from ._options import check_options
 from ._tools import Effect, Toolbox, ToolSpec
 from ._types import Drafter, DraftRequest, ToolCall
 
@@ -127,6 +128,7 @@ class Speculator:
     ) -> None:
         # samples="auto": λ per request from running estimates (spectool._auto); sample_cost is
         # what one draft sample is worth in seconds of the agent's time (its price / your value).
+        check_options(cache_options, "spectool.Speculator", Speculator, ToolCache)
         auto = samples == "auto"
         if not auto and (not isinstance(samples, int) or samples < 1):
             raise ConfigError(f"samples must be an int >= 1 or 'auto', got {samples!r}")

@@ -14,9 +14,12 @@ from typing import TYPE_CHECKING, Any, Self, cast
 
 import anyio.to_thread
 
+from ._cache import ToolCache
 from ._errors import ConfigError
 from ._loop import AgentResult, run_agent
 from ._openai import RequestHook, SpeculativeOpenAI, SpeculativeStream
+from ._options import check_client, check_options
+from ._speculator import Speculator
 from ._sync import SyncSpeculator
 from ._tools import Toolbox
 from ._types import Drafter
@@ -171,6 +174,8 @@ class SyncSpeculativeOpenAI:
                 "the sync wrapper speculates on the client only; use the async client for mode='engine'"
             )
         options.pop("mode", None)
+        check_options(options, "spectool.speculative_sync()", SyncSpeculator, Speculator, ToolCache)
+        check_client(client, asynchronous=False, where="spectool.speculative_sync()")
         self.client = client
         self._session = SyncSpeculator(tools, drafter, **options)
         self.async_client = SpeculativeOpenAI(
