@@ -223,7 +223,7 @@ class SpeculativeOpenAI:
         self,
         client: Any,
         tools: Toolbox | Iterable[Any],
-        drafter: Drafter | None = None,
+        drafter: Drafter | str | None = None,
         *,
         samples: int = 3,
         draft_timeout: float = 5.0,
@@ -434,7 +434,7 @@ class SpeculativeOpenAI:
 
 
 def speculative(
-    client: Any, tools: Toolbox | Iterable[Any], drafter: Drafter | None = None, **options: Any
+    client: Any, tools: Toolbox | Iterable[Any], drafter: Drafter | str | None = None, **options: Any
 ) -> SpeculativeOpenAI:
     """Wrap an ``AsyncOpenAI`` client: ``async with speculative(client, tools, drafter) as c:``."""
     return SpeculativeOpenAI(client, tools, drafter, **options)

@@ -27,7 +27,7 @@ class SyncSpeculator:
     def __init__(
         self,
         tools: Toolbox | Iterable[Any],
-        drafter: Drafter | None = None,
+        drafter: Drafter | str | None = None,
         *,
         backend: str = "asyncio",
         **options: Any,

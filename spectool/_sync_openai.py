@@ -163,7 +163,7 @@ class SyncSpeculativeOpenAI:
         self,
         client: Any,
         tools: Toolbox | Iterable[Any],
-        drafter: Drafter | None = None,
+        drafter: Drafter | str | None = None,
         *,
         hooks: Iterable[RequestHook] = (),
         on_tool_error: str = "message",
@@ -213,7 +213,7 @@ class SyncSpeculativeOpenAI:
 
 
 def speculative_sync(
-    client: Any, tools: Toolbox | Iterable[Any], drafter: Drafter | None = None, **options: Any
+    client: Any, tools: Toolbox | Iterable[Any], drafter: Drafter | str | None = None, **options: Any
 ) -> SyncSpeculativeOpenAI:
     """Wrap an ``openai.OpenAI`` client: ``with speculative_sync(client, tools, drafter) as c:``."""
     return SyncSpeculativeOpenAI(client, tools, drafter, **options)

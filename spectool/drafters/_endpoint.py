@@ -68,7 +68,10 @@ class EndpointDrafter:
         if self._client is None:
             from openai import AsyncOpenAI
 
-            self._client = AsyncOpenAI(base_url=self._base_url, api_key=self._api_key or "EMPTY")
+            # no retries: a draft is best effort, and a retry backing off outlasts the turn it was for
+            self._client = AsyncOpenAI(
+                base_url=self._base_url, api_key=self._api_key or "EMPTY", max_retries=0
+            )
         return self._client
 
     async def aclose(self) -> None:
