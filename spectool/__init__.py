@@ -1,18 +1,6 @@
 """spectool: speculative tool calling for LLM agents."""
 
 from ._cache import CacheCounters, Outcome, ToolCache
-from ._errors import (
-    ConfigError,
-    DrafterError,
-    EngineError,
-    ModelOutputError,
-    SpectoolError,
-    ToolArgumentsError,
-    ToolCacheError,
-    ToolDefinitionError,
-    ToolError,
-    ToolNotFoundError,
-)
 from ._keys import canonical_key
 from ._loop import AgentResult, run_agent
 from ._observe import Observer, add_observer, remove_observer
@@ -33,6 +21,18 @@ from ._tracing import instrument, uninstrument
 from ._types import Drafter, DraftRequest, ToolCall
 from ._wire import responses_input_to_messages
 from .drafters import CombinedDrafter, EndpointDrafter, HistoryDrafter, LocalDrafter, resolve_drafter
+from .errors import (
+    ConfigError,
+    DrafterError,
+    EngineError,
+    ModelOutputError,
+    SpectoolError,
+    ToolArgumentsError,
+    ToolCacheError,
+    ToolDefinitionError,
+    ToolError,
+    ToolNotFoundError,
+)
 
 __version__ = "0.1.0"
 

@@ -27,10 +27,10 @@ from typing import Any, Literal
 import anyio
 from anyio.abc import TaskGroup
 
-from ._errors import ConfigError, SpectoolError, ToolError
 from ._observe import hooks as _observe
 from ._tools import Effect, Toolbox, ToolSpec, json_round_trip
 from ._types import ToolCall
+from .errors import ConfigError, SpectoolError, ToolError
 
 __all__ = ["CacheCounters", "OnComplete", "Outcome", "ToolCache", "foreign_cancellation"]
 

@@ -41,7 +41,7 @@ EagerPolicy = Literal["speculable", "all", "off"]
 
 def eager_policy(value: Any) -> EagerPolicy:
     """The wrapper's ``eager=`` option as a policy (True means "speculable")."""
-    from ._errors import ConfigError
+    from .errors import ConfigError
 
     if value is True or value == "speculable":
         return "speculable"

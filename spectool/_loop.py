@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._errors import ConfigError
 from ._openai import SpeculativeOpenAI, SpeculativeStream
 from ._wire import as_dict
+from .errors import ConfigError
 
 __all__ = ["AgentResult", "run_agent"]
 

@@ -23,7 +23,6 @@ import anyio.lowlevel
 
 from ._cache import CacheCounters, Outcome, ToolCache
 from ._eager import EagerBatch, StreamWatcher, eager_policy
-from ._errors import ConfigError
 from ._options import check_client, check_options
 from ._speculator import Speculator
 from ._tools import Toolbox
@@ -36,6 +35,7 @@ from ._wire import (
     format_output,
     responses_input_to_messages,
 )
+from .errors import ConfigError
 
 if TYPE_CHECKING:  # the SDK's own types, for type checkers only: openai is never imported here
     from openai.resources.chat import AsyncChat

@@ -9,7 +9,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ._errors import ConfigError
+from .errors import ConfigError
 
 __all__ = ["check_client", "check_options", "option_names"]
 

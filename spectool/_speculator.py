@@ -22,12 +22,12 @@ import anyio
 
 from ._auto import AutoSamples
 from ._cache import CacheCounters, OnComplete, Outcome, ToolCache, foreign_cancellation
-from ._errors import ConfigError, DrafterError, SpectoolError
 from ._observe import hooks as _observe
 from ._options import check_options
 from ._tools import Effect, Toolbox, ToolSpec
 from ._types import Drafter, DraftRequest, ToolCall
 from .drafters._named import resolve_drafter
+from .errors import ConfigError, DrafterError, SpectoolError
 
 __all__ = ["DraftCounters", "Speculator", "Turn", "chat_tools"]
 

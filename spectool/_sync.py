@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ._cache import CacheCounters, Outcome
-from ._errors import ConfigError
 from ._speculator import Speculator, Turn
 from ._tools import Toolbox
 from ._types import Drafter, ToolCall
+from .errors import ConfigError
 
 __all__ = ["SyncSpeculator"]
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import anyio.to_thread
 
 from ._cache import ToolCache
-from ._errors import ConfigError
 from ._loop import AgentResult, run_agent
 from ._openai import RequestHook, SpeculativeOpenAI, SpeculativeStream
 from ._options import check_client, check_options
@@ -23,6 +22,7 @@ from ._speculator import Speculator
 from ._sync import SyncSpeculator
 from ._tools import Toolbox
 from ._types import Drafter
+from .errors import ConfigError
 
 if TYPE_CHECKING:  # the SDK's types, for type checkers only
     from openai.resources.chat import Chat

@@ -33,8 +33,8 @@ import anyio.to_thread
 import pydantic
 import pydantic_core
 
-from ._errors import ToolArgumentsError, ToolDefinitionError, ToolNotFoundError
 from ._keys import KeyFunction, canonical_key, parse_arguments
+from .errors import ToolArgumentsError, ToolDefinitionError, ToolNotFoundError
 
 __all__ = ["Effect", "ToolSpec", "Toolbox", "tool", "tool_spec"]
 

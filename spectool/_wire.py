@@ -10,9 +10,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._errors import ToolArgumentsError
 from ._keys import parse_arguments
 from ._types import ToolCall
+from .errors import ToolArgumentsError
 
 __all__ = [
     "ChatAccumulator",

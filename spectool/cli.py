@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spectool", description="Speculative tool calling for LLM agents.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = _chosen(argv, set(table))
-    from ._errors import SpectoolError, missing_extra
+    from .errors import SpectoolError, missing_extra
 
     for name, (module, help_) in table.items():
         p = sub.add_parser(name, help=help_)

@@ -20,8 +20,8 @@ from typing import Any
 
 import anyio
 
-from .._errors import ConfigError, DrafterError
 from .._types import Drafter, DraftRequest, ToolCall
+from ..errors import ConfigError, DrafterError
 from ._common import assistant_calls, call_key, tool_schemas
 from ._history import _session_key
 

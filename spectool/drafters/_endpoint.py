@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 import anyio
 
-from .._errors import ConfigError, DrafterError
-from .._toolcall_text import salvage_tool_calls
 from .._types import DraftRequest, ToolCall
+from ..errors import ConfigError, DrafterError
+from ..toolcall_text import salvage_tool_calls
 from ._common import assistant_calls, message_text, tool_schemas, with_known_tools
 
 __all__ = ["EndpointDrafter"]

@@ -18,8 +18,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .._errors import ConfigError
 from .._types import DraftRequest, ToolCall
+from ..errors import ConfigError
 from ._common import assistant_calls, message_text, tool_schemas
 from ._evidence import Evidence, collect_evidence
 from ._flows import Flows, mine_flows

@@ -15,8 +15,8 @@ import shutil
 import sys
 from collections.abc import Callable
 
-from .._errors import ConfigError, missing_extra
 from .._types import Drafter
+from ..errors import ConfigError, missing_extra
 
 __all__ = ["DRAFTER_NAMES", "drafter_hint", "machine", "resolve_drafter"]
 
