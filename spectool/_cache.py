@@ -500,7 +500,7 @@ class ToolCache:
     @staticmethod
     def _observe_use(call: ToolCall, spec: ToolSpec, asked: float, outcome: Outcome) -> None:
         # A run still going when the main path asked was joined; one already done was a hit.
-        kind = "join" if outcome.finished > asked else "hit"
+        kind: Literal["join", "hit"] = "join" if outcome.finished > asked else "hit"
         _observe.resolved(kind, call, spec, started=asked, outcome=outcome)
 
     async def _cached(self, key: str) -> Outcome | None:

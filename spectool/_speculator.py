@@ -64,6 +64,7 @@ def chat_tools(tools: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def as_tool_call(obj: Any) -> ToolCall | None:
     """A drafter's proposal as a ToolCall, or None if it is not one (garbage is dropped)."""
+    name: Any
     if isinstance(obj, ToolCall):
         name, args, cid = obj.name, obj.arguments, obj.id
     elif isinstance(obj, Mapping):
@@ -146,7 +147,8 @@ class Speculator:
         self.draft_counters = DraftCounters()
         self._turn: Turn | None = None
         #: opt-in TraceRecorder (spectool._traces): each request + the calls that followed it
-        self.trace, self._traced_request = trace, None
+        self.trace = trace
+        self._traced_request: DraftRequest | None = None
 
     async def __aenter__(self) -> Speculator:
         await self.cache.__aenter__()
