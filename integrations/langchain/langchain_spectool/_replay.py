@@ -17,6 +17,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import PrivateAttr
 
+from ._fields import stand_in_fields
+
 __all__ = ["ReplayTool", "body_runner"]
 
 
@@ -82,20 +84,7 @@ class ReplayTool(BaseTool):
 
     @classmethod
     def of(cls, origin: BaseTool, outcome: _Unwrappable) -> ReplayTool:
-        replay = cls(
-            name=origin.name,
-            description=origin.description,
-            args_schema=origin.args_schema,
-            return_direct=origin.return_direct,
-            verbose=origin.verbose,
-            callbacks=origin.callbacks,
-            tags=origin.tags,
-            metadata=origin.metadata,
-            handle_tool_error=origin.handle_tool_error,
-            handle_validation_error=origin.handle_validation_error,
-            response_format=origin.response_format,
-            extras=origin.extras,
-        )
+        replay = cls(**stand_in_fields(origin, runs_as_the_tool=True))
         replay._origin = origin
         replay._outcome = outcome
         return replay
