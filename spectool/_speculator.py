@@ -347,7 +347,7 @@ class Speculator:
                 hit = spec.key(c.arguments) in drafted
             except SpectoolError:
                 hit = False
-            seen.append((c.name, spec.speculable, hit))
+            seen.append((c.name, spec.speculable and not spec.gated, hit))  # gated: never early
         return seen
 
     async def resolve_all(self, calls: Sequence[ToolCall]) -> list[Outcome]:
