@@ -96,3 +96,72 @@ def test_interrupt_before_tools_gates_every_tool(mode):
         assert spec.stats()["admitted"] == 0
     finally:
         spec.close()
+
+
+@pytest.mark.parametrize("gate", [True, False])
+def test_a_built_graph_with_interrupt_before_tools_runs_nothing_early(mode, gate):
+    """SpeculativeChatModel in a hand-built StateGraph compiled with ``interrupt_before``:
+    the pure lookups are not run before the pause. Control: the same graph without the gate
+    runs them early."""
+    import threading
+
+    from langchain_core.runnables import RunnableLambda
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from langchain_spectool import SpeculativeChatModel
+
+    from .test_langchain_wrap import SCRIPT as CITY_SCRIPT
+    from .test_langchain_wrap import make_tools
+
+    log: list[str] = []
+    inner = ScriptedChatModel(script=CITY_SCRIPT, latency=MODEL_LATENCY)
+    model = SpeculativeChatModel(model=inner, drafter=ScriptedDrafter(inner.next_calls))
+    tools = model.wrap_tools(make_tools(log, threading.Lock()))
+    bound = model.bind_tools(tools)
+
+    def agent(state: MessagesState):
+        return {"messages": [bound.invoke(state["messages"])]}
+
+    async def aagent(state: MessagesState):
+        return {"messages": [await bound.ainvoke(state["messages"])]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("agent", RunnableLambda(agent, afunc=aagent))
+    g.add_node("tools", ToolNode(tools))
+    g.add_edge(START, "agent")
+    g.add_conditional_edges("agent", tools_condition)
+    g.add_edge("tools", "agent")
+    graph = g.compile(checkpointer=InMemorySaver(), interrupt_before=["tools"] if gate else None)
+    try:
+        _invoke(graph, {"messages": [("user", "populations please")]}, mode)
+        lookups = [x for x in log if x.startswith("lookup")]
+        if gate:
+            assert lookups == [] and model.stats()["admitted"] == 0
+        else:
+            assert len(lookups) == 6 and model.stats()["hits"] + model.stats()["joins"] == 6
+    finally:
+        model.close()
+
+
+def test_unreadable_graph_internals_gate_every_tool_and_say_so(monkeypatch, caplog):
+    """If a LangGraph release moves the run internals the gates are read from, no tool runs
+    early (and a WARNING says why) rather than risk running a call a human has not seen.
+    The loop lookup is replaced to stand in for such a release; the run is real."""
+    import logging
+
+    from langchain_spectool import _gates
+
+    monkeypatch.setattr(_gates, "_running_loop", lambda configurable: None)
+    monkeypatch.setattr(_gates, "_warned", False)
+    world = World()
+    agent, spec = _agent(world)  # no gate at all
+    try:
+        with caplog.at_level(logging.WARNING, logger="langchain_spectool"):
+            _invoke(agent, INPUT, "sync")
+        assert spec.stats()["admitted"] == 0 and spec.stats()["hits"] == 0
+        warned = [r for r in caplog.records if "approval gates" in r.getMessage()]
+        assert len(warned) == 1
+    finally:
+        spec.close()
+    assert _gates.graph_gates() == frozenset()  # outside a run: nothing to read, nothing gated
