@@ -67,7 +67,8 @@ def test_interrupt_on_a_read_only_tool_stops_it_running_early(mode):
         if mode == "sync":  # approved: now they run, through LangChain, once each
             decisions = [{"type": "approve"}, {"type": "approve"}]
             _invoke(agent, Command(resume={"decisions": decisions}), mode)
-            assert world.runs("get_stock")[:2] == [{"item": "apple"}, {"item": "pear"}]
+            ran = sorted(r["item"] for r in world.runs("get_stock")[:2])  # ToolNode: parallel
+            assert ran == ["apple", "pear"]
     finally:
         spec.close()
 
@@ -165,3 +166,38 @@ def test_unreadable_graph_internals_gate_every_tool_and_say_so(monkeypatch, capl
     finally:
         spec.close()
     assert _gates.graph_gates() == frozenset()  # outside a run: nothing to read, nothing gated
+
+
+def test_a_tool_that_asks_for_approval_with_interrupt_is_never_run_early(mode):
+    """LangGraph's dynamic interrupt: the tool asks inside its body. Declared read_only (what
+    it reads after the approval is safe), it must still not run before the model asks: its
+    first part would run early, and its interrupt() would fail outside the graph."""
+    from langchain_core.tools import tool
+    from langgraph.types import interrupt
+
+    from langchain_spectool import speculable
+    from langchain_spectool.testing import call, reply
+
+    asked: list[str] = []
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file, after the user allows it."""
+        asked.append(path)
+        if interrupt({"allow": path}) != "yes":
+            return "denied"
+        return f"contents of {path}"
+
+    speculable(read_file, effect="read_only")
+    script = [reply("", call("read_file", {"path": "/etc/motd"}, "r1")), reply("done")]
+    model = ScriptedChatModel(script=script, latency=MODEL_LATENCY)
+    spec = SpeculativeToolMiddleware(ScriptedDrafter(model.next_calls), draft_timeout=1.0)
+    agent = create_agent(model, [read_file], middleware=[spec], checkpointer=InMemorySaver())
+    try:
+        result = _invoke(agent, INPUT, mode)
+        assert result.get("__interrupt__")  # the tool's own question reached the user
+        assert asked == ["/etc/motd"]  # once, up to its interrupt
+        stats = spec.stats()  # without the gate the early run is that one: started, then served
+        assert stats["admitted"] == 0 and stats["speculative_started"] == 0 and stats["hits"] == 0
+    finally:
+        spec.close()

@@ -121,6 +121,14 @@ def _field_names(schema: Any) -> set[str]:
     return set(fields or ())
 
 
+def _interrupts(tool: BaseTool) -> bool:
+    from ._gates import calls_interrupt
+
+    return any(
+        calls_interrupt(f) for f in (getattr(tool, "func", None), getattr(tool, "coroutine", None)) if f
+    )
+
+
 def openai_schema(tool: BaseTool | Mapping[str, Any]) -> dict[str, Any]:
     """The tool as a Chat Completions ``tools=[...]`` entry."""
     return convert_to_openai_tool(tool)
@@ -141,6 +149,6 @@ def to_tool_spec(tool: BaseTool, fn: Callable[..., Any] | None = None, *, gated:
         scope=options.get("scope") or "default",
         ttl=options.get("ttl"),
         max_concurrency=options.get("max_concurrency"),
-        gated=gated or bool(options.get("gated")),
+        gated=gated or bool(options.get("gated")) or _interrupts(tool),
         fn=fn,
     )

@@ -5,6 +5,8 @@ configuration: a call behind a gate must not run before it is let through.
   policy is not evaluated: the tool is gated as a whole, a draft cannot answer it).
 * ``interrupt_before`` / ``interrupt_after`` on the graph (compile or invoke time): every tool,
   since a pause anywhere may be the review of the model's calls.
+* A tool whose own body calls LangGraph's ``interrupt()`` (the approval asked inside the
+  tool): found in the function's code, it is gated wherever it runs.
 
 The running graph is reached through LangGraph's run configuration (the loop that scheduled
 this task). Those are LangGraph internals: if they cannot be read inside a run, every tool is
@@ -13,11 +15,12 @@ taken as gated (and a WARNING says so) rather than risk running a call a human h
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["ALL", "Gates", "graph_gates", "is_gated"]
+__all__ = ["ALL", "Gates", "calls_interrupt", "graph_gates", "is_gated"]
 
 log = logging.getLogger("langchain_spectool")
 
@@ -49,6 +52,25 @@ def graph_gates() -> Gates:
 
 def is_gated(gates: Gates, name: str) -> bool:
     return ALL in gates or name in gates
+
+
+def calls_interrupt(fn: Any) -> bool:
+    """True when ``fn`` calls LangGraph's ``interrupt``, by that name (module level or
+    closure) or as ``<module>.interrupt``: what it does before the pause must not run early."""
+    try:
+        from langgraph.types import interrupt
+    except ImportError:
+        return False
+    try:
+        refs = inspect.getclosurevars(inspect.unwrap(fn))
+    except (TypeError, ValueError):  # not a Python function: nothing to read
+        return False
+    seen = {**refs.globals, **refs.nonlocals}
+    if any(v is interrupt for v in seen.values()):
+        return True
+    return "interrupt" in refs.unbound and any(
+        inspect.ismodule(v) and getattr(v, "interrupt", None) is interrupt for v in seen.values()
+    )
 
 
 def _running_loop(configurable: dict[str, Any]) -> Any:
