@@ -2,18 +2,6 @@
 
 from ._cache import CacheCounters, Outcome, ToolCache
 from ._engine_client import resolved_messages
-from ._errors import (
-    ConfigError,
-    DrafterError,
-    EngineError,
-    ModelOutputError,
-    SpectoolError,
-    ToolArgumentsError,
-    ToolCacheError,
-    ToolDefinitionError,
-    ToolError,
-    ToolNotFoundError,
-)
 from ._loop import AgentResult, run_agent
 from ._observe import Observer, add_observer, remove_observer
 from ._openai import (
@@ -32,7 +20,19 @@ from ._traces import TraceExample, TraceRecorder, load_traces
 from ._tracing import instrument, uninstrument
 from ._types import Drafter, DraftRequest, ToolCall
 from ._wire import responses_input_to_messages
-from .drafters import CombinedDrafter, EndpointDrafter, HistoryDrafter, LocalDrafter
+from .drafters import CombinedDrafter, EndpointDrafter, HistoryDrafter, LocalDrafter, resolve_drafter
+from .errors import (
+    ConfigError,
+    DrafterError,
+    EngineError,
+    ModelOutputError,
+    SpectoolError,
+    ToolArgumentsError,
+    ToolCacheError,
+    ToolDefinitionError,
+    ToolError,
+    ToolNotFoundError,
+)
 from .keys import canonical_key
 
 __version__ = "0.1.0"
@@ -81,6 +81,7 @@ __all__ = [
     "instrument",
     "load_traces",
     "remove_observer",
+    "resolve_drafter",
     "resolved_messages",
     "responses_input_to_messages",
     "run_agent",

@@ -27,10 +27,10 @@ from typing import Any, Literal
 import anyio
 from anyio.abc import TaskGroup
 
-from ._errors import ConfigError, SpectoolError, ToolError
 from ._observe import hooks as _observe
 from ._tools import Effect, Toolbox, ToolSpec, json_round_trip
 from ._types import ToolCall
+from .errors import ConfigError, SpectoolError, ToolError
 
 __all__ = ["CacheCounters", "OnComplete", "Outcome", "ToolCache", "foreign_cancellation"]
 
@@ -121,6 +121,16 @@ class _Entry:
     scope: anyio.CancelScope | None = None
 
 
+def sole_exception(group: BaseExceptionGroup) -> BaseException | None:
+    """The one exception a group (of groups) of one holds, else None."""
+    inner: BaseException = group
+    while isinstance(inner, BaseExceptionGroup):
+        if len(inner.exceptions) != 1:
+            return None
+        inner = inner.exceptions[0]
+    return inner
+
+
 class ToolCache:
     """Key -> future of one tool run, for one agent session.
 
@@ -128,7 +138,7 @@ class ToolCache:
     tool's own ``ToolSpec.ttl`` wins); ``max_concurrency`` bounds speculative runs in flight
     (per tool: ``ToolSpec.max_concurrency``). Proposals over a bound are skipped, never queued,
     so speculation cannot delay the main path. Tools declared ``external=True`` are run early
-    only with ``speculate_external=True``.
+    only with ``speculate_external=True``; tools declared ``gated=True`` never are.
     """
 
     def __init__(
@@ -179,14 +189,23 @@ class ToolCache:
                 if entry.scope is not None:
                     entry.scope.cancel()
             self._tg.cancel_scope.cancel()
+        single: BaseException | None = None
         try:
             return await self._tg.__aexit__(*exc)
+        except BaseExceptionGroup as group:
+            # The one boundary where the task group's wrapping comes off: a lone error (the
+            # SDK's APIConnectionError raised in the body) escapes as itself, so the caller's
+            # `except` keeps working; real multiples stay a group.
+            single = sole_exception(group)
+            if single is None:
+                raise
         finally:
             self.counters.wasted_runs += sum(
                 1 for e in self._entries.values() if e.speculative and not e.used
             )
             self._entries.clear()
             self._tg = None
+        raise single  # outside the handler: its own cause and context, not the group's
 
     def unused_finished(self) -> int:
         """Speculative runs that finished and were not used (yet): wasted so far."""
@@ -228,6 +247,8 @@ class ToolCache:
 
     def may_run_early(self, spec: ToolSpec) -> bool:
         """Whether proposals of ``spec`` may start before the model asks for them."""
+        if spec.gated:  # an approval or guardrail comes first, always
+            return False
         return spec.speculable and (self.speculate_external or not spec.external)
 
     def postable(self, key: str, epochs: dict[str, int] | None = None) -> ToolSpec | None:
@@ -485,7 +506,7 @@ class ToolCache:
     @staticmethod
     def _observe_use(call: ToolCall, spec: ToolSpec, asked: float, outcome: Outcome) -> None:
         # A run still going when the main path asked was joined; one already done was a hit.
-        kind = "join" if outcome.finished > asked else "hit"
+        kind: Literal["join", "hit"] = "join" if outcome.finished > asked else "hit"
         _observe.resolved(kind, call, spec, started=asked, outcome=outcome)
 
     async def _cached(self, key: str) -> Outcome | None:

@@ -51,7 +51,7 @@ EagerPolicy = Literal["speculable", "all", "off"]
 
 def eager_policy(value: Any) -> EagerPolicy:
     """The wrapper's ``eager=`` option as a policy (True means "speculable")."""
-    from ._errors import ConfigError
+    from .errors import ConfigError
 
     if value is True or value == "speculable":
         return "speculable"
@@ -111,6 +111,8 @@ class EagerBatch:
         """Exactly what drafting admits (effect, ``external``, the session's opt-ins); under
         "all" also a mutating call, once the stream has ended (its arguments are final)."""
         cache = self.speculator.cache
+        if spec.gated:  # an approval or guardrail comes first
+            return False
         if spec.speculable:
             return cache.may_run_early(spec)
         return (

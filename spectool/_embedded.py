@@ -19,8 +19,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from ._errors import ConfigError, missing_extra
-from ._settings import settings
+from .errors import ConfigError, missing_extra
+from .settings import settings
 
 __all__ = [
     "EMBEDDED_MODEL",

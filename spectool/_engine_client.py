@@ -199,7 +199,7 @@ def create_sink(client: Any, **options: Any) -> EngineClient:
     base_url = options.pop("base_url", None) or getattr(client, "base_url", None)
     api_key = options.pop("api_key", None) or getattr(client, "api_key", None)
     if base_url is None:
-        from ._errors import ConfigError
+        from .errors import ConfigError
 
         raise ConfigError("mode='engine' needs the engine's base URL (engine_options={'base_url': ...})")
     options.setdefault("client", client)

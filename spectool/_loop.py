@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._errors import ConfigError
 from ._openai import SpeculativeOpenAI, SpeculativeStream
 from ._wire import as_dict
+from .errors import ConfigError
 
 __all__ = ["AgentResult", "run_agent"]
 
@@ -113,9 +113,13 @@ async def _chat_turn(
     stream: bool,
     options: dict[str, Any],
 ) -> tuple[bool, str | None]:
-    response = await client.chat.completions.create(
-        model=model, messages=transcript, **({"stream": True} if stream else {}), **options
-    )
+    kwargs: dict[str, Any] = {"model": model, "messages": transcript, **options}
+    if stream:
+        kwargs["stream"] = True
+    # The transcript is plain dicts and the options the caller's: the SDK's overloads cannot
+    # tell which one applies, so the call goes through as Any (the result is checked below).
+    create: Any = client.chat.completions.create
+    response = await create(**kwargs)
     if isinstance(response, SpeculativeStream):
         await response.drain()
         message = _assistant(response.final_message())
@@ -136,9 +140,11 @@ async def _responses_turn(
     stream: bool,
     options: dict[str, Any],
 ) -> tuple[bool, str | None]:
-    response = await client.responses.create(
-        model=model, input=transcript, **({"stream": True} if stream else {}), **options
-    )
+    kwargs: dict[str, Any] = {"model": model, "input": transcript, **options}
+    if stream:
+        kwargs["stream"] = True
+    create: Any = client.responses.create
+    response = await create(**kwargs)
     if isinstance(response, SpeculativeStream):
         await response.drain()
         response = response.final_message()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import model
-from ._errors import ConfigError, missing_extra
+from .errors import ConfigError, missing_extra
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 import anyio.lowlevel
 
-from ._cache import CacheCounters, Outcome
+from ._cache import CacheCounters, Outcome, ToolCache
 from ._eager import EagerBatch, StreamWatcher, eager_policy
-from ._errors import ConfigError
+from ._options import check_client, check_options
 from ._speculator import Speculator
 from ._tools import Toolbox
 from ._types import Drafter, ToolCall
@@ -35,6 +35,7 @@ from ._wire import (
     format_output,
     responses_input_to_messages,
 )
+from .errors import ConfigError
 
 if TYPE_CHECKING:  # the SDK's own types, for type checkers only: openai is never imported here
     from openai.resources.chat import AsyncChat
@@ -224,7 +225,7 @@ class SpeculativeOpenAI:
         self,
         client: Any,
         tools: Toolbox | Iterable[Any],
-        drafter: Drafter | None = None,
+        drafter: Drafter | str | None = None,
         *,
         samples: int = 3,
         draft_timeout: float = 5.0,
@@ -236,6 +237,8 @@ class SpeculativeOpenAI:
         speculator: Speculator | None = None,
         **options: Any,
     ) -> None:
+        engine_options = options.pop("engine_options", {})
+        check_options(options, "spectool.speculative()", Speculator, ToolCache)
         if mode not in ("client", "engine"):
             raise ConfigError(f"mode must be 'client' or 'engine', got {mode!r}")
         if on_tool_error not in ("message", "raise"):
@@ -243,7 +246,7 @@ class SpeculativeOpenAI:
         self.client, self.mode, self.hooks = client, mode, list(hooks)
         self.on_tool_error = on_tool_error
         self.eager = eager_policy(eager)
-        engine_options = options.pop("engine_options", {})
+        check_client(client, asynchronous=True, where="spectool.speculative()")
         self.sink = sink if sink is not None or mode == "client" else _engine_sink(client, engine_options)
         self.speculator = speculator or Speculator(
             tools,
@@ -433,7 +436,7 @@ class SpeculativeOpenAI:
 
 
 def speculative(
-    client: Any, tools: Toolbox | Iterable[Any], drafter: Drafter | None = None, **options: Any
+    client: Any, tools: Toolbox | Iterable[Any], drafter: Drafter | str | None = None, **options: Any
 ) -> SpeculativeOpenAI:
     """Wrap an ``AsyncOpenAI`` client: ``async with speculative(client, tools, drafter) as c:``."""
     return SpeculativeOpenAI(client, tools, drafter, **options)

@@ -13,6 +13,7 @@ import copy
 import json
 import logging
 import time
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -21,10 +22,12 @@ import anyio
 
 from ._auto import DEFAULT_RUN_COST_S, AutoSamples
 from ._cache import CacheCounters, OnComplete, Outcome, ToolCache, foreign_cancellation
-from ._errors import ConfigError, SpectoolError
 from ._observe import hooks as _observe
+from ._options import check_options
 from ._tools import Effect, Toolbox, ToolSpec
 from ._types import Drafter, DraftRequest, ToolCall
+from .drafters._named import resolve_drafter
+from .errors import ConfigError, DrafterError, SpectoolError
 
 __all__ = ["DraftCounters", "Speculator", "Turn", "chat_tools"]
 
@@ -61,6 +64,7 @@ def chat_tools(tools: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def as_tool_call(obj: Any) -> ToolCall | None:
     """A drafter's proposal as a ToolCall, or None if it is not one (garbage is dropped)."""
+    name: Any
     if isinstance(obj, ToolCall):
         name, args, cid = obj.name, obj.arguments, obj.id
     elif isinstance(obj, Mapping):
@@ -113,7 +117,7 @@ class Speculator:
     def __init__(
         self,
         tools: Toolbox | Iterable[Any],
-        drafter: Drafter | None = None,
+        drafter: Drafter | str | None = None,
         *,
         samples: int | str = 3,
         draft_timeout: float = 5.0,
@@ -128,6 +132,7 @@ class Speculator:
     ) -> None:
         # samples="auto": λ per request from running estimates (spectool._auto); sample_cost is
         # what one draft sample is worth in seconds of the agent's time (its price / your value).
+        check_options(cache_options, "spectool.Speculator", Speculator, ToolCache)
         auto = samples == "auto"
         if not auto and (not isinstance(samples, int) or samples < 1):
             raise ConfigError(f"samples must be an int >= 1 or 'auto', got {samples!r}")
@@ -140,13 +145,14 @@ class Speculator:
         # drafter that never hits converges to λ = 0 (spectool._auto).
         self.auto = AutoSamples(max_samples, sample_cost, cost_per_run_s=run_cost) if auto else None
         self.toolbox = tools if isinstance(tools, Toolbox) else Toolbox(tools)
-        self.drafter = drafter
+        self.drafter = resolve_drafter(drafter)  # a name ("history", "local", …) or an object
         self.samples, self.draft_timeout, self.max_proposals = samples, draft_timeout, max_proposals
         self.cache = cache or ToolCache(self.toolbox, on_complete=on_complete, **cache_options)
         self.draft_counters = DraftCounters()
         self._turn: Turn | None = None
         #: opt-in TraceRecorder (spectool._traces): each request + the calls that followed it
-        self.trace, self._traced_request = trace, None
+        self.trace = trace
+        self._traced_request: DraftRequest | None = None
 
     async def __aenter__(self) -> Speculator:
         await self.cache.__aenter__()
@@ -212,8 +218,17 @@ class Speculator:
         watch, status = _observe.draft_started(request), "cancelled"
         try:
             with turn.scope:
-                with anyio.move_on_after(self.draft_timeout) as timeout:
-                    proposals = await self.drafter.propose(request)
+                try:
+                    with anyio.move_on_after(self.draft_timeout) as timeout:
+                        proposals = await self.drafter.propose(request)
+                except anyio.get_cancelled_exc_class() as cancelled:
+                    # The turn ended while the drafter was handling an error (the SDK backing
+                    # off before a retry): that failure counts, though the turn ended first.
+                    failure = _handled_failure(cancelled)
+                    if failure is not None:
+                        self._drafter_failed(failure)
+                        status = "error"
+                    raise
                 if self.auto is not None:
                     self.auto.observe_draft(request.samples, time.perf_counter() - turn.started)
                 if timeout.cancelled_caught:
@@ -225,16 +240,31 @@ class Speculator:
         except BaseException as exc:  # a drafter's failure never reaches the agent
             if not isinstance(exc, Exception) and not foreign_cancellation(exc):
                 raise  # a real cancellation (the turn's or the session's) goes on
-            self.draft_counters.draft_errors += 1
+            self._drafter_failed(exc)
             status = "error"
-            log.debug("drafter failed: %r", exc)
         finally:
             turn.finished.set()
             _observe.draft_finished(watch, status, len(turn.proposals), len(turn.admitted))
 
+    def _drafter_failed(self, exc: BaseException) -> None:
+        """Count a drafter failure; the first one of each drafter is a WARNING with its cause
+        (drafts are best effort, but a drafter that never works should not pass unnoticed)."""
+        self.draft_counters.draft_errors += 1
+        if _first_failure(self.drafter):
+            log.warning(
+                "drafter %s failed (%s: %s); speculation goes on without its drafts, "
+                "later failures are counted in draft_errors and logged at DEBUG",
+                type(self.drafter).__name__,
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+        else:
+            log.debug("drafter failed: %r", exc)
+
     def _admit(self, turn: Turn, proposals: Any) -> None:
         if not isinstance(proposals, (list, tuple)):
-            self.draft_counters.draft_errors += 1
+            self._drafter_failed(DrafterError(f"propose() returned {type(proposals).__name__}, not a list"))
             return
         decided: list[tuple[ToolCall, str]] = []  # λ samples often agree: decide each call once
         for raw in proposals[: self.max_proposals]:
@@ -325,7 +355,7 @@ class Speculator:
                 hit = spec.key(c.arguments) in drafted
             except SpectoolError:
                 hit = False
-            seen.append((c.name, spec.speculable, hit))
+            seen.append((c.name, spec.speculable and not spec.gated, hit))  # gated: never early
         return seen
 
     async def resolve_all(self, calls: Sequence[ToolCall]) -> list[Outcome]:
@@ -356,6 +386,35 @@ class Speculator:
                 for i in range(len(calls)):
                     tg.start_soon(one, i)
         return [o for o in outcomes if o is not None]
+
+
+_WARNED: weakref.WeakSet[Any] = weakref.WeakSet()  # drafters whose first failure was logged
+_WARNED_IDS: set[int] = set()  # ... for drafters that cannot be weakly referenced
+
+
+def _first_failure(drafter: Any) -> bool:
+    """True the first time ``drafter`` fails in this process."""
+    try:
+        if drafter in _WARNED:
+            return False
+        _WARNED.add(drafter)
+    except TypeError:
+        if id(drafter) in _WARNED_IDS:
+            return False
+        _WARNED_IDS.add(id(drafter))
+    return True
+
+
+def _handled_failure(cancelled: BaseException) -> Exception | None:
+    """The error a cancelled drafter was handling when the cancellation came, if any."""
+    seen: set[int] = set()
+    inner = cancelled.__context__
+    while inner is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        if isinstance(inner, Exception):
+            return inner
+        inner = inner.__context__
+    return None
 
 
 def _depends_on(specs: Sequence[ToolSpec | None], i: int) -> list[int]:

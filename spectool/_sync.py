@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ._cache import CacheCounters, Outcome
-from ._errors import ConfigError
 from ._speculator import Speculator, Turn
 from ._tools import Toolbox
 from ._types import Drafter, ToolCall
+from .errors import ConfigError
 
 __all__ = ["SyncSpeculator"]
 
@@ -27,7 +27,7 @@ class SyncSpeculator:
     def __init__(
         self,
         tools: Toolbox | Iterable[Any],
-        drafter: Drafter | None = None,
+        drafter: Drafter | str | None = None,
         *,
         backend: str = "asyncio",
         **options: Any,

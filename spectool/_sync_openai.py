@@ -14,12 +14,15 @@ from typing import TYPE_CHECKING, Any, Self, cast
 
 import anyio.to_thread
 
-from ._errors import ConfigError
+from ._cache import ToolCache
 from ._loop import AgentResult, run_agent
 from ._openai import RequestHook, SpeculativeOpenAI, SpeculativeStream
+from ._options import check_client, check_options
+from ._speculator import Speculator
 from ._sync import SyncSpeculator
 from ._tools import Toolbox
 from ._types import Drafter
+from .errors import ConfigError
 
 if TYPE_CHECKING:  # the SDK's types, for type checkers only
     from openai.resources.chat import Chat
@@ -160,7 +163,7 @@ class SyncSpeculativeOpenAI:
         self,
         client: Any,
         tools: Toolbox | Iterable[Any],
-        drafter: Drafter | None = None,
+        drafter: Drafter | str | None = None,
         *,
         hooks: Iterable[RequestHook] = (),
         on_tool_error: str = "message",
@@ -171,6 +174,8 @@ class SyncSpeculativeOpenAI:
                 "the sync wrapper speculates on the client only; use the async client for mode='engine'"
             )
         options.pop("mode", None)
+        check_options(options, "spectool.speculative_sync()", SyncSpeculator, Speculator, ToolCache)
+        check_client(client, asynchronous=False, where="spectool.speculative_sync()")
         self.client = client
         self._session = SyncSpeculator(tools, drafter, **options)
         self.async_client = SpeculativeOpenAI(
@@ -208,7 +213,7 @@ class SyncSpeculativeOpenAI:
 
 
 def speculative_sync(
-    client: Any, tools: Toolbox | Iterable[Any], drafter: Drafter | None = None, **options: Any
+    client: Any, tools: Toolbox | Iterable[Any], drafter: Drafter | str | None = None, **options: Any
 ) -> SyncSpeculativeOpenAI:
     """Wrap an ``openai.OpenAI`` client: ``with speculative_sync(client, tools, drafter) as c:``."""
     return SyncSpeculativeOpenAI(client, tools, drafter, **options)

@@ -12,6 +12,11 @@ search, a SaaS API). Running it early tells that party what the user may be abou
 a call the model may never make; so an external tool is not run early unless the session opts
 in (``speculate_external=True``). Its results are still served by the cache once the model
 asks (pure ones within their TTL).
+
+``gated=True`` marks a tool behind a gate spectool cannot see (a human approval, a guardrail
+that may reject the call): it never runs before the model's call has been let through, whatever
+its effect or the session's options. The framework integrations set it from each framework's
+own gates (LangChain ``interrupt_on``, the Agents SDK's ``needs_approval`` …).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any, TypeVar, overload
 import anyio.to_thread
 import pydantic
 
-from ._errors import ToolArgumentsError, ToolDefinitionError, ToolNotFoundError
+from .errors import ToolArgumentsError, ToolDefinitionError, ToolNotFoundError
 from .keys import KeyFunction, canonical_key, parse_arguments
 
 __all__ = ["Effect", "ToolSpec", "Toolbox", "tool", "tool_spec"]
@@ -66,6 +71,9 @@ class ToolSpec:
     #: Reaches outside the process (a third party sees each run): not run early unless the
     #: session opts in with ``speculate_external=True``.
     external: bool = False
+    #: Behind an approval or guardrail spectool cannot see: never run before the model's call
+    #: is let through (no drafts, no eager start), whatever the effect.
+    gated: bool = False
     fn: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
     validator: Callable[[dict[str, Any]], dict[str, Any]] | None = field(
         default=None, compare=False, repr=False
@@ -268,15 +276,17 @@ def tool(
     key: KeyFunction | None = ...,
     max_concurrency: int | None = ...,
     external: bool = ...,
+    gated: bool = ...,
 ) -> Callable[[F], F]: ...
 def tool(fn: Any = None, /, **options: Any) -> Any:
     """Declare a plain sync or async function a tool; returns the function unchanged.
 
     Bare ``@tool`` makes a *mutating* tool (never run early). ``@tool(effect="pure")`` or
     ``effect="read_only"`` lets spectool run it speculatively. ``external=True`` marks a tool
-    that calls a third party: it runs early only where the session opts in.
+    that calls a third party: it runs early only where the session opts in. ``gated=True``
+    marks a tool behind an approval or guardrail: it never runs early.
     """
-    allowed = {"effect", "name", "description", "scope", "ttl", "key", "max_concurrency", "external"}
+    allowed = {"effect", "name", "description", "scope", "ttl", "key", "max_concurrency", "external", "gated"}
     unknown = set(options) - allowed
     if unknown:
         raise ToolDefinitionError(f"unknown @tool option(s): {', '.join(sorted(unknown))}")

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._errors import ConfigError
 from ._types import DraftRequest, ToolCall
+from .errors import ConfigError
 
 __all__ = ["TRACE_VERSION", "TraceExample", "TraceRecorder", "iter_traces", "load_traces"]
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ._errors import missing_extra
 from ._observe import Observer, add_observer, remove_observer
+from .errors import missing_extra
 
 __all__ = ["instrument", "uninstrument"]
 

@@ -10,8 +10,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._errors import ToolArgumentsError
 from ._types import ToolCall
+from .errors import ToolArgumentsError
 from .keys import parse_arguments
 
 __all__ = [

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         table = commands()  # the listing of `spectool --help` shows every command's help
     parser = argparse.ArgumentParser(prog="spectool", description="Speculative tool calling for LLM agents.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from ._errors import SpectoolError, missing_extra
+    from .errors import SpectoolError, missing_extra
 
     if chosen is None and (wanted := _chosen(argv, set(ELSEWHERE))) is not None:
         print(f"spectool {wanted}: error: {_not_installed(wanted)}", file=sys.stderr)

@@ -40,7 +40,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ._errors import ConfigError
+from .errors import ConfigError
 
 __all__ = [
     "EngineTimes",

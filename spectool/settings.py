@@ -1,6 +1,60 @@
-"""Public accessor of spectool's ``SPECTOOL_*`` environment variables (one table:
-docs/configuration.md)."""
+"""Every ``SPECTOOL_*`` environment variable, read in one place (docs/configuration.md).
 
-from ._settings import settings
+:func:`settings` reads the environment on each call, so a variable set after import (a test,
+a launcher that exports before spawning) is seen; a bad value is a :class:`ConfigError`
+naming the variable. ``import spectool`` does not import this module (nor pydantic-settings).
+"""
 
-__all__ = ["settings"]
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import ConfigError
+
+__all__ = ["Settings", "settings"]
+
+
+class Settings(BaseSettings):
+    """One field per variable; the name is ``SPECTOOL_`` + the field name, upper case."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECTOOL_", extra="ignore", frozen=True)
+
+    cache: Path | None = None
+    tree_calibration: Path | None = None
+    kernel_cache: Path | None = None
+    cpu_kernels: bool = True
+    lean_forward: bool = True
+    packed_gemm: bool = True
+    pack_max_gb: float = 4.0
+    toolcache_ttl: float = 300.0
+    vllm_allow_any_version: bool = False
+    vllm_max_hops: int = 8
+    vllm_o3: bool = True
+    vllm_format: str = "chatml"
+    vllm_fallback: str = ""
+    vllm_python: str | None = None
+    vllm_flavour: str = "cpu"
+
+
+_LAST: tuple[tuple[tuple[str, str], ...], Settings | None] = ((), None)
+
+
+def settings() -> Settings:
+    """The current ``SPECTOOL_*`` settings (frozen). Rebuilt only when one of the variables
+    changed: hot paths (one read per forward) pay a scan of the environment."""
+    global _LAST
+    snapshot = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("SPECTOOL_")))
+    cached = _LAST[1]
+    if cached is not None and _LAST[0] == snapshot:
+        return cached
+    try:
+        value = Settings()
+    except ValidationError as exc:
+        bad = ", ".join("SPECTOOL_" + str(e["loc"][0]).upper() for e in exc.errors())
+        raise ConfigError(f"bad value in {bad}: {exc.errors()[0]['msg']}") from exc
+    _LAST = (snapshot, value)
+    return value

@@ -5,6 +5,9 @@
 * :class:`HistoryDrafter`   training-free: n-grams over the session's calls, arguments carried over
 * :class:`CombinedDrafter`  several drafters at once, merged and deduplicated
 
+Every entry point that takes a drafter also takes a name (``"history"``, ``"local"``,
+``"tuned"``), resolved by :func:`resolve_drafter`.
+
 Importing this package never imports torch or transformers.
 """
 
@@ -16,12 +19,14 @@ from ._endpoint import EndpointDrafter
 from ._grammar import calls_schema
 from ._history import HistoryDrafter
 from ._local import DEFAULT_LOCAL_MODEL, LocalDrafter
+from ._named import DRAFTER_NAMES, drafter_hint, resolve_drafter
 from ._prompts import DEFAULT_EXAMPLES, draft_messages, system_prompt
 
 __all__ = [
     "CombinedDrafter",
     "DEFAULT_EXAMPLES",
     "DEFAULT_LOCAL_MODEL",
+    "DRAFTER_NAMES",
     "EndpointDrafter",
     "HistoryDrafter",
     "LocalDrafter",
@@ -29,7 +34,9 @@ __all__ = [
     "calls_schema",
     "compact_prompt_ids",
     "draft_messages",
+    "drafter_hint",
     "load_adapter",
+    "resolve_drafter",
     "shipped_adapter_path",
     "system_prompt",
     "tool_schemas",

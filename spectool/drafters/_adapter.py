@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .._errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["SHIPPED_ADAPTER", "adapter_manifest", "load_adapter", "shipped_adapter_path"]
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import anyio
 
-from .._errors import ConfigError, DrafterError
 from .._types import Drafter, DraftRequest, ToolCall
+from ..errors import ConfigError, DrafterError
 from ._common import assistant_calls, call_key, tool_schemas
 from ._history import _session_key
 
@@ -149,8 +149,9 @@ class CombinedDrafter:
         try:
             with anyio.fail_after(limit):
                 calls = await drafter.propose(request)
-            results[i] = [c for c in calls if isinstance(c, ToolCall)]  # garbage items dropped
-            stats.proposals += len(results[i])
+            kept = [c for c in calls if isinstance(c, ToolCall)]  # garbage items dropped
+            results[i] = kept
+            stats.proposals += len(kept)
         except TimeoutError:
             stats.timeouts += 1
             log.debug("drafter %r timed out after %ss", drafter, limit)

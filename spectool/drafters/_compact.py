@@ -26,8 +26,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._errors import ConfigError
 from .._types import DraftRequest, ToolCall
+from ..errors import ConfigError
 from ._common import assistant_calls, message_text, tool_schemas
 
 __all__ = [

@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 import anyio
 
-from .._errors import ConfigError, DrafterError
-from .._toolcall_text import salvage_tool_calls
 from .._types import DraftRequest, ToolCall
+from ..errors import ConfigError, DrafterError
+from ..toolcall_text import salvage_tool_calls
 from ._common import assistant_calls, message_text, tool_schemas, with_known_tools
 
 __all__ = ["EndpointDrafter"]
@@ -68,7 +68,10 @@ class EndpointDrafter:
         if self._client is None:
             from openai import AsyncOpenAI
 
-            self._client = AsyncOpenAI(base_url=self._base_url, api_key=self._api_key or "EMPTY")
+            # no retries: a draft is best effort, and a retry backing off outlasts the turn it was for
+            self._client = AsyncOpenAI(
+                base_url=self._base_url, api_key=self._api_key or "EMPTY", max_retries=0
+            )
         return self._client
 
     async def aclose(self) -> None:

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._errors import ConfigError, DrafterError
+from ..errors import ConfigError, DrafterError
 from ._common import tool_schemas
 
 __all__ = ["GrammarConstraint", "calls_schema"]

@@ -14,12 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .._errors import ConfigError
 from .._types import DraftRequest, ToolCall
+from ..errors import ConfigError
 from ._common import assistant_calls, message_text, tool_schemas
 from ._evidence import Evidence, collect_evidence
 from ._flows import Flows, mine_flows
@@ -146,7 +146,7 @@ class HistoryDrafter:
         sequences = [s for k, s in self._sessions.items() if k != session] + self._corpus
         sequences.append(list(names))
         context = [_START, *names]
-        scores: Counter[str] = Counter()
+        scores: defaultdict[str, float] = defaultdict(float)
         for k in range(min(self.order - 1, len(context)), -1, -1):
             weight = 0.4 ** (min(self.order - 1, len(context)) - k)
             tail = tuple(context[len(context) - k :]) if k else ()

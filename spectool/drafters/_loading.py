@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._errors import ConfigError
+from ..errors import ConfigError
 from ._decode import PrefixCache
 
 __all__ = [

@@ -24,9 +24,9 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from .._errors import ConfigError, DrafterError
-from .._toolcall_text import salvage_tool_calls
 from .._types import DraftRequest, ToolCall
+from ..errors import ConfigError, DrafterError
+from ..toolcall_text import salvage_tool_calls
 from ._common import tool_schemas, with_known_tools
 from ._copy import CopyBias, source_text, token_table
 from ._decode import DecodeStats, decode_rows

@@ -11,8 +11,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._toolcall_text import format_tool_calls
 from .._types import ToolCall
+from ..toolcall_text import format_tool_calls
 from ._common import assistant_calls, message_text, tool_schemas
 
 __all__ = ["DEFAULT_EXAMPLES", "WorkedExample", "draft_messages", "system_prompt"]

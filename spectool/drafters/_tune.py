@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._errors import ConfigError
 from .._traces import TraceExample, iter_traces
+from ..errors import ConfigError
 from ._compact import COMPACT_FORMAT_VERSION, compact_prompt_ids, compact_target
 
 __all__ = [

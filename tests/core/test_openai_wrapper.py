@@ -270,14 +270,15 @@ def test_engine_mode_finds_its_sink_through_the_engine_client_seam(monkeypatch) 
     fake.create_sink = lambda client, **options: made.append((client, options)) or Sink()
     monkeypatch.setitem(sys.modules, "spectool._engine_client", fake)
     monkeypatch.setattr(spectool, "_engine_client", fake, raising=False)
-    wrapped = spectool.speculative("sdk-client", [], mode="engine", engine_options={"post_timeout": 1})
-    assert isinstance(wrapped.sink, Sink) and made == [("sdk-client", {"post_timeout": 1})]
+    sdk = openai_client(ScriptedModel([say("hi")]))
+    wrapped = spectool.speculative(sdk, [], mode="engine", engine_options={"post_timeout": 1})
+    assert isinstance(wrapped.sink, Sink) and made == [(sdk, {"post_timeout": 1})]
     assert wrapped.speculator.cache.on_complete == wrapped.sink.on_tool_output
 
     monkeypatch.setitem(sys.modules, "spectool._engine_client", None)  # import now fails
     monkeypatch.delattr(spectool, "_engine_client")
     with pytest.raises(ConfigError, match="engine"):
-        spectool.speculative("sdk-client", [], mode="engine")
+        spectool.speculative(sdk, [], mode="engine")
 
 
 def _engine_like(app, records):

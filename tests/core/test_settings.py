@@ -43,3 +43,38 @@ def test_every_variable_in_the_code_is_a_field_and_in_the_table():
     )
     assert names <= fields, names - fields
     assert fields == table
+
+
+def test_settings_are_typed_and_the_only_reader_of_the_environment(monkeypatch):
+    from spectool.settings import Settings
+
+    assert isinstance(settings(), Settings)
+    assert Settings.model_fields["vllm_max_hops"].annotation is int  # typed, not Any
+    # no module reads a SPECTOOL_* variable straight from os.environ / os.getenv (measurement
+    # aside: it is moving to its own package)
+    found = subprocess.run(
+        [
+            "grep",
+            "-rnE",
+            r"(environ(\.get)?[\[(]|getenv\()\s*['\"]SPECTOOL_",
+            "--include=*.py",
+            "spectool",
+            "serving",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    assert [line for line in found if "/bench" not in line.split(":")[0]] == []
+
+
+def test_the_vllm_endpoint_reads_its_variables_through_settings(monkeypatch):
+    from spectool_serving.vllm._endpoint import SpectoolEndpoint
+
+    monkeypatch.setenv("SPECTOOL_VLLM_MAX_HOPS", "3")
+    monkeypatch.setenv("SPECTOOL_VLLM_O3", "false")
+    endpoint = SpectoolEndpoint()
+    assert endpoint.max_hops == 3 and endpoint.o3 is False
+    monkeypatch.setenv("SPECTOOL_VLLM_MAX_HOPS", "many")
+    with pytest.raises(ConfigError, match="SPECTOOL_VLLM_MAX_HOPS"):  # was a bare ValueError
+        SpectoolEndpoint()

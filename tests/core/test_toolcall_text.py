@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spectool import ModelOutputError, ToolCall
-from spectool._toolcall_text import format_tool_calls, parse_tool_calls, salvage_tool_calls
+from spectool.toolcall_text import format_tool_calls, parse_tool_calls, salvage_tool_calls
 
 
 def test_xlam_array_with_two_calls():

@@ -19,7 +19,6 @@ import pytest
 import torch
 
 from spectool import ConfigError, DraftRequest, ToolCall
-from spectool._toolcall_text import parse_tool_calls
 from spectool.drafters import LocalDrafter
 from spectool.drafters._common import tool_schemas
 from spectool.drafters._copy import open_string_value
@@ -27,6 +26,7 @@ from spectool.drafters._decode import DecodeStats, PrefixCache, decode_rows
 from spectool.drafters._grammar import GrammarConstraint
 from spectool.drafters._local import TUNED_LIMITS, UNTUNED_LIMITS
 from spectool.drafters._row_limits import repeats_a_call
+from spectool.toolcall_text import parse_tool_calls
 from spectool_bench.drafters._prompt_eval import valid
 
 TOOLS = [

@@ -12,10 +12,10 @@ import anyio
 import pytest
 
 from spectool import ConfigError, DrafterError, DraftRequest, ToolCall
-from spectool._toolcall_text import parse_tool_calls
 from spectool.drafters import DEFAULT_LOCAL_MODEL, LocalDrafter, calls_schema, draft_messages
 from spectool.drafters._common import tool_schemas
 from spectool.drafters._loading import _resolve_source, load_shared
+from spectool.toolcall_text import parse_tool_calls
 from spectool_bench.drafters._prompt_eval import valid
 
 TOOLS = [

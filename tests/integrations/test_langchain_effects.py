@@ -76,3 +76,26 @@ def test_bad_declarations_are_clear_errors():
         speculable(lambda x: x, effect="pure")
     with pytest.raises(ToolDefinitionError, match="ttl"):
         speculable(plain, effect="pure", ttl=0)
+
+
+def test_every_basetool_field_is_copied_or_deliberately_not_by_the_stand_ins():
+    """One helper decides what a stand-in copies; a field LangChain adds must be classified."""
+    from langchain_core.tools import BaseTool
+    from langchain_core.tools import tool as lc_tool
+
+    from langchain_spectool._fields import FACE, RUNNING, stand_in_fields
+
+    assert sorted(FACE + RUNNING) == sorted(BaseTool.model_fields)
+    assert not set(FACE) & set(RUNNING)
+
+    @lc_tool(response_format="content_and_artifact")
+    def lookup(q: str) -> tuple[str, dict]:
+        """Look up q."""
+        return q, {}
+
+    lookup.handle_tool_error = True
+    lookup.tags = ["t"]
+    full = stand_in_fields(lookup, runs_as_the_tool=True)
+    face = stand_in_fields(lookup, runs_as_the_tool=False)
+    assert full["handle_tool_error"] is True and "handle_tool_error" not in face
+    assert face["response_format"] == "content_and_artifact" and face["tags"] == ["t"]

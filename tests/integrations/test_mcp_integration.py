@@ -124,9 +124,9 @@ SCRIPT = [
 ]
 
 
-async def _agent_run(drafter, model: ScriptedModel, log_path: Path):
+async def _agent_run(drafter, model: ScriptedModel, log_path: Path, **options):
     async with fixture_session(log_path) as session:
-        tools = await mcp_tools(session, scope="kv")
+        tools = await mcp_tools(session, scope="kv", **options)
         async with spectool.speculative(openai_client(model), tools, drafter, samples=2) as agent:
             result = await spectool.run_agent(agent, model="scripted", messages="go")
             await anyio.sleep(0.2)  # let any stray early run reach the server before we read the log
@@ -151,6 +151,25 @@ async def test_speculation_through_mcp_keeps_the_transcript(tmp_path: Path) -> N
 
 
 @pytest.mark.anyio
+async def test_tools_the_user_confirms_never_run_early(tmp_path: Path) -> None:
+    """``confirm=["get"]``: the client asks the user before each get, so no get reaches the
+    server before the model asked for it (the control is the test above: get runs early)."""
+    model = ScriptedModel(SCRIPT, first_token_latency=0.2)
+    plain = await _agent_run(None, model, tmp_path / "plain.log")
+    fast = await _agent_run(ScriptedDrafter(model), model, tmp_path / "fast.log", confirm=["get"])
+    assert fast.transcript_json() == plain.transcript_json()
+    assert fast.stats["hits"] + fast.stats["joins"] == 0
+    plain_calls = (tmp_path / "plain.log").read_text().splitlines()
+    fast_calls = (tmp_path / "fast.log").read_text().splitlines()
+    assert fast_calls == plain_calls  # every call the server saw was one the model made
+    async with fixture_session() as session:
+        specs = {s.name: s for s in await mcp_tools(session, confirm=["get"])}
+        assert specs["get"].gated and not specs["put"].gated
+        with pytest.raises(ConfigError, match="confirm name tools .*no_such"):
+            await mcp_tools(session, confirm=["no_such"])
+
+
+@pytest.mark.anyio
 async def test_langchain_mcp_adapters_tools_are_declared() -> None:
     if importlib.util.find_spec("langchain_mcp_adapters") is None:  # pragma: no cover
         pytest.fail("langchain-mcp-adapters is part of the dev environment")
@@ -172,6 +191,10 @@ async def test_langchain_mcp_adapters_tools_are_declared() -> None:
         assert effect_of(tools["get"]) is Effect.READ_ONLY
         out = await tools["get"].ainvoke({"key": "b"})
         assert "2" in str(out)
+        from langchain_spectool._effects import to_tool_spec
+
+        confirmed = declare_mcp_tools(await load_mcp_tools(session), confirm=["get"])
+        assert [t.name for t in confirmed if to_tool_spec(t).gated] == ["get"]
 
 
 def test_example_runs_offline_with_hits(capsys: pytest.CaptureFixture[str]) -> None:

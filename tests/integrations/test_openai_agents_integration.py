@@ -175,3 +175,60 @@ def test_example_runs_offline_with_hits(capsys: pytest.CaptureFixture[str]) -> N
     out = anyio.run(module.main, 0.1)
     assert out["identical"] and out["stats"]["hits"] + out["stats"]["joins"] >= 3
     assert "transcripts identical: True" in capsys.readouterr().out
+
+
+# -- gates: needs_approval and tool input guardrails ------------------------------------------
+
+
+class Bank:
+    """One read-only tool, logging each run of its body; optionally behind the SDK's gates."""
+
+    def __init__(self, *, needs_approval: bool = False, guardrail: bool = False) -> None:
+        from agents import ToolGuardrailFunctionOutput, tool_input_guardrail
+
+        self.runs: list[str] = []
+
+        @tool_input_guardrail
+        def no_peeking(data):
+            return ToolGuardrailFunctionOutput.reject_content("balances are private")
+
+        async def balance(account: str) -> str:
+            """The balance of an account."""
+            self.runs.append(account)
+            return f"{account}: 100"
+
+        self.tool = function_tool(
+            balance,
+            needs_approval=needs_approval,
+            tool_input_guardrails=[no_peeking] if guardrail else None,
+        )
+
+    def agent(self, model: ScriptedModel) -> Agent:
+        llm = OpenAIChatCompletionsModel(model="scripted", openai_client=openai_client(model))
+        return Agent(name="bank", instructions="Answer.", tools=[self.tool], model=llm)
+
+
+GATED_SCRIPT = [call("balance", account="a1"), say("done")]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("gate", ["needs_approval", "guardrail", None])
+async def test_a_gated_tool_has_not_run_when_the_approval_or_rejection_arrives(gate: str | None) -> None:
+    """The drafter predicts the call and the tool is declared read_only; with the SDK's gate
+    its body must not have run by the time the interruption (or the rejection) arrives.
+    Control (no gate): the same declaration does run it early and serves it."""
+    model = ScriptedModel(GATED_SCRIPT, first_token_latency=LATENCY)
+    bank = Bank(needs_approval=gate == "needs_approval", guardrail=gate == "guardrail")
+    async with speculate(bank.agent(model), ScriptedDrafter(model), effects={"balance": "read_only"}) as fast:
+        result = await Runner.run(fast, "what is in a1?")
+        stats = fast.spectool.stats()
+    if gate == "needs_approval":
+        assert [i.name for i in result.interruptions] == ["balance"]
+        assert bank.runs == []  # the approval has not been given: nothing ran
+    elif gate == "guardrail":
+        assert "balances are private" in json.dumps(result.to_input_list(), default=str)
+        assert bank.runs == []  # rejected: never ran, not even early
+    else:
+        assert bank.runs == ["a1"] and stats["hits"] + stats["joins"] == 1
+    if gate is not None:
+        assert stats["admitted"] == 0 and stats["hits"] + stats["joins"] == 0

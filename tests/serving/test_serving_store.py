@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from spectool._errors import ToolCacheError
+from spectool.errors import ToolCacheError
 from spectool_serving.store import ToolOutputStore
 
 from .conftest import WEATHER

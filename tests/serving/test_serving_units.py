@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from spectool._errors import ToolCacheError
+from spectool.errors import ToolCacheError
 from spectool_serving.kv import BatchKV
 from spectool_serving.sampling import SamplingParams, probs_from_logits
 from spectool_serving.scheduler import Scheduler

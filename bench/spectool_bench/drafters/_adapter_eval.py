@@ -5,7 +5,7 @@
 For every speculable ground-truth call of the split's tasks (:mod:`._bfcl_traces`: the true
 history before it), the drafter drafts λ = 3 rows in one batched generate (row 0 greedy, the
 others sampled) under the tools' grammar; a hit at λ = 1 is row 0 proposing the call (exact
-canonical key, :func:`spectool._keys.canonical_key` with the tool's schema), at λ = 3 any row.
+canonical key, :func:`spectool.keys.canonical_key` with the tool's schema), at λ = 3 any row.
 Base and tuned drafters see the same prompt and grammar. Prints one row per drafter ×
 category and writes JSON with ``--out``.
 """

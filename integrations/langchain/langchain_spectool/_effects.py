@@ -26,7 +26,7 @@ __all__ = ["declared", "effect_of", "speculable", "to_tool_spec"]
 
 T = TypeVar("T", bound=BaseTool)
 _META = "spectool"
-_OPTIONS = ("effect", "scope", "ttl", "max_concurrency", "injected_ok")
+_OPTIONS = ("effect", "scope", "ttl", "max_concurrency", "injected_ok", "gated")
 # id(tool) -> the user's declaration; an entry goes with its tool (pydantic tools are not
 # hashable, so no WeakKeyDictionary). Nothing a peer sends can write here.
 _DECLARED: dict[int, dict[str, Any]] = {}
@@ -55,6 +55,7 @@ def speculable(
     ttl: float | None = None,
     max_concurrency: int | None = None,
     injected_ok: bool = False,
+    gated: bool = False,
 ) -> Any:
     """Declare a LangChain tool's effect; returns the same tool (usable as a decorator).
 
@@ -67,7 +68,9 @@ def speculable(
     ``effect="mutating"`` is allowed (it documents that the tool never runs early).
     ``injected_ok=True`` says the arguments LangChain injects do not change what the tool
     returns (langchain-mcp-adapters' ``runtime``, seen only by interceptors): without it a tool
-    with injected arguments never runs early.
+    with injected arguments never runs early. ``gated=True``: the tool sits behind an approval
+    or guardrail spectool cannot see, so it never runs early (``interrupt_on`` of LangChain's
+    ``HumanInTheLoopMiddleware`` and LangGraph's ``interrupt_before`` are found on their own).
     """
     try:
         effect = Effect(effect)
@@ -84,6 +87,7 @@ def speculable(
         "ttl": ttl,
         "max_concurrency": max_concurrency,
         "injected_ok": injected_ok,
+        "gated": gated,
     }
 
     def declare(t: T) -> T:
@@ -140,13 +144,22 @@ def _field_names(schema: Any) -> set[str]:
     return set(fields or ())
 
 
+def _interrupts(tool: BaseTool) -> bool:
+    from ._gates import calls_interrupt
+
+    return any(
+        calls_interrupt(f) for f in (getattr(tool, "func", None), getattr(tool, "coroutine", None)) if f
+    )
+
+
 def openai_schema(tool: BaseTool | Mapping[str, Any]) -> dict[str, Any]:
     """The tool as a Chat Completions ``tools=[...]`` entry."""
     return convert_to_openai_tool(tool)
 
 
-def to_tool_spec(tool: BaseTool, fn: Callable[..., Any] | None = None) -> ToolSpec:
-    """The spectool spec of a LangChain tool; ``fn`` runs its body (see ``_replay``)."""
+def to_tool_spec(tool: BaseTool, fn: Callable[..., Any] | None = None, *, gated: bool = False) -> ToolSpec:
+    """The spectool spec of a LangChain tool; ``fn`` runs its body (see ``_replay``); ``gated``:
+    the graph puts it behind an approval (see ``_gates``)."""
     options = declared(tool)
     if has_injected_args(tool) and not options.get("injected_ok"):
         options["effect"] = Effect.MUTATING.value
@@ -159,5 +172,6 @@ def to_tool_spec(tool: BaseTool, fn: Callable[..., Any] | None = None) -> ToolSp
         scope=options.get("scope") or "default",
         ttl=options.get("ttl"),
         max_concurrency=options.get("max_concurrency"),
+        gated=gated or bool(options.get("gated")) or _interrupts(tool),
         fn=fn,
     )

@@ -15,10 +15,11 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ToolCallRequest
 from langchain_core.tools import BaseTool
 
-from spectool import Drafter, Speculator, SyncSpeculator, ToolSpec
+from spectool import Drafter, Speculator, SyncSpeculator, ToolSpec, resolve_drafter
 
 from ._convert import draft_messages, draft_tools, session_key, to_spectool_call
 from ._effects import to_tool_spec
+from ._gates import graph_gates, is_gated
 from ._replay import ReplayTool, body_runner
 from ._session import Sessions
 
@@ -28,9 +29,13 @@ log = logging.getLogger("langchain_spectool")
 
 
 def tool_specs(tools: Sequence[Any], *, asynchronous: bool) -> list[ToolSpec]:
-    """spectool specs of the LangChain tools in ``tools`` (provider dict tools skipped)."""
+    """spectool specs of the LangChain tools in ``tools`` (provider dict tools skipped); the
+    ones the running graph puts behind an approval are gated (never run early)."""
+    gates = graph_gates()
     return [
-        to_tool_spec(t, body_runner(t, asynchronous=asynchronous)) for t in tools if isinstance(t, BaseTool)
+        to_tool_spec(t, body_runner(t, asynchronous=asynchronous), gated=is_gated(gates, t.name))
+        for t in tools
+        if isinstance(t, BaseTool)
     ]
 
 
@@ -38,7 +43,7 @@ class _Speculation:
     """What the middleware and the wrappers share: options, sessions, the two paths."""
 
     def __init__(self, drafter: Drafter | str | None, options: Mapping[str, Any], max_sessions: int):
-        self.drafter = _drafter(drafter)
+        self.drafter = resolve_drafter(drafter)  # once: one model for every conversation
         self.options = dict(options)
         self.sessions = Sessions(self._speculator, self._sync_speculator, max_sessions)
 
@@ -111,19 +116,6 @@ class _Speculation:
         return await run(tool if outcome is None else ReplayTool.of(tool, outcome))
 
 
-def _drafter(drafter: Drafter | str | None) -> Drafter | None:
-    """A drafter, or spectool's by name: "local" (embedded model) or "history"."""
-    if not isinstance(drafter, str):
-        return drafter
-    from spectool import ConfigError, drafters
-
-    if drafter == "local":
-        return drafters.LocalDrafter()
-    if drafter == "history":
-        return drafters.HistoryDrafter()
-    raise ConfigError(f"drafter must be a Drafter, 'local' or 'history'; got {drafter!r}")
-
-
 def _end_turn(session: Any) -> None:
     if session is not None:
         try:
@@ -149,8 +141,9 @@ class SpeculativeToolMiddleware(AgentMiddleware):
     transcript is the one the agent produces without the middleware.
 
     Args:
-        drafter: a spectool ``Drafter``; ``"local"`` (spectool's in-process drafter on the
-            embedded model) or ``"history"``; ``None``: no drafts, the middleware only observes.
+        drafter: a spectool ``Drafter`` or one of spectool's by name (``"history"``,
+            ``"local"``, ``"tuned"``: :func:`spectool.resolve_drafter`); ``None``: no drafts,
+            the middleware only observes.
         samples: λ, drafts per model request.
         draft_timeout: seconds a draft may take before it is abandoned.
         max_sessions: conversations tracked at once (oldest closed first).

@@ -18,6 +18,7 @@ from langchain_core.tools import BaseTool
 from pydantic import PrivateAttr
 
 from ._effects import copy_declaration
+from ._fields import stand_in_fields
 
 __all__ = ["ReplayTool", "body_runner"]
 
@@ -84,20 +85,7 @@ class ReplayTool(BaseTool):
 
     @classmethod
     def of(cls, origin: BaseTool, outcome: _Unwrappable) -> ReplayTool:
-        replay = cls(
-            name=origin.name,
-            description=origin.description,
-            args_schema=origin.args_schema,
-            return_direct=origin.return_direct,
-            verbose=origin.verbose,
-            callbacks=origin.callbacks,
-            tags=origin.tags,
-            metadata=origin.metadata,
-            handle_tool_error=origin.handle_tool_error,
-            handle_validation_error=origin.handle_validation_error,
-            response_format=origin.response_format,
-            extras=origin.extras,
-        )
+        replay = cls(**stand_in_fields(origin, runs_as_the_tool=True))
         replay._origin = origin
         copy_declaration(origin, replay)
         replay._outcome = outcome

@@ -35,6 +35,7 @@ from spectool import Drafter
 
 from ._convert import session_key
 from ._effects import copy_declaration, has_injected_args
+from ._fields import stand_in_fields
 from ._middleware import _end_turn, _Speculation
 
 __all__ = ["SpeculativeChatModel", "SpeculativeTool"]
@@ -194,15 +195,7 @@ class SpeculativeTool(BaseTool):
 
     @classmethod
     def around(cls, inner: BaseTool, owner: SpeculativeChatModel) -> SpeculativeTool:
-        tool = cls(
-            name=inner.name,
-            description=inner.description,
-            args_schema=inner.args_schema,
-            return_direct=inner.return_direct,
-            response_format=inner.response_format,
-            metadata=inner.metadata,
-            tags=inner.tags,
-        )
+        tool = cls(**stand_in_fields(inner, runs_as_the_tool=False))
         tool._inner, tool._owner = inner, owner
         copy_declaration(inner, tool)
         return tool

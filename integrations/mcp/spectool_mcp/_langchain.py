@@ -26,18 +26,22 @@ def declare_mcp_tools(
     overrides: Mapping[str, Any] | None = None,
     allow_external: bool = False,
     interceptors: bool = False,
+    confirm: Iterable[str] = (),
 ) -> list[BaseTool]:
     """Declare the effects of tools from ``langchain_mcp_adapters.tools.load_mcp_tools``;
     returns the same tools (options as :func:`spectool_mcp.mcp_tools`).
 
     The adapters inject a ``runtime`` argument that only their tool interceptors see; pass
     ``interceptors=True`` if you loaded the tools with any (they may act on graph state), and
-    the tools never run early."""
+    the tools never run early. ``confirm`` names the tools the user confirms before each call:
+    they never run early."""
     tools = list(tools)
     overrides = dict(overrides or {})
-    unknown = set(overrides) - {t.name for t in tools}
-    if unknown:
-        raise ConfigError(f"overrides name tools that were not loaded: {', '.join(sorted(unknown))}")
+    confirm = set(confirm)
+    for option, names in (("overrides", set(overrides)), ("confirm", confirm)):
+        unknown = names - {t.name for t in tools}
+        if unknown:
+            raise ConfigError(f"{option} name tools that were not loaded: {', '.join(sorted(unknown))}")
     for t in tools:
         options = spec_options(
             t.name,
@@ -49,5 +53,6 @@ def declare_mcp_tools(
         if options.pop("external", False):  # langchain-spectool cannot say "reaches outside"
             options["effect"] = Effect.MUTATING
         options["effect"] = Effect(options["effect"]).value
+        options["gated"] = t.name in confirm or bool(options.get("gated"))
         speculable(t, **options, injected_ok=not interceptors)
     return tools

@@ -8,7 +8,7 @@ and without speculation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mcp import ClientSession, types
@@ -45,8 +45,10 @@ def mcp_tool_spec(
     scope: str = "mcp",
     override: Any = None,
     allow_external: bool = False,
+    confirm: bool = False,
 ) -> ToolSpec:
-    """One MCP tool as a ToolSpec that runs through ``session``."""
+    """One MCP tool as a ToolSpec that runs through ``session``; ``confirm``: the user confirms
+    each call before it runs, so it never runs early (``gated``)."""
     name = tool.name
 
     async def run(**arguments: Any) -> Any:
@@ -55,6 +57,7 @@ def mcp_tool_spec(
     options = spec_options(
         name, tool.annotations, scope=scope, override=override, allow_external=allow_external
     )
+    options["gated"] = confirm or bool(options.get("gated"))
     return ToolSpec(
         name=name,
         description=tool.description or "",
@@ -72,6 +75,7 @@ async def mcp_tools(
     allow_external: bool = False,
     max_pages: int = MAX_PAGES,
     max_tools: int = MAX_TOOLS,
+    confirm: Iterable[str] = (),
 ) -> list[ToolSpec]:
     """Every tool the (initialized) session's server offers, as ToolSpecs.
 
@@ -82,6 +86,8 @@ async def mcp_tools(
     ``allow_external`` lets read-only tools that reach outside (open world) run early.
     Listing stops with ConfigError past ``max_pages`` pages or ``max_tools`` tools, or when
     the server hands back a cursor it gave before (it would loop for ever).
+    ``confirm`` names the tools your client asks the user to confirm before each call (MCP
+    leaves confirmation to the client): they never run early, whatever their annotations.
     """
     listed: list[types.Tool] = []
     cursor: str | None = None
@@ -102,10 +108,21 @@ async def mcp_tools(
     else:
         raise ConfigError(f"the MCP server's tools/list goes on past {max_pages} pages (max_pages)")
     overrides = dict(overrides or {})
-    unknown = set(overrides) - {t.name for t in listed}
-    if unknown:
-        raise ConfigError(f"overrides name tools the MCP server does not have: {', '.join(sorted(unknown))}")
+    confirm = set(confirm)
+    for option, names in (("overrides", set(overrides)), ("confirm", confirm)):
+        unknown = names - {t.name for t in listed}
+        if unknown:
+            raise ConfigError(
+                f"{option} name tools the MCP server does not have: {', '.join(sorted(unknown))}"
+            )
     return [
-        mcp_tool_spec(session, t, scope=scope, override=overrides.get(t.name), allow_external=allow_external)
+        mcp_tool_spec(
+            session,
+            t,
+            scope=scope,
+            override=overrides.get(t.name),
+            allow_external=allow_external,
+            confirm=t.name in confirm,
+        )
         for t in listed
     ]

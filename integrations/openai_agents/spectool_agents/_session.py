@@ -31,7 +31,7 @@ def _resolve_model(agent: Agent[Any], provider: ModelProvider | None) -> Model:
 @asynccontextmanager
 async def speculate(
     agent: Agent[Any],
-    drafter: Drafter | None = None,
+    drafter: Drafter | str | None = None,
     *,
     effects: Mapping[str, Any] | None = None,
     model_provider: ModelProvider | None = None,
@@ -45,6 +45,7 @@ async def speculate(
     other tool is mutating and never runs early. ``options`` are :class:`spectool.Speculator`'s
     (``samples``, ``draft_timeout`` …). A string model name is resolved with
     ``model_provider`` (the SDK's default provider if None). Handoff agents are not wrapped.
+    ``drafter`` may be one of spectool's by name (``"history"``, ``"local"``, ``"tuned"``).
     """
     effects = dict(effects or {})
     function_tools = [t for t in agent.tools if isinstance(t, FunctionTool)]

@@ -20,7 +20,7 @@ from agents.tool_context import ToolContext
 
 from spectool import ConfigError, Effect, Speculator, ToolCall, ToolDefinitionError, ToolSpec
 
-__all__ = ["SpeculativeInvoker", "declared_options", "tool_spec_of", "wrap_tool"]
+__all__ = ["SpeculativeInvoker", "declared_options", "gated", "tool_spec_of", "wrap_tool"]
 
 Invoker = Callable[[ToolContext[Any], str], Awaitable[Any]]
 _OPTIONS = {"effect", "scope", "ttl", "max_concurrency"}
@@ -56,10 +56,20 @@ def _takes_context(tool: FunctionTool) -> bool:
         return True
 
 
+def gated(tool: FunctionTool) -> bool:
+    """True when the SDK stops the call before it runs: ``needs_approval`` (True or a policy
+    function, which may say yes) or tool input guardrails (which may reject it). Such a tool
+    never runs early: that would do what the approval or guardrail is there to stop."""
+    return getattr(tool, "needs_approval", False) is not False or bool(
+        getattr(tool, "tool_input_guardrails", None)
+    )
+
+
 def tool_spec_of(tool: FunctionTool, invoker: Invoker, declaration: Any) -> ToolSpec:
     """The spectool spec of a function tool; its early runs go through ``invoker``."""
     options = declared_options(tool.name, declaration)
-    if options["effect"].speculable and _takes_context(tool):
+    options["gated"] = gated(tool)
+    if options["effect"].speculable and not options["gated"] and _takes_context(tool):
         raise ToolDefinitionError(
             f"tool {tool.name!r} reads the run context: it cannot run before the model asks for it",
             tool=tool.name,

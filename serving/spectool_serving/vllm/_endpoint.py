@@ -21,7 +21,6 @@ Routes (added through vLLM's ``EndpointPlugin`` contract; the chat route replace
 
 import json
 import logging
-import os
 import time
 import uuid
 from typing import Any
@@ -63,9 +62,10 @@ class SpectoolEndpoint:
     required_tasks = ("generate",)
 
     def __init__(self) -> None:
-        self.cache = ToolOutputStore(ttl=settings().toolcache_ttl)
-        self.max_hops = int(os.environ.get("SPECTOOL_VLLM_MAX_HOPS", "8"))
-        self.o3 = os.environ.get("SPECTOOL_VLLM_O3", "1") != "0"
+        config = settings()  # SPECTOOL_TOOLCACHE_TTL, SPECTOOL_VLLM_MAX_HOPS, SPECTOOL_VLLM_O3
+        self.cache = ToolOutputStore(ttl=config.toolcache_ttl)
+        self.max_hops = config.vllm_max_hops
+        self.o3 = config.vllm_o3
         self.engine: Any = None
         self.o2 = False
         self.api_keys: set[str] = set()  # vLLM's --api-key: its middleware guards /v1 only

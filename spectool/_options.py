@@ -1,0 +1,78 @@
+"""Checks at the public entry points: the options a caller passed and the client it wrapped,
+each refused with a message that names what was given and what is accepted (not a TypeError
+from an internal class, or an AttributeError on the first request)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["check_client", "check_options", "option_names"]
+
+
+@functools.cache
+def _names_of(fn: Callable[..., Any]) -> frozenset[str]:
+    skip = {"self", "client", "tools", "drafter"}
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = inspect.signature(fn).parameters.values()
+    return frozenset(p.name for p in params if p.kind in kinds and p.name not in skip)
+
+
+def option_names(*accepting: Callable[..., Any]) -> frozenset[str]:
+    """The keyword options ``accepting`` (functions or classes) take, together."""
+    return frozenset().union(*(_names_of(fn) for fn in accepting))
+
+
+def check_options(options: Mapping[str, Any], where: str, *accepting: Callable[..., Any]) -> None:
+    """ConfigError naming the unknown keys of ``options`` and listing the valid ones."""
+    valid = option_names(*accepting)
+    unknown = sorted(set(options) - valid)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown option(s) {', '.join(map(repr, unknown))}; "
+            f"valid options: {', '.join(sorted(valid))}"
+        )
+
+
+def _describe(obj: Any) -> str:
+    cls = type(obj)
+    module = cls.__module__.split(".")[0]
+    return f"{module}.{cls.__qualname__}" if module != "builtins" else cls.__qualname__
+
+
+def _creates(client: Any) -> Iterable[Any]:
+    for path in (("chat", "completions", "create"), ("responses", "create")):
+        obj = client
+        for name in path:
+            obj = getattr(obj, name, None)
+            if obj is None:
+                break
+        if obj is not None and callable(obj):
+            yield obj
+
+
+def _is_async(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(inspect.unwrap(fn)) or inspect.iscoroutinefunction(fn)
+
+
+def check_client(client: Any, *, asynchronous: bool, where: str) -> None:
+    """ConfigError unless ``client`` looks like the openai SDK client ``where`` wraps: an
+    ``AsyncOpenAI`` (``asynchronous``) or an ``OpenAI``, or one with the same ``create``s."""
+    wanted = "openai.AsyncOpenAI" if asynchronous else "openai.OpenAI"
+    creates = list(_creates(client))
+    if not creates:
+        raise ConfigError(
+            f"{where} wraps an {wanted} client (or one with chat.completions.create / "
+            f"responses.create); got {_describe(client)}, which has neither"
+        )
+    if any(_is_async(c) for c in creates) != asynchronous:
+        twin = "spectool.speculative_sync" if asynchronous else "spectool.speculative"
+        raise ConfigError(
+            f"{where} wraps an {wanted} client; got {_describe(client)}, "
+            f"{'a synchronous' if asynchronous else 'an async'} client: wrap it with {twin}(...) "
+            f"instead, or pass an {wanted}"
+        )
