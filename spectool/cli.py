@@ -77,17 +77,25 @@ def main(argv: list[str] | None = None) -> int:
     chosen = _chosen(argv, set(table))
     from ._errors import SpectoolError, missing_extra
 
+    pass_unknown = False
     for name, (module, help_) in table.items():
         p = sub.add_parser(name, help=help_)
         p.set_defaults(_module=module)
         if name != chosen:
             continue  # its options are parsed only when it is the one that runs
         try:
-            importlib.import_module(module).add_arguments(p)
+            mod = importlib.import_module(module)
+            mod.add_arguments(p)
         except ModuleNotFoundError as exc:
             print(f"spectool {name}: error: {missing_extra(exc.name or module, 'serve')}", file=sys.stderr)
             return 1
-    args = parser.parse_args(argv)
+        # a command that wraps another program (serve --backend vllm) takes that program's flags
+        pass_unknown = bool(getattr(mod, "PASS_UNKNOWN_ARGS", False))
+    if pass_unknown:
+        args, unknown = parser.parse_known_args(argv)
+        args._unknown, args._argv = unknown, argv[argv.index(chosen) + 1 :] if chosen else []
+    else:
+        args = parser.parse_args(argv)
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2
