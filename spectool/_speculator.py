@@ -203,6 +203,7 @@ class Speculator:
         assert self.drafter is not None
         self.draft_counters.drafts += 1
         watch, status = _observe.draft_started(request), "cancelled"
+        _observe.draft_by(watch, self.drafter)
         try:
             with turn.scope:
                 with anyio.move_on_after(self.draft_timeout) as timeout:

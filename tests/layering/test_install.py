@@ -33,7 +33,13 @@ LAYERS = {
     "core": (
         (),
         ["spectool"],
-        ("spectool.bench", "spectool.drafters", "spectool._embedded", "spectool._tracing"),
+        (
+            "spectool.bench",
+            "spectool.drafters",
+            "spectool._embedded",
+            "spectool._tracing",
+            "spectool._otel_instrumentor",
+        ),
         (),
     ),
     "serve": (
@@ -44,7 +50,7 @@ LAYERS = {
     ),
     # the in-process drafter: model loading, grammar, adapters, int8, tuning
     "local": (("local",), ["spectool"], (), ("spectool.drafters", "spectool._embedded")),
-    "tracing": (("tracing",), ["spectool"], (), ("spectool._tracing",)),
+    "tracing": (("tracing",), ["spectool"], (), ("spectool._tracing", "spectool._otel_instrumentor")),
     # measurement runs on the layer it measures (the embedded engine, the drafters: [serve] ⊇
     # [local]; docs/benchmark.md); what it adds (plots, fits, BFCL's MathAPI) is [bench]'s
     "bench": (("bench", "serve"), ["spectool", "spectool_serving"], (), MEASUREMENT),
