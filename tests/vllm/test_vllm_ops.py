@@ -111,8 +111,9 @@ def test_sigterm_to_spectool_serve_stops_the_whole_vllm_process_tree(tmp_path):
     fake.chmod(0o755)
     pids = tmp_path / "pids"
     env = {**os.environ, "SPECTOOL_VLLM_PYTHON": str(fake), "FAKE_PIDS": str(pids)}
-    argv = [sys.executable, "-m", "spectool.cli", "serve", "--backend", "vllm", "--model", str(tmp_path)]
-    proc = subprocess.Popen([*argv, "--port", str(_free_port())], env=env, cwd=ROOT)
+    argv = [sys.executable, "-m", "spectool.cli", "serve", str(tmp_path), "--backend", "vllm"]
+    # its own session, so the cleanup below reaches whatever a broken version leaves behind
+    proc = subprocess.Popen([*argv, "--port", str(_free_port())], env=env, cwd=ROOT, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline:
@@ -127,9 +128,11 @@ def test_sigterm_to_spectool_serve_stops_the_whole_vllm_process_tree(tmp_path):
             time.sleep(0.05)
         assert not _alive(core)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
 
 def test_the_setting_for_the_default_max_tokens_is_typed(monkeypatch):
