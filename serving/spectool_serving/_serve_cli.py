@@ -75,7 +75,9 @@ def _vllm_args(args: argparse.Namespace) -> argparse.Namespace:
     (``--max-model-len 4096``) is never taken for the model; a bare first word is the model."""
     p = argparse.ArgumentParser(add_help=False)
     add_arguments(p, positional=False)
-    again, unknown = p.parse_known_args(args._argv)
+    from .vllm.serve import parse_passing
+
+    again, unknown = parse_passing(p, args._argv)
     again.model = None
     if unknown and not unknown[0].startswith("-"):
         again.model = unknown.pop(0)

@@ -177,3 +177,31 @@ def test_open_requests_end_when_the_engine_stops():
         return sorted(events)
 
     assert asyncio.run(main()) == ["a ended", "b ended"]
+
+
+def test_every_serve_command_in_docs_vllm_parses(capsys):
+    """The commands docs/vllm.md shows, as written (up to the print), build a vLLM command."""
+    import re
+    import shlex
+
+    from spectool_serving.vllm.serve import main as serve_main
+
+    text = (ROOT / "docs" / "vllm.md").read_text()
+    bash = "\n".join(re.findall(r"```bash\n(.*?)```", text, re.S)).replace("\\\n", " ")
+    wanted = [
+        x for x in bash.splitlines() if re.match(r"\s*(\S+=\S+ )*(spectool serve|python -m spectool_s)", x)
+    ]
+    lines = [shlex.split(line.split("#")[0]) for line in wanted]
+    serve = [w for w in lines if w[:2] == ["spectool", "serve"]]
+    module = [w for w in lines if "spectool_serving.vllm.serve" in w]
+    assert any("--tool-call-parser" in w for w in serve) and module
+    for words in serve:
+        cmd = _printed(capsys, *[w for w in words[2:] if w not in ("--backend", "vllm")])
+        assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    for words in module:
+        rest = words[words.index("spectool_serving.vllm.serve") + 1 :]
+        assert serve_main(["--print-command", *[w for w in rest if w != "--print-command"]]) == 0
+        cmd = capsys.readouterr().out.split()
+        assert "--enable-auto-tool-choice" in cmd
+        if "--tensor-parallel-size" in rest:
+            assert cmd[cmd.index("--tensor-parallel-size") + 1] == "2"

@@ -282,9 +282,18 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m spectool_serving.vllm.serve", epilog="Other flags are passed to vLLM as given."
     )
     add_arguments(p)
-    args, unknown = p.parse_known_args(argv)
+    args, unknown = parse_passing(p, sys.argv[1:] if argv is None else argv)
     args._unknown = unknown
     return run(args)
+
+
+def parse_passing(p: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """``p``'s options, and the rest for vLLM in order: flags ``p`` does not know, and
+    everything after a ``--`` as given (never read by ``p``)."""
+    argv = list(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, unknown = p.parse_known_args(argv[:cut])
+    return args, unknown + argv[cut + 1 :]
 
 
 if __name__ == "__main__":
