@@ -7,6 +7,7 @@ With ``--backend vllm``, flags this command does not know are vLLM's own and go 
 from __future__ import annotations
 
 import argparse
+import logging
 
 from spectool.errors import ConfigError, missing_extra
 
@@ -89,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
     if args.backend == "vllm" and getattr(args, "_argv", None) is not None:
         args = _vllm_args(args)
     args.model = args.model_flag or args.model
+    # spectool's own log lines at the chosen level (debug also shows the dependencies' chatter
+    # while the model loads, which is hidden otherwise)
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("spectool").setLevel(args.log_level.upper())
     if args.backend == "vllm":
         try:
             from .vllm.serve import run as serve_vllm
