@@ -86,3 +86,38 @@ def test_loading_the_model_shows_no_dependency_chatter(tmp_path, debug):
     assert out.stdout.strip().endswith("loaded")
     chatter = "it/s]" in out.stderr or "Warning" in out.stderr
     assert chatter is debug, out.stderr[-2000:]
+
+
+EXIT_MID_STEP = """
+import atexit, sys, threading
+
+state = {}
+# registered before spectool_serving is imported, so it runs after the engine's own exit hook
+atexit.register(lambda: print("thread left at exit:", state["engine"]._thread is not None, flush=True))
+
+from spectool_serving.requests import build_sequences
+from spectool_serving.server import build_engine
+
+engine = state["engine"] = build_engine(tool_cache=False)
+messages = [{"role": "user", "content": "Tell a long story."}]
+body = {"model": "m", "max_tokens": 400, "temperature": 0, "messages": messages}
+[seq] = build_sequences(body, engine, "chatcmpl-exit", "")
+started = threading.Event()
+seq.emit = lambda event: started.set()
+engine.start()
+engine.add(seq)
+started.wait(120)
+print("generating; main thread ends now", flush=True)
+"""
+
+
+@pytest.mark.model
+def test_a_script_that_ends_mid_generation_exits_cleanly(tmp_path):
+    """The engine thread is stopped and joined at exit: the interpreter never finalizes while
+    it is inside a forward (the rare rc 134 of examples/engine_side.py)."""
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", EXIT_MID_STEP], capture_output=True, text=True, cwd=root, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-2:] == ["generating; main thread ends now", "thread left at exit: False"]
