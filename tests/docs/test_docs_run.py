@@ -44,6 +44,7 @@ EXPECT = {
         r"spectool.resolve get \{'spectool.outcome': '(hit|join)'\}",
         r"\['(hit|join)'\]",
         r"picture: turn.png 1 served early",
+        r"spectool.speculative.runs 1",
     ],
     "langchain.md": [r"Sunny in Paris\.\nSunny in Paris\."],
     "quickstart.md": [r"'hits': 1"],
