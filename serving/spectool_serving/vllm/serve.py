@@ -23,6 +23,8 @@ from pathlib import Path
 from spectool.errors import ConfigError
 from spectool.settings import settings
 
+from .._serve_cli import LOG_LEVELS
+
 __all__ = ["VllmServer", "add_arguments", "build_command", "run", "vllm_env_missing", "vllm_python"]
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -30,7 +32,8 @@ TEMPLATE = Path(__file__).with_name("smollm2_tools.jinja")
 PROPOSER = "spectool_serving.vllm.proposer.ToolCacheProposer"
 EXTENSION = "spectool_serving.vllm.worker.ToolCacheWorkerExtension"
 #: ``max_tokens`` of a chat request that sets none, applied by the endpoint plugin (vLLM's own
-#: default, the rest of the context window, let one request run for 13 minutes on CPU).
+#: default, the rest of the context window, let one request run for 13 minutes on CPU); the
+#: default of ``SPECTOOL_VLLM_DEFAULT_MAX_TOKENS``, named here for the help text.
 DEFAULT_MAX_TOKENS = 2048
 
 
@@ -94,11 +97,10 @@ def build_command(
 ) -> list[str]:
     """The vLLM server command line with spectool's plugins (see docs/vllm.md).
 
-        ``extra`` is vLLM's own flags, passed as given; a flag this function would set itself
-        (``--tool-call-parser``, ``--served-model-name``, ``--dtype`` …) is then left to ``extra``.
-    ``spectool_plugins=False`` (with ``o2=False``) is the same server
-        as stock vLLM runs it: no worker extension, no proposer; pair it with
-        ``server_env(plugins=False)``."""
+    ``extra`` is vLLM's own flags, passed as given; a flag this function would set itself
+    (``--tool-call-parser``, ``--served-model-name``, ``--dtype`` …) is then left to ``extra``.
+    ``spectool_plugins=False`` (with ``o2=False``) is the same server as stock vLLM runs it:
+    no worker extension, no proposer; pair it with ``server_env(plugins=False)``."""
     if o2 and not spectool_plugins:
         raise ValueError("O2 is a spectool plugin: o2=True needs spectool_plugins=True")
     folder, embedded = _model_folder(model)
@@ -220,10 +222,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="vLLM's and uvicorn's log level")
     p.add_argument("--no-access-log", action="store_true", help="no line per request")
     p.add_argument("--print-command", action="store_true", help="print the vLLM command and exit")
-
-
-#: ``--log-level`` choices, shared with ``spectool serve``.
-LOG_LEVELS = ["debug", "info", "warning", "error"]
 
 
 def _passed(args: argparse.Namespace) -> list[str]:
