@@ -28,13 +28,17 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
-    threading.Thread(target=server.run, daemon=True).start()
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
     while not server.started:
         time.sleep(0.05)
     base = f"http://127.0.0.1:{port}"
     body = {"model": "m", "stream": True, "temperature": 0, "max_tokens": 40, "tools": [WEATHER],
             "tool_choice": "required", "messages": [{"role": "user", "content": "Weather in Paris?"}]}
-    with httpx.Client(base_url=base, timeout=600) as c, c.stream("POST", "/v1/chat/completions", json=body) as r:
+    with (
+        httpx.Client(base_url=base, timeout=600) as c,
+        c.stream("POST", "/v1/chat/completions", json=body) as r,
+    ):
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -49,6 +53,8 @@ def main() -> None:
                     print("returned call:", ch["delta"]["tool_calls"][0]["function"])
     print(json.dumps(app.state.engine.counters()))
     server.should_exit = True
+    thread.join()
+    app.state.engine.stop()  # let the engine thread finish its step before the interpreter ends
 
 
 if __name__ == "__main__":

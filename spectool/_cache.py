@@ -200,9 +200,10 @@ class ToolCache:
             if single is None:
                 raise
         finally:
-            self.counters.wasted_runs += sum(
-                1 for e in self._entries.values() if e.speculative and not e.used
-            )
+            unused = [e for e in self._entries.values() if e.speculative and not e.used]
+            self.counters.wasted_runs += len(unused)
+            for e in unused:
+                _observe.wasted(e.call, e.spec, e.outcome)
             self._entries.clear()
             self._tg = None
         raise single  # outside the handler: its own cause and context, not the group's
@@ -278,6 +279,7 @@ class ToolCache:
             return
         if entry.speculative and not entry.used:
             self.counters.wasted_runs += 1
+            _observe.wasted(entry.call, entry.spec, entry.outcome)
             if entry.scope is not None and entry.waiters == 0:
                 entry.scope.cancel()
 

@@ -10,12 +10,17 @@ Loading (:func:`load_causal_lm`) imports torch/transformers lazily; fetching doe
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import logging
 import os
 import subprocess
 import sys
 import tempfile
+import warnings
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +142,51 @@ def embedded_hf_folder() -> Path:
     return _gguf_to_hf(embedded_gguf())
 
 
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Dependency chatter while a model loads or converts (transformers' FutureWarnings,
+    progress bars) is not the user's to act on: hidden, unless the ``spectool`` logger is at
+    DEBUG (``spectool serve --log-level debug``)."""
+    if logging.getLogger("spectool").isEnabledFor(logging.DEBUG):
+        yield
+        return
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # nothing to quieten; the caller reports the missing extra
+        yield
+        return
+    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings(), _no_gguf_bar():
+            for module in ("transformers", "torch", "huggingface_hub", "gguf"):
+                warnings.filterwarnings("ignore", category=FutureWarning, module=module)
+                warnings.filterwarnings("ignore", category=UserWarning, module=module)
+            yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+@contextmanager
+def _no_gguf_bar() -> Iterator[None]:
+    # transformers' GGUF reader draws its bar with tqdm directly, past its own switch
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:
+        yield
+        return
+    bar = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
+
+
+@_quiet()
 def _gguf_to_hf(gguf: Path) -> Path:
     folder = _converted_folder(gguf)
     if (folder / "config.json").exists():
@@ -167,6 +217,7 @@ def _gguf_to_hf(gguf: Path) -> Path:
     return folder
 
 
+@_quiet()
 def load_causal_lm(
     source: str | os.PathLike[str] | None = None, *, dtype: str = "float32", device: str = "cpu"
 ) -> tuple[Any, Any]:

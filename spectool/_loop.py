@@ -99,11 +99,13 @@ async def run_agent(
     transcript = [as_dict(m) for m in messages]
     start = time.perf_counter()
     step = _chat_turn if api == "chat" else _responses_turn
-    for turn in range(1, max_turns + 1):
-        done, text = await step(client, transcript, model, stream, create_options)
+    turns = 0
+    while turns < max_turns:
+        done, text, used = await step(client, transcript, model, stream, create_options, max_turns - turns)
+        turns += used
         if done:
-            return AgentResult(transcript, text, turn, "answer", time.perf_counter() - start, client.stats())
-    return AgentResult(transcript, None, max_turns, "max_turns", time.perf_counter() - start, client.stats())
+            return AgentResult(transcript, text, turns, "answer", time.perf_counter() - start, client.stats())
+    return AgentResult(transcript, None, turns, "max_turns", time.perf_counter() - start, client.stats())
 
 
 async def _chat_turn(
@@ -112,7 +114,11 @@ async def _chat_turn(
     model: str,
     stream: bool,
     options: dict[str, Any],
-) -> tuple[bool, str | None]:
+    budget: int,
+) -> tuple[bool, str | None, int]:
+    """One model call; returns (answered, final text, turns used). Each call an engine
+    answered in place (O3) is a turn, as the same call made by the client would be: a response
+    holding more than ``budget`` turns is cut where the client's own loop would have stopped."""
     kwargs: dict[str, Any] = {"model": model, "messages": transcript, **options}
     if stream:
         kwargs["stream"] = True
@@ -125,12 +131,17 @@ async def _chat_turn(
         message = _assistant(response.final_message())
     else:
         message = _assistant(response.choices[0].message)
-    transcript.extend(client.engine_resolved(response))  # calls an engine answered in place
+    resolved = client.engine_resolved(response)  # pairs: the assistant's call, then its result
+    hops = len(resolved) // 2
+    if hops >= budget:
+        transcript.extend(resolved[: 2 * budget])
+        return False, None, budget
+    transcript.extend(resolved)
     transcript.append(message)
     if not message.get("tool_calls"):
-        return True, message.get("content")
+        return True, message.get("content"), hops + 1
     transcript.extend(await client.run_tool_calls(message))
-    return False, None
+    return False, None, hops + 1
 
 
 async def _responses_turn(
@@ -139,7 +150,8 @@ async def _responses_turn(
     model: str,
     stream: bool,
     options: dict[str, Any],
-) -> tuple[bool, str | None]:
+    budget: int,
+) -> tuple[bool, str | None, int]:
     kwargs: dict[str, Any] = {"model": model, "input": transcript, **options}
     if stream:
         kwargs["stream"] = True
@@ -151,6 +163,6 @@ async def _responses_turn(
     output = [_output_item(o) for o in (getattr(response, "output", None) or ())]
     transcript.extend(output)
     if not any(o.get("type") == "function_call" for o in output):
-        return True, _output_text(output)
+        return True, _output_text(output), 1
     transcript.extend(await client.run_tool_calls(output))
-    return False, None
+    return False, None, 1

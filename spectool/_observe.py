@@ -1,9 +1,9 @@
 """Observers: what the cache and the speculator did, as it happens, for tracing and pictures.
 
 The core calls a handful of hook points (a tool run starting and ending, a main-path call
-served or missed, a stale entry discarded, a draft starting and ending); each forwards to the
-observers registered with :func:`add_observer`. With none registered a hook is one list check.
-An observer's failure is logged and never reaches the agent.
+served or missed, a stale entry discarded, an early run wasted, a draft starting and ending);
+each forwards to the observers registered with :func:`add_observer`. With none registered a
+hook is one list check. An observer's failure is logged and never reaches the agent.
 """
 
 from __future__ import annotations
@@ -49,8 +49,15 @@ class Observer:
     def draft_started(self, request: DraftRequest) -> Any:
         """A drafter's ``propose`` begins."""
 
+    def draft_by(self, token: Any, drafter: Any) -> None:
+        """The draft begun with ``token`` is made by ``drafter`` (right after ``draft_started``)."""
+
     def draft_finished(self, token: Any, status: str, proposals: int, admitted: int) -> None:
         """It ended: ``status`` is ok, timeout, error or cancelled."""
+
+    def wasted(self, call: ToolCall, spec: ToolSpec, outcome: Outcome | None) -> None:
+        """A speculative run was dropped unused (evicted, expired, stale, or the session closed);
+        ``outcome`` is None while it was still running."""
 
 
 _observers: list[Observer] = []
@@ -114,6 +121,17 @@ class _Fanout:
         if not _observers:
             return None
         return list(zip(list(_observers), self._each("draft_started", request)))
+
+    def draft_by(self, tokens: list[Any] | None, drafter: Any) -> None:
+        for obs, token in tokens or ():
+            try:
+                obs.draft_by(token, drafter)
+            except Exception:
+                log.warning("observer %r failed in draft_by", obs, exc_info=True)
+
+    def wasted(self, call: ToolCall, spec: ToolSpec, outcome: Outcome | None) -> None:
+        if _observers:
+            self._each("wasted", call, spec, outcome)
 
     def draft_finished(self, tokens: list[Any] | None, status: str, proposals: int, admitted: int) -> None:
         for obs, token in tokens or ():

@@ -216,6 +216,7 @@ class Speculator:
         assert self.drafter is not None
         self.draft_counters.drafts += 1
         watch, status = _observe.draft_started(request), "cancelled"
+        _observe.draft_by(watch, self.drafter)
         try:
             with turn.scope:
                 try:

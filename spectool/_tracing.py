@@ -1,23 +1,33 @@
-"""OpenTelemetry spans for drafts and tool runs: ``spectool.instrument()``.
+"""OpenTelemetry spans and metrics for drafts and tool runs: ``spectool.instrument()``.
 
-Spans follow the GenAI semantic conventions for tool execution where they apply:
+Spans follow the GenAI semantic conventions (attribute names from
+``opentelemetry-semantic-conventions``):
 
-* every tool run (speculative or not): ``execute_tool {name}`` with ``gen_ai.operation.name =
-  "execute_tool"``, ``gen_ai.tool.name``, ``gen_ai.tool.type = "function"``,
-  ``gen_ai.tool.call.id`` (when the model gave one), ``error.type`` on failure, plus
-  ``spectool.speculative`` and ``spectool.effect``;
-* every main-path call: ``spectool.resolve {name}`` with ``spectool.outcome`` = hit / join /
-  miss, and ``spectool.time_saved_s`` for hits and joins; a speculative read thrown away because
-  a write in its scope came first: ``spectool.stale {name}`` with ``spectool.outcome = "stale"``;
-* every draft: ``spectool.draft`` with ``spectool.draft.status`` (ok / timeout / error /
-  cancelled), ``spectool.draft.samples``, ``.proposals`` and ``.admitted``.
+* every real tool run, speculative or not: ``execute_tool {name}``, operation
+  ``execute_tool``, with ``gen_ai.tool.name`` / ``.type`` / ``.description``,
+  ``gen_ai.tool.call.id`` (the model's, or the drafter's for an early run), ``error.type`` on
+  failure, ``spectool.speculative`` / ``.effect`` / ``.key``; with content capture on, also
+  ``gen_ai.tool.call.arguments`` and ``gen_ai.tool.call.result``;
+* every main-path call: ``spectool.resolve {name}``, operation ``spectool.resolve`` (not
+  ``execute_tool``: a served call is counted once, by its run), ``spectool.outcome`` = hit /
+  join / miss, ``spectool.time_saved_s``, and a link to the early run's span that served it;
+  an early read thrown away as stale: ``spectool.stale {name}``;
+* every draft: ``spectool.draft`` (operation ``spectool.draft``) and, for a drafter backed by
+  a model, a child GenAI ``chat {model}`` span.
+
+Metrics (meter ``spectool``): ``spectool.tool_cache.hits`` / ``.joins`` / ``.misses``,
+``spectool.speculative.runs`` / ``.wasted``, ``spectool.time_saved`` (seconds).
 
 opentelemetry is imported only here, only when ``instrument()`` is called.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
+import weakref
+from collections import OrderedDict
 from typing import Any
 
 from ._observe import Observer, add_observer, remove_observer
@@ -25,90 +35,186 @@ from .errors import missing_extra
 
 __all__ = ["instrument", "uninstrument"]
 
+#: The GenAI instrumentations' switch for recording message content (opt-in: arguments and
+#: results may hold personal data).
+CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+_LINKS_KEPT = 4096  # early-run span contexts kept for links from later resolve spans
+
 _installed: _SpanObserver | None = None
 
 
-def _attrs(call: Any, spec: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": spec.name,
-        "gen_ai.tool.type": "function",
-        "spectool.effect": spec.effect.value,
-        "spectool.scope": spec.scope,
-    }
-    if getattr(call, "id", None):
-        out["gen_ai.tool.call.id"] = call.id
-    return out
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 class _SpanObserver(Observer):
-    def __init__(self, tracer: Any, status: Any, status_code: Any) -> None:
-        self.tracer, self._status, self._code = tracer, status, status_code
+    def __init__(self, tracer: Any, meter: Any, otel: Any, capture_content: bool) -> None:
+        self.tracer, self.otel, self.capture = tracer, otel, capture_content
+        self.ga = otel.gen_ai
+        self._runs: OrderedDict[int, tuple[Any, Any]] = OrderedDict()  # id(outcome) -> (weakref, ctx)
         # The cache clock is monotonic; spans want wall-clock nanoseconds.
         self._offset = time.time() - time.monotonic()
+        counter = meter.create_counter
+        self.m = {
+            "hit": counter("spectool.tool_cache.hits", "{call}", "main-path calls served by a finished run"),
+            "join": counter("spectool.tool_cache.joins", "{call}", "main-path calls that joined a run"),
+            "miss": counter("spectool.tool_cache.misses", "{call}", "main-path calls run on the spot"),
+            "runs": counter("spectool.speculative.runs", "{run}", "tool runs started early"),
+            "wasted": counter("spectool.speculative.wasted", "{run}", "early runs never used"),
+            "saved": counter("spectool.time_saved", "s", "tool seconds the main path did not wait"),
+        }
 
     def _ns(self, clock: float) -> int:
         return int((clock + self._offset) * 1e9)
 
+    def _tool(self, call: Any, spec: Any, operation: str) -> dict[str, Any]:
+        ga = self.ga
+        out: dict[str, Any] = {
+            ga.GEN_AI_OPERATION_NAME: operation,
+            ga.GEN_AI_TOOL_NAME: spec.name,
+            ga.GEN_AI_TOOL_TYPE: "function",
+            "spectool.effect": spec.effect.value,
+            "spectool.scope": spec.scope,
+        }
+        if spec.description:
+            out[ga.GEN_AI_TOOL_DESCRIPTION] = spec.description
+        if getattr(call, "id", None):
+            out[ga.GEN_AI_TOOL_CALL_ID] = call.id
+        if self.capture:
+            out[ga.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(call.arguments)
+        return out
+
     def tool_started(self, call: Any, spec: Any, speculative: bool) -> Any:
-        attrs = {**_attrs(call, spec), "spectool.speculative": speculative}
+        attrs = {**self._tool(call, spec, "execute_tool"), "spectool.speculative": speculative}
+        if speculative:
+            self.m["runs"].add(1, {self.ga.GEN_AI_TOOL_NAME: spec.name})
         return self.tracer.start_span(f"execute_tool {spec.name}", attributes=attrs)
 
     def tool_finished(self, span: Any, outcome: Any) -> None:
         if outcome.error is not None:
-            span.set_attribute("error.type", type(outcome.error).__qualname__)
-            span.set_status(self._status(self._code.ERROR, str(outcome.error)))
+            span.set_attribute(self.otel.ERROR_TYPE, type(outcome.error).__qualname__)
+            span.set_status(self.otel.Status(self.otel.StatusCode.ERROR, str(outcome.error)))
+        elif self.capture and not outcome.cancelled:
+            span.set_attribute(self.ga.GEN_AI_TOOL_CALL_RESULT, _json(outcome.value))
         span.set_attribute("spectool.cancelled", outcome.cancelled)
         span.end()
+        if outcome.speculative:  # a later resolve span links to the run that served it
+            self._runs[id(outcome)] = (weakref.ref(outcome), span.get_span_context())
+            while len(self._runs) > _LINKS_KEPT:
+                self._runs.popitem(last=False)
+
+    def _link(self, outcome: Any) -> list[Any]:
+        kept = self._runs.get(id(outcome)) if outcome is not None else None
+        if kept is None or kept[0]() is not outcome:  # an id reused after a run was freed
+            return []
+        return [self.otel.Link(kept[1], {"spectool.link": "early_run"})]
 
     def resolved(self, kind: str, call: Any, spec: Any, *, started: float, outcome: Any = None) -> None:
         name = f"spectool.stale {spec.name}" if kind == "stale" else f"spectool.resolve {spec.name}"
         attrs = {
-            **_attrs(call, spec),
+            **self._tool(call, spec, "spectool.stale" if kind == "stale" else "spectool.resolve"),
             "spectool.outcome": kind,
             "spectool.speculative": kind in ("hit", "join", "stale"),
         }
+        tool = {self.ga.GEN_AI_TOOL_NAME: spec.name}
+        if kind in ("hit", "join", "miss"):
+            self.m[kind].add(1, tool)
         if kind in ("hit", "join") and outcome is not None:
-            attrs["spectool.time_saved_s"] = max(0.0, min(started, outcome.finished) - outcome.started)
-        span = self.tracer.start_span(name, attributes=attrs, start_time=self._ns(started))
+            saved = max(0.0, min(started, outcome.finished) - outcome.started)
+            attrs["spectool.time_saved_s"] = saved
+            self.m["saved"].add(saved, tool)
+        links = self._link(outcome) if kind != "miss" else []
+        span = self.tracer.start_span(name, attributes=attrs, start_time=self._ns(started), links=links)
         span.end()
 
+    def wasted(self, call: Any, spec: Any, outcome: Any) -> None:
+        self.m["wasted"].add(1, {self.ga.GEN_AI_TOOL_NAME: spec.name})
+
     def draft_started(self, request: Any) -> Any:
-        return self.tracer.start_span(
+        span = self.tracer.start_span(
             "spectool.draft",
             attributes={
+                self.ga.GEN_AI_OPERATION_NAME: "spectool.draft",
                 "spectool.draft.samples": request.samples,
                 "spectool.draft.messages": len(request.messages),
             },
         )
+        return [span]
 
-    def draft_finished(self, span: Any, status: str, proposals: int, admitted: int) -> None:
+    def draft_by(self, token: Any, drafter: Any) -> None:
+        model = getattr(drafter, "model", None)
+        if token is None or not isinstance(model, str):
+            return  # not a model (the history drafter) or a model given as an object
+        ga, parent = self.ga, self.otel.trace.set_span_in_context(token[0])
+        attrs = {
+            ga.GEN_AI_OPERATION_NAME: "chat",
+            ga.GEN_AI_REQUEST_MODEL: model,
+            ga.GEN_AI_PROVIDER_NAME: getattr(drafter, "provider", None) or "openai",
+            "spectool.drafter": type(drafter).__name__,
+        }
+        token.append(self.tracer.start_span(f"chat {model}", context=parent, attributes=attrs))
+
+    def draft_finished(self, token: Any, status: str, proposals: int, admitted: int) -> None:
+        span, *chat = token
+        for child in chat:
+            if status == "error":
+                child.set_attribute(self.otel.ERROR_TYPE, "drafter_error")
+            child.end()
         span.set_attribute("spectool.draft.status", status)
         span.set_attribute("spectool.draft.proposals", proposals)
         span.set_attribute("spectool.draft.admitted", admitted)
         span.end()
 
 
-def instrument(tracer_provider: Any = None) -> Observer:
-    """Emit OpenTelemetry spans for every session in this process (idempotent).
+class _Otel:
+    """The opentelemetry names the observer uses, imported once by :func:`instrument`."""
 
-    ``tracer_provider`` defaults to the global one. Needs ``opentelemetry-api`` (the SDK to
-    export: ``pip install 'spectool[tracing]'``). Returns the observer (for ``uninstrument``).
+    def __init__(self) -> None:
+        from opentelemetry import trace
+        from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
+        from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
+        from opentelemetry.trace import Link, Status, StatusCode
+
+        self.trace, self.gen_ai, self.ERROR_TYPE = trace, gen_ai_attributes, ERROR_TYPE
+        self.Link, self.Status, self.StatusCode = Link, Status, StatusCode
+
+
+def instrument(
+    tracer_provider: Any = None, *, meter_provider: Any = None, capture_content: bool | None = None
+) -> Observer:
+    """Emit OpenTelemetry spans and metrics for every session in this process (idempotent).
+
+    Providers default to the global ones. ``capture_content``: record tool arguments and
+    results on spans (default: ``$OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``).
+    Needs ``pip install 'spectool[tracing]'``. Returns the observer (for ``uninstrument``).
     """
     global _installed
     try:
-        from opentelemetry import trace
-        from opentelemetry.trace import Status, StatusCode
+        from opentelemetry import metrics, trace
+
+        otel = _Otel()
     except ImportError as exc:
         raise missing_extra("opentelemetry", "tracing") from exc
     uninstrument()
-    provider = tracer_provider or trace.get_tracer_provider()
-    _installed = _SpanObserver(provider.get_tracer("spectool"), Status, StatusCode)
+    if capture_content is None:
+        capture_content = os.environ.get(CAPTURE_ENV, "").strip().lower() == "true"
+    tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer("spectool", _version())
+    meter = (meter_provider or metrics.get_meter_provider()).get_meter("spectool", _version())
+    _installed = _SpanObserver(tracer, meter, otel, capture_content)
     return add_observer(_installed)
 
 
 def uninstrument() -> None:
-    """Stop emitting spans."""
+    """Stop emitting spans and metrics."""
     global _installed
     if _installed is not None:
         remove_observer(_installed)

@@ -91,19 +91,27 @@ def main(argv: list[str] | None = None) -> int:
     if chosen is None and (wanted := _chosen(argv, set(ELSEWHERE))) is not None:
         print(f"spectool {wanted}: error: {_not_installed(wanted)}", file=sys.stderr)
         return 1
+    pass_unknown = False
     for name, (module, help_) in table.items():
         p = sub.add_parser(name, help=help_)
         p.set_defaults(_module=module)
         if name != chosen:
             continue  # its options are parsed only when it is the one that runs
         try:
-            importlib.import_module(module).add_arguments(p)
+            mod = importlib.import_module(module)
+            mod.add_arguments(p)
         except ModuleNotFoundError as exc:
             print(f"spectool {name}: error: {missing_extra(exc.name or module, 'serve')}", file=sys.stderr)
             return 1
+        # a command that wraps another program (serve --backend vllm) takes that program's flags
+        pass_unknown = bool(getattr(mod, "PASS_UNKNOWN_ARGS", False))
     for name in sorted(ELSEWHERE.keys() - table.keys()):  # listed, so `--help` says where they are
         sub.add_parser(name, help=f"(not installed: pip install {ELSEWHERE[name]})")
-    args = parser.parse_args(argv)
+    if pass_unknown:
+        args, unknown = parser.parse_known_args(argv)
+        args._unknown, args._argv = unknown, argv[argv.index(chosen) + 1 :] if chosen else []
+    else:
+        args = parser.parse_args(argv)
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2

@@ -1,22 +1,32 @@
 """``spectool serve``: the OpenAI-compatible engine with the tool cache (needs spectool[serve]).
 
 With no arguments it serves the embedded SmolLM2-135M-Instruct on CPU at 127.0.0.1:8000.
+With ``--backend vllm``, flags this command does not know are vLLM's own and go to it as given.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 
-from spectool.errors import missing_extra
+from spectool.errors import ConfigError, missing_extra
+
+#: ``spectool`` parses this command with ``parse_known_args`` and hands the rest over as
+#: ``args._unknown``: vLLM's own flags under ``--backend vllm``, an error otherwise.
+PASS_UNKNOWN_ARGS = True
+
+LOG_LEVELS = ["debug", "info", "warning", "error"]
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "model",
-        nargs="?",
-        default=None,
-        help="HF folder or hub id, a .gguf file, or omit for the embedded SmolLM2",
-    )
+def add_arguments(p: argparse.ArgumentParser, *, positional: bool = True) -> None:
+    if positional:
+        p.add_argument(
+            "model",
+            nargs="?",
+            default=None,
+            help="HF folder or hub id, a .gguf file, or omit for the embedded SmolLM2",
+        )
+    p.add_argument("--model", dest="model_flag", default=None, help="the same as the positional model")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
@@ -47,32 +57,73 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="torch",
         choices=["torch", "vllm"],
         help="torch: spectool's engine; vllm: vLLM's server with spectool's plugins "
-        "(needs .venv-vllm: bash scripts/setup-vllm.sh; see docs/vllm.md)",
+        "(needs .venv-vllm: bash scripts/setup-vllm.sh; see docs/vllm.md); other flags go to vLLM",
     )
+    p.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="server log level")
+    p.add_argument("--no-access-log", action="store_true", help="no line per request")
+    p.add_argument("--compile", action="store_true", help="vllm backend: compile instead of eager")
+    p.add_argument("--print-command", action="store_true", help="vllm backend: print vLLM's command, exit")
+    p.add_argument(
+        "--default-max-tokens",
+        type=int,
+        default=None,
+        help="vllm backend: max_tokens of a request that sets none (default 2048; 0: vLLM's own)",
+    )
+
+
+def _vllm_args(args: argparse.Namespace) -> argparse.Namespace:
+    """Parse the command line again without the positional model, so the value of a vLLM flag
+    (``--max-model-len 4096``) is never taken for the model; a bare first word is the model."""
+    p = argparse.ArgumentParser(add_help=False)
+    add_arguments(p, positional=False)
+    from .vllm.serve import parse_passing
+
+    again, unknown = parse_passing(p, args._argv)
+    again.model = None
+    if unknown and not unknown[0].startswith("-"):
+        again.model = unknown.pop(0)
+    again._unknown = unknown
+    return again
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.backend == "vllm" and getattr(args, "_argv", None) is not None:
+        args = _vllm_args(args)
+    args.model = args.model_flag or args.model
+    # spectool's own log lines at the chosen level (debug also shows the dependencies' chatter
+    # while the model loads, which is hidden otherwise)
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("spectool").setLevel(args.log_level.upper())
     if args.backend == "vllm":
         try:
-            from .vllm import serve as serve_vllm
+            from .vllm.serve import run as serve_vllm
         except ImportError as exc:
             raise missing_extra("spectool_serving", "serve") from exc
         return serve_vllm(args)
+    unknown = list(getattr(args, "_unknown", None) or [])
+    if unknown:
+        raise ConfigError(f"unrecognized arguments: {' '.join(unknown)} (vLLM flags need --backend vllm)")
     try:
+        from ._bind import bind
         from .server import build_server, serve
     except ImportError as exc:
         raise missing_extra("spectool_serving", "serve") from exc
-    app = build_server(
-        args.model,
-        api_keys=set(args.api_key) if args.api_key else None,
-        dtype=args.dtype,
-        device=args.device,
-        prompt_format=args.prompt_format,
-        max_batch=args.max_batch,
-        kv_slots=args.kv_slots,
-        tool_cache=not args.no_tool_cache,
-        decoding=args.decoding,
-    )
-    print(f"spectool serve: {app.state.engine.model_name} on http://{args.host}:{args.port}/v1")
-    serve(app, args.host, args.port)
+    sock = bind(args.host, args.port)  # before the model loads: a busy port fails at once
+    try:
+        app = build_server(
+            args.model,
+            api_keys=set(args.api_key) if args.api_key else None,
+            dtype=args.dtype,
+            device=args.device,
+            prompt_format=args.prompt_format,
+            max_batch=args.max_batch,
+            kv_slots=args.kv_slots,
+            tool_cache=not args.no_tool_cache,
+            decoding=args.decoding,
+        )
+    except BaseException:
+        sock.close()
+        raise
+    print(f"spectool serve: {app.state.engine.model_name} on http://{args.host}:{args.port}/v1", flush=True)
+    serve(app, args.host, args.port, sock=sock, log_level=args.log_level, access_log=not args.no_access_log)
     return 0

@@ -10,8 +10,10 @@ iterator of events; the model runs on the engine's own thread so the event loop 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
@@ -34,6 +36,18 @@ from .tree.accept import greedy_tree_accept
 from .verify import accept_greedy, accept_sampled
 
 __all__ = ["Engine", "EngineStats"]
+
+#: Engines whose thread runs. At exit each is stopped and joined: a daemon thread killed in
+#: the middle of a step (a forward on torch's thread pool) aborted the interpreter with
+#: "terminate called without an active exception" (rc 134) when a script ended right after a
+#: response finished, its step still running.
+_RUNNING: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for engine in list(_RUNNING):
+        engine.stop()
 
 
 @dataclass
@@ -299,6 +313,7 @@ class Engine:
             self._stop = False
             self._thread = threading.Thread(target=self._loop, name="spectool-engine", daemon=True)
             self._thread.start()
+            _RUNNING.add(self)
 
     def stop(self) -> None:
         with self._wake:
@@ -307,6 +322,7 @@ class Engine:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        _RUNNING.discard(self)
 
     def _loop(self) -> None:
         while True:

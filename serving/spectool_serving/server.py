@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from .app import create_app
@@ -54,10 +55,21 @@ def build_server(source: str | None = None, *, api_keys: set[str] | None = None,
     return create_app(build_engine(source, **kwargs), api_keys=api_keys)
 
 
-def serve(app: Any, host: str = "127.0.0.1", port: int = 8000) -> None:
+def serve(
+    app: Any,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    sock: socket.socket | None = None,
+    log_level: str = "warning",
+    access_log: bool = False,
+) -> None:
+    """Run ``app`` with uvicorn until interrupted; ``sock``: a socket bound already (see
+    :func:`spectool_serving._bind.bind`), so the port was taken before the model loaded."""
     import uvicorn
 
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        uvicorn.Server(config).run(sockets=[sock] if sock is not None else None)
     finally:
         app.state.engine.stop()

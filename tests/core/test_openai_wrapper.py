@@ -326,5 +326,5 @@ async def test_calls_an_engine_resolved_in_place_enter_the_transcript_and_count(
     assert [m["role"] for m in result.transcript] == ["user", "assistant", "tool", "assistant"]
     assert result.transcript[1]["tool_calls"][0]["function"]["name"] == "get"
     assert result.transcript[2] == {"role": "tool", "tool_call_id": "call_0", "content": "1"}
-    assert result.final_text == "a is 1" and result.turns == 1
+    assert result.final_text == "a is 1" and result.turns == 2  # the call answered in place is a turn
     assert result.stats["hits"] == 1 and world.log.count("get") == 1  # consumed, not re-run

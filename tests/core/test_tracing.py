@@ -51,7 +51,8 @@ async def test_hit_miss_stale_and_runs_have_their_attributes(spans) -> None:
 
     [h] = by_outcome(spans, "hit")
     assert h.name == "spectool.resolve get"
-    assert h.attributes["gen_ai.operation.name"] == "execute_tool"
+    # its own operation: GenAI dashboards count tool executions by operation, and this one ran once
+    assert h.attributes["gen_ai.operation.name"] == "spectool.resolve"
     assert h.attributes["gen_ai.tool.name"] == "get"
     assert h.attributes["gen_ai.tool.call.id"] == "call_1"
     assert h.attributes["spectool.effect"] == "read_only"
@@ -123,3 +124,148 @@ def test_opentelemetry_is_not_imported_unless_instrumented() -> None:
     code = "import sys, spectool; print('opentelemetry' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# -- the GenAI conventions: one execute_tool per real run, links, content, drafts, metrics --
+
+
+@pytest.fixture
+def metrics():
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    spectool.instrument(provider, meter_provider=MeterProvider(metric_readers=[reader]))
+    yield exporter, reader
+    spectool.uninstrument()
+
+
+def sums(reader) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for rm in reader.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            assert sm.scope.name == "spectool" and sm.scope.version == spectool.__version__
+            for m in sm.metrics:
+                out[m.name] = sum(p.value for p in m.data.data_points)
+    return out
+
+
+async def _served_once_and_one_wasted() -> None:
+    world = KeyValueWorld(latency=0.05)
+    drafter = ScriptedDrafter(
+        lambda messages: [ToolCall("get", {"key": "a"}, id="draft_1"), ToolCall("get", {"key": "b"})]
+    )
+    async with Speculator(world.toolbox, drafter, samples=1) as spec:
+        turn = spec.start_turn([{"role": "user", "content": "a?"}])
+        await turn.wait()
+        await anyio.sleep(0.1)
+        [out] = await spec.resolve_all([ToolCall("get", {"key": "a"}, id="call_1")])
+        [miss] = await spec.resolve_all([ToolCall("get", {"key": "zz"}, id="call_2")])
+    assert out.value == "1" and miss.value == ""  # b was read early and never asked for
+
+
+@pytest.mark.anyio
+async def test_a_served_call_is_exactly_one_execute_tool_span_linked_from_its_resolve(metrics) -> None:
+    spans, reader = metrics
+    await _served_once_and_one_wasted()
+    finished = spans.get_finished_spans()
+    runs_of_a = [
+        s
+        for s in finished
+        if s.attributes.get("gen_ai.operation.name") == "execute_tool"
+        and s.attributes.get("gen_ai.tool.call.id") in ("draft_1", "call_1")
+    ]
+    assert len(runs_of_a) == 1  # the early run; the resolve span is not an execution
+    [run] = runs_of_a
+    assert (
+        run.attributes["gen_ai.tool.call.id"] == "draft_1" and run.attributes["spectool.speculative"] is True
+    )
+    assert run.attributes["gen_ai.tool.description"]  # the tool's docstring
+    [hit] = by_outcome(spans, "hit")
+    assert hit.attributes["gen_ai.tool.call.id"] == "call_1"
+    assert [link.context.span_id for link in hit.links] == [run.context.span_id]
+    # no content unless asked for
+    assert not any("gen_ai.tool.call.arguments" in s.attributes for s in finished)
+    executions = [s for s in finished if s.attributes.get("gen_ai.operation.name") == "execute_tool"]
+    assert len(executions) == 3  # early a, early b (wasted), the miss run on the main path
+
+    got = sums(reader)
+    assert got["spectool.tool_cache.hits"] == 1 and got["spectool.tool_cache.misses"] == 1
+    assert got["spectool.speculative.runs"] == 2 and got["spectool.speculative.wasted"] == 1
+    assert got["spectool.time_saved"] > 0.03
+
+
+@pytest.mark.anyio
+async def test_arguments_and_results_only_when_content_capture_is_on(monkeypatch) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    spectool.instrument(provider)
+    try:
+        world = KeyValueWorld()
+        async with Speculator(world.toolbox) as spec:
+            await spec.resolve_all([ToolCall("get", {"key": "a"}, id="c1")])
+    finally:
+        spectool.uninstrument()
+    [run] = [s for s in exporter.get_finished_spans() if s.name == "execute_tool get"]
+    assert run.attributes["gen_ai.tool.call.arguments"] == '{"key": "a"}'
+    assert run.attributes["gen_ai.tool.call.result"] == '"1"'
+
+
+@pytest.mark.anyio
+async def test_a_model_drafter_call_is_a_genai_chat_span_under_the_draft(spans) -> None:
+    from spectool.drafters import EndpointDrafter
+    from spectool.testing import ScriptedModel, call, openai_client
+
+    # the drafter's peer is the scripted OpenAI-compatible server (no model can run here)
+    drafter_model = ScriptedModel([call("get", key="a")])
+    drafter = EndpointDrafter(openai_client(drafter_model), model="tiny-drafter")
+    world = KeyValueWorld()
+    async with Speculator(world.toolbox, drafter, samples=1) as spec:
+        turn = spec.start_turn([{"role": "user", "content": "a?"}])
+        await turn.wait()
+    finished = spans.get_finished_spans()
+    [draft] = [s for s in finished if s.name == "spectool.draft"]
+    [chat] = [s for s in finished if s.name == "chat tiny-drafter"]
+    assert draft.attributes["gen_ai.operation.name"] == "spectool.draft"
+    assert chat.attributes["gen_ai.operation.name"] == "chat"
+    assert chat.attributes["gen_ai.request.model"] == "tiny-drafter"
+    assert chat.parent.span_id == draft.context.span_id
+
+
+def test_opentelemetry_instrument_finds_the_instrumentor(tmp_path) -> None:
+    """``opentelemetry-instrument`` loads instrumentors from installed distributions' entry
+    points. The installed spectool's metadata may predate this checkout, so the test installs
+    the entry point exactly as pyproject.toml declares it, as a distribution's metadata would."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["entry-points"]
+    target = declared["opentelemetry_instrumentor"]["spectool"]
+    dist = tmp_path / "spectool_instrumentor_probe-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: spectool-instrumentor-probe\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[opentelemetry_instrumentor]\nspectool = {target}\n")
+    code = "import spectool\nfrom spectool._tracing import _installed\nprint(type(_installed).__name__)\n"
+    env = {
+        **__import__("os").environ,
+        "PYTHONPATH": f"{tmp_path}:{root}:{__import__('os').environ.get('PYTHONPATH', '')}",
+        "OTEL_TRACES_EXPORTER": "none",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+    }
+    instrument = Path(sys.executable).with_name("opentelemetry-instrument")
+    out = subprocess.run(
+        [str(instrument), sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "_SpanObserver"
+    from spectool._otel_instrumentor import SpectoolInstrumentor
+
+    assert target == f"{SpectoolInstrumentor.__module__}:{SpectoolInstrumentor.__name__}"
+    assert SpectoolInstrumentor().instrumentation_dependencies() == (f"spectool >= {spectool.__version__}",)

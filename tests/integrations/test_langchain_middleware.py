@@ -272,3 +272,33 @@ def test_concurrent_runs_keep_their_own_sessions():
     assert len(results) == 2 and results[0] == results[1]
     assert stats["hits"] + stats["joins"] == 6
     assert len(world.runs("get_stock")) == 4 and len(world.runs("audit")) == 2
+
+
+def test_each_run_has_its_own_counters_in_state_and_as_a_callback_event(mode):
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class Events(BaseCallbackHandler):
+        def __init__(self):
+            self.seen = []
+
+        def on_custom_event(self, name, data, **kwargs):
+            self.seen.append((name, dict(data)))
+
+    agent, _, mw, _ = build(ScriptedDrafter(oracle()))
+    results, events = [], Events()
+    try:
+        for _ in range(2):  # two conversations on one middleware
+            inputs = {"messages": [("user", "buy two apples if in stock")]}
+            config = {"callbacks": [events]}
+            out = (
+                agent.invoke(inputs, config) if mode == "sync" else asyncio.run(agent.ainvoke(inputs, config))
+            )
+            results.append(out["spectool"])
+        total = mw.stats()
+    finally:
+        mw.close()
+    for run_stats in results:  # per run, not summed over the middleware's conversations
+        assert run_stats["hits"] + run_stats["joins"] == 4 and run_stats["time_saved"] > 0
+    assert total["hits"] + total["joins"] == 8
+    assert [name for name, _ in events.seen] == ["spectool", "spectool"]
+    assert [data for _, data in events.seen] == results

@@ -21,6 +21,7 @@ from ._convert import draft_messages, draft_tools, session_key, to_spectool_call
 from ._effects import to_tool_spec
 from ._gates import graph_gates, is_gated
 from ._replay import ReplayTool, body_runner
+from ._run_stats import SpectoolState, apublish, publish
 from ._session import Sessions
 
 __all__ = ["SpeculativeToolMiddleware"]
@@ -164,8 +165,12 @@ class SpeculativeToolMiddleware(AgentMiddleware):
         options = {"samples": samples, "draft_timeout": draft_timeout, **options}
         self._spec = _Speculation(drafter, options, max_sessions)
 
+    #: the run's own counters land in the agent state under ``spectool`` (see ``_run_stats``)
+    state_schema = SpectoolState
+
     def stats(self) -> dict[str, Any]:
-        """spectool's counters summed over every conversation so far (hits, joins, misses…)."""
+        """spectool's counters summed over every conversation so far (hits, joins, misses…);
+        each run's own are in its final state, ``result["spectool"]``."""
         return self._spec.sessions.stats()
 
     def close(self) -> None:
@@ -218,9 +223,7 @@ class SpeculativeToolMiddleware(AgentMiddleware):
     # -- end of a run -----------------------------------------------------------------------
 
     def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        self._spec.sessions.close_sync(session_key(_messages(state)))
-        return None
+        return publish(self._spec.sessions.close_sync(session_key(_messages(state))))
 
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        await self._spec.sessions.close_async(session_key(_messages(state)))
-        return None
+        return await apublish(await self._spec.sessions.close_async(session_key(_messages(state))))

@@ -184,18 +184,21 @@ class Sessions:
         with self._lock:
             return self._sync.get(key)
 
-    def close_sync(self, key: str) -> None:
+    def close_sync(self, key: str) -> dict[str, Any] | None:
+        """Close the conversation's session; its counters (None if it had none)."""
         with self._lock:
             session = self._sync.pop(key, None)
-            if session is not None:
-                self._retire(session)
+            return self._retire(session) if session is not None else None
 
-    def _retire(self, session: SyncSession) -> None:
+    def _retire(self, session: SyncSession) -> dict[str, Any] | None:
         try:
-            _merge(self.totals, session.stats())
+            stats = session.stats()
+            _merge(self.totals, stats)
             session.close()
+            return stats
         except Exception:  # closing speculation must never fail the agent
             log.warning("closing a speculation session failed", exc_info=True)
+            return None
 
     # -- async ------------------------------------------------------------------------------
 
@@ -217,18 +220,19 @@ class Sessions:
         session = self._async.get(key)
         return session if session is not None and session.alive else None
 
-    async def close_async(self, key: str) -> None:
+    async def close_async(self, key: str) -> dict[str, Any] | None:
         session = self._async.pop(key, None)
-        if session is not None:
-            await self._aretire(session)
+        return await self._aretire(session) if session is not None else None
 
-    async def _aretire(self, session: AsyncSession) -> None:
-        _merge(self.totals, session.stats())
+    async def _aretire(self, session: AsyncSession) -> dict[str, Any]:
+        stats = session.stats()
+        _merge(self.totals, stats)
         if session.alive:
             try:
                 await session.aclose()
             except Exception:
                 log.warning("closing a speculation session failed", exc_info=True)
+        return stats
 
     # -- all --------------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from ..schemas import ToolOutputItems
 from ..store import ToolOutputStore
 from . import _continue
 from ._mirror import tenant_tag
+from ._inflight import InFlight
 
 __all__ = ["SpectoolEndpoint"]
 
@@ -62,11 +63,13 @@ class SpectoolEndpoint:
     required_tasks = ("generate",)
 
     def __init__(self) -> None:
-        config = settings()  # SPECTOOL_TOOLCACHE_TTL, SPECTOOL_VLLM_MAX_HOPS, SPECTOOL_VLLM_O3
+        config = settings()  # SPECTOOL_TOOLCACHE_TTL, SPECTOOL_VLLM_MAX_HOPS, SPECTOOL_VLLM_O3, …
         self.cache = ToolOutputStore(ttl=config.toolcache_ttl)
         self.max_hops = config.vllm_max_hops
         self.o3 = config.vllm_o3
+        self.default_max_tokens = config.vllm_default_max_tokens
         self.engine: Any = None
+        self.inflight = InFlight()  # ended when the engine stops, so SIGTERM is never stuck on one
         self.o2 = False
         self.api_keys: set[str] = set()  # vLLM's --api-key: its middleware guards /v1 only
         self.stats = {"posts": 0, "entries": 0, "o3_hits": 0, "o3_round_trips_saved": 0, "o3_responses": 0}
@@ -75,6 +78,7 @@ class SpectoolEndpoint:
     def attach_router(self, app: Any) -> None:
         from fastapi import APIRouter, Request
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.entrypoints.serve.utils.api_utils import with_cancellation
 
         router = APIRouter()
         plugin = self
@@ -88,8 +92,10 @@ class SpectoolEndpoint:
             return await plugin.collect_stats(raw_request)
 
         @router.post("/v1/chat/completions")
+        @with_cancellation  # vLLM's own: a client that disconnects stops its generation
         async def chat(request: ChatCompletionRequest, raw_request: Request):
-            return await plugin.chat(request, raw_request)
+            with plugin.inflight.track():
+                return await plugin.chat(request, raw_request)
 
         app.include_router(router)
 
@@ -97,6 +103,7 @@ class SpectoolEndpoint:
         self.engine = engine_client
         keys = getattr(args, "api_key", None)
         self.api_keys = {keys} if isinstance(keys, str) else set(keys or ())
+        self.inflight.watch(engine_client)
         fmt = _PARSER_FORMATS.get(getattr(args, "tool_call_parser", None) or "hermes", "chatml")
         try:
             self.o2 = any(await engine_client.collective_rpc("spectool_attach", args=(fmt,)))
@@ -161,6 +168,9 @@ class SpectoolEndpoint:
         from fastapi.responses import JSONResponse, StreamingResponse
 
         handler = raw_request.app.state.openai_serving_chat
+        unbounded = request.max_tokens is None and request.max_completion_tokens is None
+        if unbounded and self.default_max_tokens > 0:  # vLLM's own: the rest of the context
+            request.max_completion_tokens = self.default_max_tokens
         base = raw_request.headers.get("X-Request-Id") or uuid.uuid4().hex
         request.request_id = base
         rid = f"chatcmpl-{base}"
@@ -202,10 +212,11 @@ class SpectoolEndpoint:
     async def _streamed(self, run, request, rid, owner, base, lookup, first, then):
         report: dict = {}
         try:
-            async for chunk in _continue.stream(
-                run, request, rid, base, lookup, self.max_hops, first, report, then
-            ):
-                yield chunk
+            with self.inflight.track():  # the task streaming the response, not the route's
+                async for chunk in _continue.stream(
+                    run, request, rid, base, lookup, self.max_hops, first, report, then
+                ):
+                    yield chunk
         finally:
             await self._close(rid, owner)
             self._count(report.get("hits", 0), report.get("round_trips_saved", 0))

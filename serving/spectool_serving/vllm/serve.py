@@ -23,12 +23,18 @@ from pathlib import Path
 from spectool.errors import ConfigError
 from spectool.settings import settings
 
+from .._serve_cli import LOG_LEVELS
+
 __all__ = ["VllmServer", "add_arguments", "build_command", "run", "vllm_env_missing", "vllm_python"]
 
 ROOT = Path(__file__).resolve().parents[3]
 TEMPLATE = Path(__file__).with_name("smollm2_tools.jinja")
 PROPOSER = "spectool_serving.vllm.proposer.ToolCacheProposer"
 EXTENSION = "spectool_serving.vllm.worker.ToolCacheWorkerExtension"
+#: ``max_tokens`` of a chat request that sets none, applied by the endpoint plugin (vLLM's own
+#: default, the rest of the context window, let one request run for 13 minutes on CPU); the
+#: default of ``SPECTOOL_VLLM_DEFAULT_MAX_TOKENS``, named here for the help text.
+DEFAULT_MAX_TOKENS = 2048
 
 
 def vllm_python() -> str:
@@ -61,13 +67,24 @@ def _model_folder(model: str) -> tuple[str, bool]:
     return model, False
 
 
+def served_names(model: str, folder: str, embedded: bool) -> list[str]:
+    """Every name a request may use: the one the user gave first (as given), then the folder's
+    name; the embedded model also answers to ``smollm2`` (what the docs and examples send)."""
+    names = [model or "embedded", Path(folder.rstrip("/")).name]
+    if embedded:
+        from spectool.embedded import EMBEDDED_MODEL
+
+        names = ["smollm2", *names, EMBEDDED_MODEL]
+    return list(dict.fromkeys(n for n in names if n))
+
+
 def build_command(
     model: str,
     *,
     port: int = 8000,
     host: str = "127.0.0.1",
     dtype: str = "auto",
-    served_name: str | None = None,
+    served_name: str | Sequence[str] | None = None,
     num_draft_tokens: int = 8,
     o2: bool = True,
     eager: bool = True,
@@ -80,37 +97,35 @@ def build_command(
 ) -> list[str]:
     """The vLLM server command line with spectool's plugins (see docs/vllm.md).
 
+    ``extra`` is vLLM's own flags, passed as given; a flag this function would set itself
+    (``--tool-call-parser``, ``--served-model-name``, ``--dtype`` …) is then left to ``extra``.
     ``spectool_plugins=False`` (with ``o2=False``) is the same server as stock vLLM runs it:
     no worker extension, no proposer; pair it with ``server_env(plugins=False)``."""
     if o2 and not spectool_plugins:
         raise ValueError("O2 is a spectool plugin: o2=True needs spectool_plugins=True")
     folder, embedded = _model_folder(model)
-    cmd = [
-        python or vllm_python(),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        folder,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--dtype",
-        dtype,
-        "--served-model-name",
-        served_name or ("smollm2" if embedded else Path(folder).name),
-        "--enable-auto-tool-choice",
-        "--tool-call-parser",
-        tool_parser,
-        "--tool-strict-level",
-        strict_level,
-        "--enable-prompt-tokens-details",
+    names = [served_name] if isinstance(served_name, str) else list(served_name or ())
+    options: list[tuple[str, list[str]]] = [
+        ("--host", [host]),
+        ("--port", [str(port)]),
+        ("--dtype", [dtype]),
+        ("--served-model-name", names or served_names(model, folder, embedded)),
+        ("--tool-call-parser", [tool_parser]),
+        ("--tool-strict-level", [strict_level]),
     ]
-    if spectool_plugins:
-        cmd += ["--worker-extension-cls", EXTENSION]
     template = chat_template or (str(TEMPLATE) if embedded else None)
     if template:
-        cmd += ["--chat-template", template]
+        options.append(("--chat-template", [template]))
+    if _on_cpu(python):  # CPU attention wants multiples of 32; small blocks cache more of a chat
+        options.append(("--block-size", ["32"]))
+    given = {a.split("=", 1)[0] for a in extra if a.startswith("--")}
+    cmd = [python or vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", folder]
+    for flag, values in options:
+        if flag not in given:
+            cmd += [flag, *values]
+    cmd += ["--enable-auto-tool-choice", "--enable-prompt-tokens-details"]
+    if spectool_plugins:
+        cmd += ["--worker-extension-cls", EXTENSION]
     if o2:
         cmd += [
             "--speculative-config",
@@ -118,13 +133,8 @@ def build_command(
                 {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": num_draft_tokens}
             ),
         ]
-    if eager:
+    if eager and "--enforce-eager" not in given:
         cmd.append("--enforce-eager")
-    if "--block-size" not in extra and _on_cpu(python):
-        cmd += [
-            "--block-size",
-            "32",
-        ]  # CPU attention wants multiples of 32; small blocks cache more of a chat
     return cmd + list(extra)
 
 
@@ -202,25 +212,52 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true", help="let vLLM compile (slow start) instead of eager")
     p.add_argument("--tool-call-parser", default="hermes", help="hermes for SmolLM2/Qwen, xlam for xLAM-2")
     p.add_argument("--chat-template", default=None)
+    p.add_argument(
+        "--default-max-tokens",
+        type=int,
+        default=None,
+        help=f"max_tokens of a chat request that sets none (default {DEFAULT_MAX_TOKENS}, "
+        "$SPECTOOL_VLLM_DEFAULT_MAX_TOKENS; 0: vLLM's own, the rest of the context)",
+    )
+    p.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="vLLM's and uvicorn's log level")
+    p.add_argument("--no-access-log", action="store_true", help="no line per request")
     p.add_argument("--print-command", action="store_true", help="print the vLLM command and exit")
-    p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="after --: passed to vLLM as is")
+
+
+def _passed(args: argparse.Namespace) -> list[str]:
+    """vLLM's own flags: whatever argparse did not know (``--`` separators dropped)."""
+    unknown = list(getattr(args, "_unknown", None) or []) + list(getattr(args, "vllm_args", None) or [])
+    return [a for a in unknown if a != "--"]
 
 
 def run(args: argparse.Namespace) -> int:
-    """Also takes ``spectool serve --backend vllm`` arguments (missing options get defaults)."""
+    """Also takes ``spectool serve --backend vllm`` arguments (missing options get defaults).
+
+    Unknown flags go to vLLM as given. The server replaces this process (``exec``), so a
+    signal sent to ``spectool serve`` reaches vLLM's API server, which stops its engine
+    processes itself: nothing is left behind."""
     opt = lambda name, default=None: getattr(args, name, default)  # noqa: E731
-    extra = [a for a in (opt("vllm_args") or []) if a != "--"]
+    extra = _passed(args)
     if opt("api_key"):
         extra += ["--api-key", *args.api_key]
+    level = opt("log_level") or "info"
+    extra += ["--uvicorn-log-level", level] if "--uvicorn-log-level" not in extra else []
+    if opt("no_access_log") and "--disable-uvicorn-access-log" not in extra:
+        extra.append("--disable-uvicorn-access-log")
+    port, host = opt("port", 8000), opt("host", "127.0.0.1")
+    if not opt("print_command"):
+        from .._bind import check_free
+
+        check_free(host, port)  # fail in a second, not after converting and loading the model
     cmd = build_command(
         opt("model") or "embedded",
-        port=opt("port", 8000),
-        host=opt("host", "127.0.0.1"),
+        port=port,
+        host=host,
         dtype=opt("dtype", "auto"),
         num_draft_tokens=opt("num_draft_tokens", 8),
         o2=not (opt("no_o2") or opt("no_tool_cache")),
         eager=not opt("compile"),
-        tool_parser=opt("tool_call_parser", "hermes"),
+        tool_parser=opt("tool_call_parser") or "hermes",
         chat_template=opt("chat_template"),
         extra=extra,
     )
@@ -229,13 +266,32 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not Path(cmd[0]).exists():
         raise ConfigError(f"no vLLM interpreter at {cmd[0]}; run: bash scripts/setup-vllm.sh")
-    return subprocess.call(cmd, env=server_env())
+    env = server_env()
+    env.setdefault("VLLM_LOGGING_LEVEL", level.upper())
+    if opt("default_max_tokens") is not None:
+        env["SPECTOOL_VLLM_DEFAULT_MAX_TOKENS"] = str(args.default_max_tokens)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(cmd[0], cmd, env)  # never returns
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spectool_serving.vllm.serve")
+    p = argparse.ArgumentParser(
+        prog="python -m spectool_serving.vllm.serve", epilog="Other flags are passed to vLLM as given."
+    )
     add_arguments(p)
-    return run(p.parse_args(argv))
+    args, unknown = parse_passing(p, sys.argv[1:] if argv is None else argv)
+    args._unknown = unknown
+    return run(args)
+
+
+def parse_passing(p: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """``p``'s options, and the rest for vLLM in order: flags ``p`` does not know, and
+    everything after a ``--`` as given (never read by ``p``)."""
+    argv = list(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, unknown = p.parse_known_args(argv[:cut])
+    return args, unknown + argv[cut + 1 :]
 
 
 if __name__ == "__main__":
