@@ -86,9 +86,15 @@ def _emit_content(seq: Sequence, safe: str) -> None:
         seq.emitted_chars = len(safe)
 
 
-def propose_draft(seq: Sequence, ctx: RoundContext) -> list[int]:
-    """O2: draft tokens completing the call being written, from the newest cached entry."""
-    if seq.phase is not Phase.CALL or ctx.store is None or seq.draft_attempts >= MAX_DRAFT_ATTEMPTS:
+def propose_draft(seq: Sequence, ctx: RoundContext, limit: int = MAX_DRAFT_TOKENS) -> list[int]:
+    """O2: at most ``limit`` draft tokens completing the call being written, from the newest
+    cached entry. An attempt is spent only when a draft is returned."""
+    if (
+        seq.phase is not Phase.CALL
+        or ctx.store is None
+        or seq.draft_attempts >= MAX_DRAFT_ATTEMPTS
+        or limit <= 0
+    ):
         return []
     body = _body(seq, ctx)
     call_text = body[seq.call_start :]
@@ -107,10 +113,21 @@ def propose_draft(seq: Sequence, ctx: RoundContext) -> list[int]:
         return []
     seq.draft_attempts += 1
     # no end-of-message token in the draft: the grammar forces it as the bonus token
-    return encode(ctx.tokenizer, text)[:MAX_DRAFT_TOKENS]
+    return encode(ctx.tokenizer, text)[: min(limit, MAX_DRAFT_TOKENS)]
 
 
-def advance(seq: Sequence, token: int, ctx: RoundContext) -> bool:
+def advance(seq: Sequence, tokens: list[int], ctx: RoundContext) -> int:
+    """Append chosen tokens in order; returns how many were kept. It stops after the token
+    that finishes the sequence or ends a call answered from the store (O3 appended its result
+    after that token, so the rest of a draft no longer follows it)."""
+    for n, token in enumerate(tokens, 1):
+        appended = len(seq.tokens) + 1
+        if not _advance_one(seq, token, ctx) or len(seq.tokens) != appended:
+            return n
+    return len(tokens)
+
+
+def _advance_one(seq: Sequence, token: int, ctx: RoundContext) -> bool:
     """Append one chosen token; returns False once the sequence has finished."""
     seq.tokens.append(token)
     seq.generated += 1

@@ -64,4 +64,4 @@ def test_runner_and_kv_keep_everything_on_the_device(meta_llama):
     kv.commit([[0, 2], [0]], 3)
     kv.compact(slack=0.0, floor=0)  # force the gather path
     kv.leave({0})
-    assert kv.rows == [1] and kv.cache.layers[0].keys.device == META
+    assert kv.rows == [None, 1] and kv.cache.layers[0].keys.device == META  # row 0 is free now
