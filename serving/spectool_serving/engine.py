@@ -200,7 +200,10 @@ class Engine:
 
     def _run(self, plan: StepPlan) -> tuple[torch.Tensor, float]:
         """The step's one forward: logits [B, G, V] on the model's device, and its time."""
-        positions, mask = self.kv.step_inputs(plan.counts, self.runner.dtype, [r.parents for r in plan.rows])
+        parents = [r.parents for r in plan.rows]
+        positions, mask = self.kv.step_inputs(
+            plan.counts, self.runner.dtype, parents, window=self.runner.window
+        )
         t_fwd = time.perf_counter()
         logits = self.runner.forward(plan.input_ids(), positions, mask, self.kv.cache)
         self.stats.decode_steps += 1

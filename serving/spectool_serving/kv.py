@@ -163,19 +163,28 @@ class BatchKV:
 
     # -- one step ---------------------------------------------------------------------------
     def step_inputs(
-        self, counts: list[int], dtype: torch.dtype, parents: list[list[int] | None] | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Positions [B, G] and additive mask [B, 1, G, C+G] for ``counts[b]`` new tokens per row.
+        self,
+        counts: list[int],
+        dtype: torch.dtype,
+        parents: list[list[int] | None] | None = None,
+        *,
+        width: int = 1,
+        window: int | None = None,
+    ) -> tuple[torch.Tensor, Any]:
+        """Positions [B, G] and additive mask [B, 1, G, C+G] for ``counts[b]`` new tokens per
+        row, G = max(``width``, counts) (a wider G pads every row).
 
         New token j of row b sees the row's valid slots and its ancestors among the new tokens
         (``parents[b]``, a tree in topological order; ``None``: a chain, 0..j), at position
         valid-count + depth; padding tokens (j >= counts[b]) see only themselves so no row is
-        all-masked. Makes room for the G new slots in the pool.
+        all-masked. With a sliding ``window`` (Gemma 3) the mask is a dict by layer type, the
+        sliding one also hiding keys ``window`` or more positions back. Makes room for the G
+        new slots in the pool.
         """
-        g = max([1, *counts])
+        g = max([width, *counts])
         if self._pool and self._pool[0][0].shape[2] < self.width + g:
             self._grow_slots(g)
-        rows, width = len(self.rows), self.width
+        rows, cached = len(self.rows), self.width
         base = self.valid.sum(dim=1)  # [B]
         steps = torch.arange(g)
         anc = (steps[None, :] <= steps[:, None]).repeat(rows, 1, 1)  # [B, G, G] chains
@@ -184,15 +193,23 @@ class BatchKV:
             if par is not None:
                 anc[b], depth[b] = _tree_rows(par, g)
         positions = base[:, None] + depth  # [B, G]
-        allowed = torch.zeros(rows, g, width + g, dtype=torch.bool)
-        allowed[:, :, :width] = self.valid[:, None, :]
+        allowed = torch.zeros(rows, g, cached + g, dtype=torch.bool)
+        allowed[:, :, :cached] = self.valid[:, None, :]
         real = steps[None, :] < torch.tensor(counts)[:, None]  # [B, G]
-        allowed[:, :, width:] = anc & real[:, None, :] & real[:, :, None]
-        allowed[:, :, :width] &= real[:, :, None]
-        allowed[:, :, width:] |= torch.eye(g, dtype=torch.bool)[None]
-        mask = torch.zeros(rows, 1, g, width + g, dtype=dtype)
-        mask.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
-        return positions, mask
+        allowed[:, :, cached:] = anc & real[:, None, :] & real[:, :, None]
+        allowed[:, :, :cached] &= real[:, :, None]
+        allowed[:, :, cached:] |= torch.eye(g, dtype=torch.bool)[None]
+        full = _additive(allowed, dtype)
+        if window is None:
+            return positions, full
+        # valid slots hold positions 0, 1, ... in column order; holes never pass ``allowed``
+        k_pos = torch.cat([self.valid.long().cumsum(1) - 1, positions], dim=1)  # [B, C+G]
+        near = (positions[:, :, None] - k_pos[:, None, :]) < window
+        return positions, {"full_attention": full, "sliding_attention": _additive(allowed & near, dtype)}
+
+    def discard_step(self) -> None:
+        """Forget the slots the last forward appended, before any commit (cost probes)."""
+        self._bind()
 
     def _grow_slots(self, g: int) -> None:
         """Room for ``g`` new slots: squeeze holes out first (in place), grow if still short."""
@@ -229,6 +246,12 @@ class BatchKV:
                 pool[:span, :, :longest] = torch.gather(pool[:span, :, :width], 2, idx)
         self.valid = torch.arange(longest)[None, :] < lengths[:, None]
         self._bind()
+
+
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[B, G, C+G] bool -> additive [B, 1, G, C+G] mask in ``dtype``."""
+    mask = torch.zeros(allowed.shape[0], 1, *allowed.shape[1:], dtype=dtype)
+    return mask.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
 
 
 def _tree_rows(parents: list[int], g: int) -> tuple[torch.Tensor, torch.Tensor]:
