@@ -27,7 +27,7 @@ from .prompts import TokenMemo
 from .rounds import RoundContext, advance, begin_round, enter_call_if_started, propose_draft
 from .runner import Runner
 from .scheduler import Scheduler
-from .sequence import Phase, Sequence
+from .sequence import Phase, RoundEvent, Sequence
 from .store import ToolOutputStore
 from .toolcalls import PromptFormat
 
@@ -55,13 +55,21 @@ class EngineStats:
     #: requests ended with an error event (their own prefill failed, or a batched step did)
     failed_requests: int = 0
 
-    def count(self, accepted: Accepted, kept: int) -> None:
-        """One verified row whose sequence kept ``kept`` of the accepted tokens. Text drafts
-        (chains and trees) are the decoding policy's to count."""
+    def count(self, seq: Sequence, kept: int, accepted: Accepted | None = None) -> None:
+        """A sequence advanced by ``kept`` tokens (of ``accepted``, a verified row; None after
+        a prefill), and the round events it recorded meanwhile. Text drafts (chains and trees)
+        are the decoding policy's to count."""
         self.generated_tokens += kept
-        if accepted.kind is Kind.O2:
+        if accepted is not None and accepted.kind is Kind.O2:
             self.o2_drafted += accepted.drafted
             self.o2_accepted += accepted.n_draft
+        for event, n in seq.events:
+            if event is RoundEvent.O3_HIT:
+                self.o3_hits += 1
+                self.appended_tokens += n
+            else:
+                self.o3_misses += 1
+        seq.events.clear()
 
 
 class Engine:
@@ -86,9 +94,8 @@ class Engine:
         eos = tokenizer.convert_tokens_to_ids(fmt.eos)
         self.eos_id = eos if isinstance(eos, int) and eos >= 0 else tokenizer.eos_token_id
         vocab = runner.model.config.vocab_size
-        self.ctx = RoundContext(
-            tokenizer, self.eos_id, CallGrammar(tokenizer, vocab, self.eos_id), store, self.memo, self.stats
-        )
+        grammar = CallGrammar(tokenizer, vocab, self.eos_id)
+        self.ctx = RoundContext(tokenizer, self.eos_id, grammar, store, self.memo)
         self._recent: deque[tuple[tuple[int, ...], int]] = deque(maxlen=64)
         self._inbox: deque[Sequence] = deque()
         self._cancelled: set[str] = set()
@@ -136,7 +143,7 @@ class Engine:
         self.kv.join(seq.seq_id, cache)
         seq.n_cached = len(seq.tokens)
         _, nxt, _ = choose(seq, logits[None], [], self.ctx.grammar)
-        self.stats.generated_tokens += advance(seq, [nxt], self.ctx)
+        self.stats.count(seq, advance(seq, [nxt], self.ctx))
 
     def _history_overlap(self, tokens: list[int]) -> int:
         best = 0
@@ -237,7 +244,7 @@ class Engine:
         """Advance ``seq`` by the accepted tokens; returns the new KV slots to keep (the
         pending tokens and the accepted draft tokens the sequence kept)."""
         kept = advance(seq, accepted.tokens, self.ctx)
-        self.stats.count(accepted, kept)
+        self.stats.count(seq, kept, accepted)
         cached = min(accepted.n_draft, kept)  # the bonus token has no KV yet
         seq.n_cached = min(seq.n_cached + pending + cached, len(seq.tokens))
         return accepted.path[: 1 + cached] if accepted.path is not None else list(range(pending + cached))

@@ -19,7 +19,7 @@ from spectool.errors import ModelOutputError
 
 from .grammar import CallGrammar
 from .prompts import TokenMemo, encode
-from .sequence import Phase, Sequence
+from .sequence import Phase, RoundEvent, Sequence
 from .store import ToolOutputStore
 from .toolcalls import draft_cached_call, held_back, output_text, parse_call, tool_results_text
 
@@ -39,7 +39,6 @@ class RoundContext:
     grammar: CallGrammar
     store: ToolOutputStore | None
     memo: TokenMemo
-    stats: Any  # has o3_hits, o3_misses, appended_tokens
     max_rounds: int = 16
 
 
@@ -178,8 +177,8 @@ def _call_ended(seq: Sequence, ctx: RoundContext) -> bool:
     if ctx.store is not None and len(seq.resolved) < ctx.max_rounds:
         entry = ctx.store.take(seq.response_id, seq.owner, name, args)
     if entry is None:
-        ctx.stats.o3_misses += ctx.store is not None
         if ctx.store is not None:  # the client may run a write now: no read-only entry after it
+            seq.events.append((RoundEvent.O3_MISS, 0))
             ctx.store.fence(seq.response_id, seq.owner)
         seq.final_call = call
         return _finish(seq, "tool_calls", content)
@@ -188,8 +187,7 @@ def _call_ended(seq: Sequence, ctx: RoundContext) -> bool:
     appended = encode(ctx.tokenizer, tool_results_text(seq.fmt, [output])) + seq.forced_ids
     seq.tokens.extend(appended)
     seq.appended += len(appended)
-    ctx.stats.o3_hits += 1
-    ctx.stats.appended_tokens += len(appended)
+    seq.events.append((RoundEvent.O3_HIT, len(appended)))
     record = {"content": content or None, "tool_call": call, "output": output}
     seq.resolved.append(record)
     seq.emit({"type": "resolved", "record": record})
