@@ -1,7 +1,8 @@
 """Per-sequence KV ownership inside one preallocated, block-table batched cache.
 
 Storage is a pool per layer, ``[R, H, C, D]`` keys and values, allocated once per engine and
-grown (doubling, the only copy of other rows' data) only when a high-water mark is passed.
+grown (rows doubling, slots by a quarter: the only copy of other rows' data) only when a
+high-water mark is passed; it never shrinks, so memory is flat once warm.
 Each sequence owns one block of it: a pool row, found through the block table ``rows`` (row
 -> sequence id; ``None`` marks a free row). Joining writes the new sequence's prefill into a
 free row; leaving marks the row free. Neither touches another row's storage, so memory stays
@@ -35,7 +36,7 @@ class BatchKV:
     """The running batch's KV cache: one pool row per sequence id.
 
     ``rows``/``slots`` preallocate the pool at the first join (0: sized by the first
-    sequence, then grown by doubling as needed).
+    sequence, then grown as needed).
     """
 
     def __init__(self, rows: int = 0, slots: int = 0) -> None:
@@ -118,17 +119,17 @@ class BatchKV:
 
     # -- the pool ----------------------------------------------------------------------------
     def _ensure(self, like: Any, rows: int, slots: int) -> None:
-        """A pool with at least ``rows`` x ``slots``; grown by doubling (live data copied)."""
+        """A pool with at least ``rows`` x ``slots``, grown past a high-water mark (the live
+        data copied once): rows double (at most twice the batch), slots grow by a quarter,
+        since every row pays for them and a pool never shrinks."""
         if self._pool:
             have_r, have_c = self._pool[0][0].shape[0], self._pool[0][0].shape[2]
             if rows <= have_r and slots <= have_c:
                 return
-            rows, slots = (
-                max(rows, 2 * have_r if rows > have_r else have_r),
-                max(slots, 2 * have_c if slots > have_c else have_c),
-            )
+            rows = max(rows, 2 * have_r) if rows > have_r else have_r
+            slots = _round_up(max(slots, have_c + have_c // 4)) if slots > have_c else have_c
         else:
-            rows, slots = max(rows, self._hint[0]), max(slots, self._hint[1], _MIN_SLOTS)
+            rows, slots = max(rows, self._hint[0]), _round_up(max(slots, self._hint[1], _MIN_SLOTS))
         old, span, width = self._pool, len(self.rows), self.width
         new = []
         for i, layer in enumerate(like.layers):
@@ -246,6 +247,10 @@ class BatchKV:
                 pool[:span, :, :longest] = torch.gather(pool[:span, :, :width], 2, idx)
         self.valid = torch.arange(longest)[None, :] < lengths[:, None]
         self._bind()
+
+
+def _round_up(slots: int, to: int = 64) -> int:
+    return -(-slots // to) * to
 
 
 def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
