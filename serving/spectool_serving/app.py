@@ -390,6 +390,9 @@ def _metrics_registry(engine: Engine):
             yield GaugeMetricFamily(
                 "spectool_engine_waiting", "sequences queued", value=len(engine.scheduler.waiting)
             )
+            for name, value in engine.kv_memory().items():  # bytes flat once warm (soaks read it)
+                unit = "bytes" if name in ("reserved", "in_use") else "count"
+                yield GaugeMetricFamily(f"spectool_engine_kv_{name}", f"KV pool {name} ({unit})", value=value)
             if engine.decoding is not None and engine.decoding.mode != "off":
                 yield from _decoding_metrics(engine.decoding.stats)
 

@@ -24,16 +24,14 @@ import torch
 from .grammar import CallGrammar
 from .kv import BatchKV
 from .memory import HeapTrimmer
+from .plan import Accepted, Kind, RowPlan, StepPlan, choose, verify
 from .prompts import TokenMemo
 from .rounds import RoundContext, advance, begin_round, enter_call_if_started, propose_draft
 from .runner import Runner
-from .sampling import probs_from_logits
 from .scheduler import Scheduler
-from .sequence import Phase, Sequence
+from .sequence import Phase, RoundEvent, Sequence
 from .store import ToolOutputStore
 from .toolcalls import PromptFormat
-from .tree.accept import greedy_tree_accept
-from .verify import accept_greedy, accept_sampled
 
 __all__ = ["Engine", "EngineStats"]
 
@@ -71,6 +69,22 @@ class EngineStats:
     #: requests ended with an error event (their own prefill failed, or a batched step did)
     failed_requests: int = 0
 
+    def count(self, seq: Sequence, kept: int, accepted: Accepted | None = None) -> None:
+        """A sequence advanced by ``kept`` tokens (of ``accepted``, a verified row; None after
+        a prefill), and the round events it recorded meanwhile. Text drafts (chains and trees)
+        are the decoding policy's to count."""
+        self.generated_tokens += kept
+        if accepted is not None and accepted.kind is Kind.O2:
+            self.o2_drafted += accepted.drafted
+            self.o2_accepted += accepted.n_draft
+        for event, n in seq.events:
+            if event is RoundEvent.O3_HIT:
+                self.o3_hits += 1
+                self.appended_tokens += n
+            else:
+                self.o3_misses += 1
+        seq.events.clear()
+
 
 class Engine:
     def __init__(
@@ -94,9 +108,8 @@ class Engine:
         eos = tokenizer.convert_tokens_to_ids(fmt.eos)
         self.eos_id = eos if isinstance(eos, int) and eos >= 0 else tokenizer.eos_token_id
         vocab = runner.model.config.vocab_size
-        self.ctx = RoundContext(
-            tokenizer, self.eos_id, CallGrammar(tokenizer, vocab, self.eos_id), store, self.memo, self.stats
-        )
+        grammar = CallGrammar(tokenizer, vocab, self.eos_id)
+        self.ctx = RoundContext(tokenizer, self.eos_id, grammar, store, self.memo)
         self._recent: deque[tuple[tuple[int, ...], int]] = deque(maxlen=64)
         self._inbox: deque[Sequence] = deque()
         self._cancelled: set[str] = set()
@@ -106,9 +119,18 @@ class Engine:
         self.error: BaseException | None = None
         self._heap = HeapTrimmer()
 
-    # -- one step ---------------------------------------------------------------------------------
+    # -- one step: schedule -> plan -> run -> postprocess --------------------------------------
     def step(self) -> None:
         self._drain_inbox()
+        self._admit()
+        batch = self._schedule()
+        if not batch:
+            return
+        plan = self._plan(batch)
+        logits, t_fwd = self._run(plan)
+        self._postprocess(plan, logits, t_fwd)
+
+    def _admit(self) -> None:
         for seq in self.scheduler.admit(self.kv.width):
             try:
                 self._prefill(seq)
@@ -117,9 +139,6 @@ class Engine:
                 continue
             if seq.finish_reason is not None:  # done on its first token (EOS, max_tokens=1)
                 self._retire(seq)
-        batch = [s for s in self.scheduler.running if s.n_cached > 0]
-        if batch:
-            self._decode(batch)
 
     def _drain_inbox(self) -> None:
         with self._wake:
@@ -137,7 +156,8 @@ class Engine:
         logits, cache = self.runner.prefill(seq.tokens)
         self.kv.join(seq.seq_id, cache)
         seq.n_cached = len(seq.tokens)
-        self._accept(seq, logits[None], [])
+        _, nxt, _ = choose(seq, logits[None], [], self.ctx.grammar)
+        self.stats.count(seq, advance(seq, [nxt], self.ctx))
 
     def _history_overlap(self, tokens: list[int]) -> int:
         best = 0
@@ -149,106 +169,99 @@ class Engine:
                 best = max(best, n)
         return best
 
-    def _decode(self, batch: list[Sequence]) -> None:
+    def _schedule(self) -> list[Sequence]:
+        """The rows that decode this step. Preemption is decided here, on the tokens each row
+        must feed, before anything is drafted: drafts are then cut to the room left."""
+        batch = [s for s in self.scheduler.running if s.n_cached > 0]
+        if not batch:
+            return []
+        need = self.kv.width + max(len(s.pending) for s in batch)
+        for seq in self.scheduler.preempt(len(batch) * need, need):
+            self._evict(seq)
+        return [s for s in self.scheduler.running if s.n_cached > 0]
+
+    def _plan(self, batch: list[Sequence]) -> StepPlan:
+        """Drafts for the scheduled rows, each within the budget's room: O2 first (a cached
+        call being written), then the decoding policy for text rows."""
+        room = self.scheduler.max_slots // len(batch) - self.kv.width  # step width that fits
         by_id = {s.seq_id: s for s in batch}
-        drafts = {s.seq_id: propose_draft(s, self.ctx) for s in batch}
-        text = {
-            i
-            for i, d in drafts.items()
-            if not d and self.decoding is not None and by_id[i].phase is Phase.TEXT and by_id[i].pending
-        }
-        trees = self._text_drafts([by_id[i] for i in text], drafts, len(batch))
-        rows = [by_id[i] for i in self.kv.rows]
-        counts = [len(s.pending) + len(drafts[s.seq_id]) for s in rows]
-        g = max(counts)
-        evicted = self.scheduler.preempt(len(rows) * (self.kv.width + g), self.kv.width + g)
-        if evicted:
-            for seq in evicted:
-                self._evict(seq)
-            return self._decode([s for s in batch if s not in evicted])
-        ids = torch.zeros(len(rows), g, dtype=torch.long)
-        for b, s in enumerate(rows):
-            ids[b, : counts[b]] = torch.tensor(s.pending + drafts[s.seq_id])
-        parents = [trees[s.seq_id].parents if s.seq_id in trees else None for s in rows]
-        positions, mask = self.kv.step_inputs(counts, self.runner.dtype, parents)
-        t_fwd = time.perf_counter()
-        logits = self.runner.forward(ids, positions, mask, self.kv.cache)
-        t_fwd = time.perf_counter() - t_fwd
-        self.stats.decode_steps += 1
-        self.stats.decode_rows += len(rows)
-        kept = []
-        for b, s in enumerate(rows):
-            if s.seq_id in trees:
-                kept.append(self._accept_tree(s, trees[s.seq_id], logits[b], t_fwd))
+        rows = [RowPlan(by_id[i] if i is not None else None) for i in self.kv.rows]
+        text = []
+        for row in rows:
+            seq = row.seq
+            if seq is None:
                 continue
-            p, draft = len(s.pending), drafts[s.seq_id]
-            fed = [s.tokens[s.n_cached + p - 1], *draft]  # root (last pending) + draft
-            n_acc = self._accept(
-                s, logits[b, p - 1 : p + len(draft)], draft, pending=p, o2=s.seq_id not in text
-            )
-            kept.append(list(range(p + n_acc)))
-            if s.seq_id in text:
-                self.decoding.observe(s.seq_id, fed, logits[b, p - 1 : p + len(draft)], n_acc, t_fwd)
-        self.kv.commit(kept, g)
-        for s in rows:
-            if s.finish_reason is not None:
-                self._retire(s)
+            row.draft = propose_draft(seq, self.ctx, room - len(seq.pending))
+            if row.draft:
+                row.kind = Kind.O2
+            elif self.decoding is not None and seq.phase is Phase.TEXT and seq.pending:
+                row.kind = Kind.TEXT  # the policy drafts it (maybe nothing) and learns from it
+                text.append(row)
+        if text:
+            self._text_drafts(text, len(batch), room)
+        return StepPlan(rows)
 
-    def _text_drafts(self, seqs: list[Sequence], drafts: dict[int, list[int]], batch: int) -> dict[int, Any]:
-        """Text drafts for rows O2 left without one (filled into ``drafts``): a tree rooted at
-        the pending token for greedy rows, the best chain otherwise. Returns the trees by
-        sequence id, cut to the one width that pays for the whole step."""
-        trees = {}
-        for seq in seqs:
-            i = seq.seq_id
+    def _text_drafts(self, rows: list[RowPlan], batch: int, room: int) -> None:
+        """Text drafts: a tree rooted at the pending token for greedy rows, the best chain
+        otherwise; the trees cut to the one width that pays for the whole step."""
+        trees = []
+        for row in rows:
+            seq = row.seq
+            assert seq is not None
             if seq.params.greedy and len(seq.pending) == 1:
-                tree = self.decoding.draft_tree(i, seq.tokens, batch)
+                tree = self.decoding.draft_tree(seq.seq_id, seq.tokens, batch)
                 if tree is not None and len(tree) > 1:
-                    trees[i] = tree
+                    trees.append((row, tree.top(room)))
             else:
-                drafts[i] = self.decoding.draft(i, seq.tokens, batch)
-        fitted = self.decoding.fit_batch(list(trees.values())) if trees else []
-        for i, tree in zip(list(trees), fitted):
-            drafts[i] = tree.tokens[1:]
-            if len(tree) > 1:
-                trees[i] = tree
-            else:  # plain decoding for this row serves the batch better
-                del trees[i]
-        return trees
+                row.draft = self.decoding.draft(seq.seq_id, seq.tokens, batch)[: room - len(seq.pending)]
+        fitted = self.decoding.fit_batch([t for _, t in trees]) if trees else []
+        for (row, _), tree in zip(trees, fitted):
+            if len(tree) > 1:  # else plain decoding for this row serves the batch better
+                row.tree, row.draft, row.kind = tree, tree.tokens[1:], Kind.TREE
 
-    def _accept(
-        self, seq: Sequence, logits: torch.Tensor, draft: list[int], pending: int = 0, o2: bool = True
-    ) -> int:
-        """Verify ``draft`` against logits [d+1, V], advance the sequence; returns #accepted.
-        ``o2=False`` for text drafts, which the decoding policy counts instead."""
-        logits = logits.cpu()  # the d+1 rows sampling reads; the rest stays on the device
-        if seq.phase is Phase.CALL:
-            allowed, k = self.ctx.grammar.masks(seq.matcher, draft)
-            draft, logits = draft[:k], logits[: k + 1].masked_fill(~allowed, float("-inf"))
-        if seq.params.greedy:
-            n_acc, nxt = accept_greedy(logits, draft)
-        else:
-            probs = probs_from_logits(logits, seq.params.temperature, seq.params.top_p)
-            n_acc, nxt = accept_sampled(probs, draft, seq.generator)
-        if o2:
-            self.stats.o2_drafted += len(draft)
-            self.stats.o2_accepted += n_acc
-        seq.n_cached += pending  # pending tokens are in the KV now (prefill set it already)
-        for tok in [*draft[:n_acc], nxt]:
-            self.stats.generated_tokens += 1
-            if not advance(seq, tok, self.ctx):
-                seq.n_cached = min(seq.n_cached + n_acc, len(seq.tokens))
-                return n_acc
-        seq.n_cached += n_acc
-        return n_acc
+    def _run(self, plan: StepPlan) -> tuple[torch.Tensor, float]:
+        """The step's one forward: logits [B, G, V] on the model's device, and its time."""
+        parents = [r.parents for r in plan.rows]
+        positions, mask = self.kv.step_inputs(
+            plan.counts, self.runner.dtype, parents, window=self.runner.window
+        )
+        t_fwd = time.perf_counter()
+        logits = self.runner.forward(plan.input_ids(), positions, mask, self.kv.cache)
+        self.stats.decode_steps += 1
+        self.stats.decode_rows += sum(r.seq is not None for r in plan.rows)
+        return logits, time.perf_counter() - t_fwd
 
-    def _accept_tree(self, seq: Sequence, tree: Any, logits: torch.Tensor, t_fwd: float) -> list[int]:
-        """Greedy tree row: follow the argmax path, then advance along it like a chain draft
-        (stops and limits apply token by token). Returns the new slots to keep."""
-        path, _ = greedy_tree_accept(tree.parents, tree.tokens, logits[: len(tree)].argmax(-1).tolist())
-        n_acc = self._accept(seq, logits[path], [tree.tokens[i] for i in path[1:]], pending=1, o2=False)
-        self.decoding.observe_tree(seq.seq_id, tree, logits[: len(tree)], path, t_fwd)
-        return path[: 1 + n_acc]
+    def _postprocess(self, plan: StepPlan, logits: torch.Tensor, t_fwd: float) -> None:
+        """Verify every row, advance its sequence, keep the accepted slots, retire the done."""
+        kept: list[list[int]] = []
+        for b, row in enumerate(plan.rows):
+            seq = row.seq
+            if seq is None:
+                kept.append([])
+                continue
+            p, root = len(seq.pending), seq.pending[-1:]
+            accepted = verify(row, logits[b], self.ctx.grammar)
+            kept.append(self._apply(seq, accepted, p))
+            if row.kind is Kind.TREE:
+                tree = row.tree
+                self.decoding.observe_tree(seq.seq_id, tree, logits[b, : len(tree)], accepted.path, t_fwd)
+            elif row.kind is Kind.TEXT:
+                d = len(row.draft or ())
+                fed = [*root, *(row.draft or ())]
+                self.decoding.observe(seq.seq_id, fed, logits[b, p - 1 : p + d], accepted.n_draft, t_fwd)
+        self.kv.commit(kept, plan.width)
+        for row in plan.rows:
+            if row.seq is not None and row.seq.finish_reason is not None:
+                self._retire(row.seq)
+
+    def _apply(self, seq: Sequence, accepted: Accepted, pending: int) -> list[int]:
+        """Advance ``seq`` by the accepted tokens; returns the new KV slots to keep (the
+        pending tokens and the accepted draft tokens the sequence kept)."""
+        kept = advance(seq, accepted.tokens, self.ctx)
+        self.stats.count(seq, kept, accepted)
+        cached = min(accepted.n_draft, kept)  # the bonus token has no KV yet
+        seq.n_cached = min(seq.n_cached + pending + cached, len(seq.tokens))
+        return accepted.path[: 1 + cached] if accepted.path is not None else list(range(pending + cached))
 
     def _evict(self, seq: Sequence) -> None:
         self.kv.leave({seq.seq_id})
@@ -349,7 +362,7 @@ class Engine:
                         seq.emit({"type": "error", "message": f"engine failure: {exc!r}"})
                     except Exception:  # noqa: BLE001 - a listener that is gone must not kill the loop
                         pass
-                self.kv = BatchKV()
+                self.kv.reset()
 
     async def stream(self, seqs: list[Sequence]) -> AsyncIterator[tuple[int, dict]]:
         """Queue sequences whose ``emit`` is unset and yield ``(choice index, event)`` until
@@ -369,6 +382,11 @@ class Engine:
 
     def counters(self) -> dict[str, int]:
         return asdict(self.stats)
+
+    def kv_memory(self) -> dict[str, int]:
+        """The KV pool's bytes ``reserved`` and ``in_use`` (valid slots), and its shape
+        (``rows`` x ``slots``): a gauge, read from any thread (a racy but harmless snapshot)."""
+        return self.kv.memory()
 
 
 def _emitter(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, index: int):

@@ -19,7 +19,7 @@ from spectool.errors import ModelOutputError
 
 from .grammar import CallGrammar
 from .prompts import TokenMemo, encode
-from .sequence import Phase, Sequence
+from .sequence import Phase, RoundEvent, Sequence
 from .store import ToolOutputStore
 from .toolcalls import draft_cached_call, held_back, output_text, parse_call, tool_results_text
 
@@ -39,7 +39,6 @@ class RoundContext:
     grammar: CallGrammar
     store: ToolOutputStore | None
     memo: TokenMemo
-    stats: Any  # has o3_hits, o3_misses, appended_tokens
     max_rounds: int = 16
 
 
@@ -86,9 +85,15 @@ def _emit_content(seq: Sequence, safe: str) -> None:
         seq.emitted_chars = len(safe)
 
 
-def propose_draft(seq: Sequence, ctx: RoundContext) -> list[int]:
-    """O2: draft tokens completing the call being written, from the newest cached entry."""
-    if seq.phase is not Phase.CALL or ctx.store is None or seq.draft_attempts >= MAX_DRAFT_ATTEMPTS:
+def propose_draft(seq: Sequence, ctx: RoundContext, limit: int = MAX_DRAFT_TOKENS) -> list[int]:
+    """O2: at most ``limit`` draft tokens completing the call being written, from the newest
+    cached entry. An attempt is spent only when a draft is returned."""
+    if (
+        seq.phase is not Phase.CALL
+        or ctx.store is None
+        or seq.draft_attempts >= MAX_DRAFT_ATTEMPTS
+        or limit <= 0
+    ):
         return []
     body = _body(seq, ctx)
     call_text = body[seq.call_start :]
@@ -107,10 +112,21 @@ def propose_draft(seq: Sequence, ctx: RoundContext) -> list[int]:
         return []
     seq.draft_attempts += 1
     # no end-of-message token in the draft: the grammar forces it as the bonus token
-    return encode(ctx.tokenizer, text)[:MAX_DRAFT_TOKENS]
+    return encode(ctx.tokenizer, text)[: min(limit, MAX_DRAFT_TOKENS)]
 
 
-def advance(seq: Sequence, token: int, ctx: RoundContext) -> bool:
+def advance(seq: Sequence, tokens: list[int], ctx: RoundContext) -> int:
+    """Append chosen tokens in order; returns how many were kept. It stops after the token
+    that finishes the sequence or ends a call answered from the store (O3 appended its result
+    after that token, so the rest of a draft no longer follows it)."""
+    for n, token in enumerate(tokens, 1):
+        appended = len(seq.tokens) + 1
+        if not _advance_one(seq, token, ctx) or len(seq.tokens) != appended:
+            return n
+    return len(tokens)
+
+
+def _advance_one(seq: Sequence, token: int, ctx: RoundContext) -> bool:
     """Append one chosen token; returns False once the sequence has finished."""
     seq.tokens.append(token)
     seq.generated += 1
@@ -161,8 +177,8 @@ def _call_ended(seq: Sequence, ctx: RoundContext) -> bool:
     if ctx.store is not None and len(seq.resolved) < ctx.max_rounds:
         entry = ctx.store.take(seq.response_id, seq.owner, name, args)
     if entry is None:
-        ctx.stats.o3_misses += ctx.store is not None
         if ctx.store is not None:  # the client may run a write now: no read-only entry after it
+            seq.events.append((RoundEvent.O3_MISS, 0))
             ctx.store.fence(seq.response_id, seq.owner)
         seq.final_call = call
         return _finish(seq, "tool_calls", content)
@@ -171,8 +187,7 @@ def _call_ended(seq: Sequence, ctx: RoundContext) -> bool:
     appended = encode(ctx.tokenizer, tool_results_text(seq.fmt, [output])) + seq.forced_ids
     seq.tokens.extend(appended)
     seq.appended += len(appended)
-    ctx.stats.o3_hits += 1
-    ctx.stats.appended_tokens += len(appended)
+    seq.events.append((RoundEvent.O3_HIT, len(appended)))
     record = {"content": content or None, "tool_call": call, "output": output}
     seq.resolved.append(record)
     seq.emit({"type": "resolved", "record": record})

@@ -34,9 +34,17 @@ class Runner:
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 
-    def prefill(self, token_ids: list[int]) -> tuple[torch.Tensor, Any]:
-        """token_ids [L] -> (logits of the last token [V] in fp32 on the model's device,
-        batch-1 DynamicCache)."""
+    @property
+    def window(self) -> int | None:
+        """The sliding-attention window where the model has sliding layers (Gemma 3), else
+        None: :meth:`.kv.BatchKV.step_inputs` then builds a mask per layer type."""
+        cfg = getattr(self.model, "config", None)
+        types = getattr(cfg, "layer_types", None) or []
+        return getattr(cfg, "sliding_window", None) if "sliding_attention" in types else None
+
+    def prefill(self, token_ids: list[int], keep: int = 1) -> tuple[torch.Tensor, Any]:
+        """token_ids [L] -> (logits in fp32 on the model's device, batch-1 DynamicCache): of
+        the last token [V], or with ``keep`` > 1 of the last ``keep`` tokens [keep', V]."""
         from transformers import DynamicCache
 
         cache = DynamicCache()
@@ -45,42 +53,43 @@ class Runner:
             if lean is not None:
                 ids = torch.tensor([token_ids], device=self.device)
                 n = len(token_ids)
-                keep = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
+                keep_mask = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
                 mask = torch.zeros(n, n, dtype=self.dtype, device=self.device).masked_fill(
-                    ~keep, torch.finfo(self.dtype).min
+                    ~keep_mask, torch.finfo(self.dtype).min
                 )[None, None]
-                logits = lean(ids, torch.arange(n, device=self.device)[None], mask, cache, 1)
-                return logits[0, -1].float(), cache
-            out = self.model(
-                input_ids=torch.tensor([token_ids], device=self.device),
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-        return out.logits[0, -1].float(), out.past_key_values
+                logits = lean(ids, torch.arange(n, device=self.device)[None], mask, cache, keep)
+            else:
+                out = self.model(
+                    input_ids=torch.tensor([token_ids], device=self.device),
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=keep,
+                )
+                logits, cache = out.logits, out.past_key_values
+        return (logits[0, -1] if keep == 1 else logits[0]).float(), cache
 
     def forward(
-        self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Any
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: Any, cache: Any
     ) -> torch.Tensor:
-        """input_ids [B, G], position_ids [B, G], mask [B, 1, G, C+G] -> logits [B, G, V] fp32,
-        on the model's device (the engine copies only the rows it samples from).
+        """input_ids [B, G], position_ids [B, G], mask [B, 1, G, C+G] (or a dict of them by
+        layer type) -> logits [B, G, V] fp32, on the model's device (the engine copies only
+        the rows it samples from).
 
         The cache grows by G slots per row; the caller marks which of them stay valid.
         """
         lean = self._lean()
+        if isinstance(attention_mask, dict):
+            mask = {k: v.to(self.device) for k, v in attention_mask.items()}
+        else:
+            mask = attention_mask.to(self.device)
         with torch.inference_mode():
             if lean is not None:
-                logits = lean(
-                    input_ids.to(self.device),
-                    position_ids.to(self.device),
-                    attention_mask.to(self.device),
-                    cache,
-                )
+                logits = lean(input_ids.to(self.device), position_ids.to(self.device), mask, cache)
                 return logits.float()
             out = self.model(
                 input_ids=input_ids.to(self.device),
                 position_ids=position_ids.to(self.device),
-                attention_mask=attention_mask.to(self.device),
+                attention_mask=mask,
                 past_key_values=cache,
                 use_cache=True,
             )

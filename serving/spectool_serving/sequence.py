@@ -13,7 +13,7 @@ import torch
 from .sampling import SamplingParams
 from .toolcalls import PromptFormat
 
-__all__ = ["Phase", "Sequence", "Status"]
+__all__ = ["Phase", "RoundEvent", "Sequence", "Status"]
 
 _ids = itertools.count(1)
 
@@ -27,6 +27,14 @@ class Status(Enum):
 class Phase(Enum):
     TEXT = "text"  # free text; watching for the call start marker
     CALL = "call"  # inside a call body, under the call grammar
+
+
+class RoundEvent(Enum):
+    """What a round did besides appending a token, recorded on the sequence for the engine's
+    counters (the round logic knows no engine)."""
+
+    O3_HIT = "o3_hit"  # a call answered from the store; the value: tokens appended
+    O3_MISS = "o3_miss"  # a call the store did not hold (the sequence ends with it)
 
 
 @dataclass(eq=False)
@@ -63,6 +71,7 @@ class Sequence:
     finish_reason: str | None = None
     final_call: dict | None = None
     content: str = ""
+    events: list[tuple[RoundEvent, int]] = field(default_factory=list)  # drained by the engine
 
     def __post_init__(self) -> None:
         self.prompt_len = len(self.tokens)

@@ -94,3 +94,34 @@ def test_batched_greedy_decode_equals_hf_generate(engine, smol):
             )
         want = smol.tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True)
         assert got == want, (got, want)
+
+
+def test_no_draft_attempt_is_spent_on_a_row_preempted_in_the_same_step(smol, alone, monkeypatch):
+    """Preemption is decided before drafting. The O2 proposer here is a fake (these prompts
+    have no cached call to draft from): it offers two wrong tokens to every row and spends an
+    attempt as the real one does, so the verifier rejects them and outputs stay the same.
+    A row evicted in a step must not have been drafted for in that step."""
+    import spectool_serving.engine as engine_module
+    from spectool_serving.prompts import encode_prompt
+    from spectool_serving.server import build_engine
+
+    drafted, evicted = set(), set()
+
+    def fake_proposer(seq, ctx, limit=96):
+        seq.draft_attempts += 1
+        drafted.add((eng.stats.decode_steps, seq.seq_id))
+        return [seq.tokens[-1], seq.tokens[-1]]
+
+    monkeypatch.setattr(engine_module, "propose_draft", fake_proposer)
+    longest = max(len(encode_prompt(smol.tokenizer, smol.fmt, _body(p)["messages"])) for p in PROMPTS)
+    eng = build_engine(loaded=smol, kv_slots=2 * (longest + 1) + 6)
+    real_evict = eng._evict
+
+    def evict(seq):
+        evicted.add((eng.stats.decode_steps, seq.seq_id))
+        real_evict(seq)
+
+    monkeypatch.setattr(eng, "_evict", evict)
+    assert _run_together(eng, [_body(p) for p in PROMPTS]) == alone
+    assert evicted and drafted  # the scenario happened: rows were drafted for, and evicted
+    assert not evicted & drafted

@@ -292,6 +292,8 @@ def test_metrics_over_the_socket(live):
     metrics = httpx.get(f"{live}/metrics").text
     assert "spectool_engine_prefill_tokens_total" in metrics and "spectool_engine_o3_hits_total" in metrics
     assert "spectool_engine_running" in metrics
+    reserved = [ln for ln in metrics.splitlines() if ln.startswith("spectool_engine_kv_reserved ")]
+    assert len(reserved) == 1 and "spectool_engine_kv_in_use " in metrics
 
 
 def test_engine_client_posts_and_degrades(live, app):

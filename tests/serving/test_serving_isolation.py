@@ -63,15 +63,15 @@ def test_a_failing_prefill_fails_only_its_own_request(engine, monkeypatch):
 
 def test_a_failing_batched_step_fails_the_batch_and_the_engine_serves_the_next(engine, monkeypatch):
     calls = {"n": 0}
-    real = engine._decode
+    real = engine._run  # the step's batched forward
 
-    def decode(batch):
+    def run(plan):
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("injected decode failure")
-        return real(batch)
+        return real(plan)
 
-    monkeypatch.setattr(engine, "_decode", decode)
+    monkeypatch.setattr(engine, "_run", run)
     engine.start()
 
     async def main():

@@ -177,3 +177,24 @@ def test_assistant_content_parts_render_as_text():
         )
         == "hi"
     )
+
+
+def test_advance_keeps_no_draft_token_after_an_o3_append(monkeypatch):
+    """rounds.advance reports how many tokens it kept and stops after the token whose call
+    was answered from the store. The per-token step is replaced by a fake that plays that
+    append (a real one needs a text draft holding a whole call, which no test model writes)."""
+    from types import SimpleNamespace
+
+    import spectool_serving.rounds as rounds
+
+    def one(seq, token, ctx):
+        seq.tokens.append(token)
+        if token == 7:  # a call ended here and its result was appended
+            seq.tokens.extend([100, 101])
+        return token != 0  # 0: the sequence finished
+
+    monkeypatch.setattr(rounds, "_advance_one", one)
+    seq = SimpleNamespace(tokens=[1])
+    assert rounds.advance(seq, [5, 7, 9], None) == 2 and seq.tokens == [1, 5, 7, 100, 101]
+    assert rounds.advance(seq, [3, 0, 4], None) == 2 and seq.tokens[-2:] == [3, 0]
+    assert rounds.advance(seq, [3, 4], None) == 2

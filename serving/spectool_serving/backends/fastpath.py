@@ -4,9 +4,8 @@ Verifying a tree is a forward of a few tokens over a long cache, so the cost tha
 matmul FLOPs is memory traffic proportional to the cache, paid every step:
 
 * transformers' ``DynamicLayer`` appends with ``torch.cat``: every step copies the whole
-  cache. :class:`GrowableLayer` writes into a preallocated buffer that doubles when full, and
-  hands the model views of it (the in-place path gather of
-  :func:`spectool_serving.tree.forward.commit_paths` keeps working on those views).
+  cache. :class:`GrowableLayer` writes into a preallocated buffer (the engine's KV pool,
+  :mod:`spectool_serving.kv`, or one that doubles when full) and hands the model views of it.
 * for grouped-query models (SmolLM2: 9 query heads over 3 KV heads) the stock SDPA path
   repeats K and V per query head for any query longer than one token — three copies of the
   cache per layer per step. :func:`grouped_attention` folds each group's query heads into

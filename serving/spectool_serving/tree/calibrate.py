@@ -125,7 +125,7 @@ def cost_table(
     from .cast import CostTable, measure_cost_table
 
     safe = name.replace("/", "_")
-    path = calibration_dir() / f"costs-v5-{device_name()}-{safe}-{dtype}.json"
+    path = calibration_dir() / f"costs-v6-{device_name()}-{safe}-{dtype}.json"
     if path.exists() and not refresh:
         table = CostTable.from_json(path.read_text())
         if set(batches) <= set(table.batches) and table.ns == COST_WIDTHS:
@@ -136,8 +136,9 @@ def cost_table(
 
 
 # bumped whenever what g* is measured on changes (v2: the lean Llama forward; v3: held-out
-# prompts of every category), so a stored g* from an older recipe is not reused
-CALIBRATION_VERSION = "v4"
+# prompts of every category; v5: the serving path, runner + batched KV), so a stored g* from
+# an older recipe is not reused
+CALIBRATION_VERSION = "v5"
 
 
 def calibration_path(device: str, model: str, dtype: str, batch: int) -> Path:

@@ -93,72 +93,66 @@ def measure_cost_table(
 ) -> CostTable:
     """Time tree forwards of n new tokens over a random-KV cache of each bucket's length.
 
-    The forwards go through :func:`.verify.tree_forward` (the decoding path itself). Cached
-    keys/values are random: attention cost does not depend on their values, so no prefill is
-    needed. The n values are interleaved in shuffled rounds so that drift on a shared machine
-    spreads over all of them; each figure is the median of ``reps`` rounds after a warm-up.
+    The forwards go through :class:`.verifier.TreeVerifier` — the engine's runner over its
+    batched KV, the path that serves. Cached keys/values are random: attention cost does not
+    depend on their values, so no prefill is needed. The n values are interleaved in shuffled
+    rounds so that drift on a shared machine spreads over all of them; each figure is the
+    median of ``reps`` rounds after a warm-up.
     """
     import random
     import time
-
-    import torch
 
     rng = random.Random(0)
     seconds: dict[str, list[float]] = {}
     for bsz in batches:
         for ctx in buckets:
-            state = _random_state(model, bsz, ctx)
+            verifier = _random_verifier(model, bsz, ctx)
             times: dict[int, list[float]] = {n: [] for n in ns}
             for rep in range(reps + 1):
                 for n in rng.sample(ns, len(ns)):
-                    tokens = torch.randint(0, model.config.vocab_size, (bsz, n))
-                    chain = torch.ones(n, n, dtype=torch.bool).tril()
                     t0 = time.perf_counter()
-                    _timed_forward(model, state, tokens, chain)
+                    _timed_forward(verifier, bsz, n, model.config.vocab_size)
                     if rep:
                         times[n].append(time.perf_counter() - t0)
             seconds[f"{bsz}/{ctx}"] = [float(np.median(times[n])) for n in ns]
     return CostTable(list(batches), list(buckets), list(ns), seconds)
 
 
-def _random_state(model: Any, bsz: int, ctx: int) -> Any:
+def _random_verifier(model: Any, bsz: int, ctx: int) -> Any:
+    """A verifier whose ``bsz`` rows hold ``ctx`` random cached slots each."""
     import torch
+    from transformers import DynamicCache
 
-    from ..backends import new_cache
-    from .forward import TreeState
+    from .verifier import TreeVerifier
 
     cfg = model.config
     heads = getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)
     dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    cache = new_cache()
-    for layer in range(cfg.num_hidden_layers):
-        kv = torch.randn(bsz, heads, ctx, dim, dtype=model.dtype)
-        cache.update(kv, kv.clone(), layer)
-    return TreeState(
-        cache,
-        torch.ones(bsz, ctx, dtype=torch.bool),
-        torch.arange(ctx).expand(bsz, ctx).clone(),
-        torch.full((bsz,), ctx),
-    )
+    param = next(model.parameters())
+    verifier = TreeVerifier(model)
+    for row in range(bsz):
+        cache = DynamicCache()
+        for layer in range(cfg.num_hidden_layers):
+            kv = torch.randn(1, heads, ctx, dim, dtype=param.dtype, device=param.device)
+            cache.update(kv, kv.clone(), layer)
+        verifier.kv.join(row, cache)
+    return verifier
 
 
-def _timed_forward(model: Any, state: Any, tokens: Any, chain: Any) -> None:
-    """One forward of a chain of ``tokens`` [B, n], then the cache cut back to its length."""
+def _timed_forward(verifier: Any, bsz: int, n: int, vocab: int) -> None:
+    """One forward of a random chain of ``n`` tokens per row; its slots are then dropped."""
     import torch
 
-    from .forward import tree_forward
+    from .tree import DraftTree
 
-    bsz, n = tokens.shape
-    tree_forward(
-        model,
-        state,
-        tokens,
-        torch.arange(n).expand(bsz, n),
-        chain.expand(bsz, n, n),
-        torch.ones(bsz, n, dtype=torch.bool),
-    )
-    state.cache.crop(-n)
-    state.kv_valid, state.kv_pos = state.kv_valid[:, :-n], state.kv_pos[:, :-n]
+    trees = []
+    for _ in range(bsz):
+        tokens = torch.randint(0, vocab, (n,)).tolist()
+        trees.append(DraftTree(tokens, list(range(-1, n - 1)), [1.0] * n, ["root"] * n))
+    logits = verifier.forward(trees)
+    if logits.is_cuda:  # kernels run asynchronously: the timer must wait for them
+        torch.cuda.synchronize(logits.device)
+    verifier.discard()
 
 
 @dataclass

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from .accept import greedy_tree_accept, sample_tree_accept
-from .forward import commit_paths, prefill, tree_forward
-from .tree import DraftTree, pad_trees
+from .tree import DraftTree
 from .unispec import ContextIndex, NGramStore, TopG, TreeDrafter
+from .verifier import TreeVerifier
 
 __all__ = ["POLICIES", "DecodeResult", "decode", "make_drafter"]
 
@@ -77,15 +77,14 @@ def _store_update(
     drafter.store.refresh(toks, pars, logits[idx_b, idx_i])
 
 
-def _warm_store(drafter: TreeDrafter, logits: torch.Tensor, prompts: list[list[int]]) -> None:
+def _warm_store(drafter: TreeDrafter, logits: list[torch.Tensor], prompts: list[list[int]]) -> None:
     """Seed the store from the prefill's logits of the last prompt positions (they come
     almost free with the prompt)."""
-    keep = logits.shape[1]  # logits cover the last ``keep`` positions of the padded prefix
     for b, p in enumerate(prompts):
         n = len(p) - 1  # prefix length (the last prompt token is the first root)
-        m = min(n, keep)
+        m = logits[b].shape[0]  # logits cover the last m positions of the prefix
         pars = [p[i - 1] if i else -1 for i in range(n - m, n)]
-        drafter.store.refresh(p[n - m : n], pars, logits[b, keep - m :])
+        drafter.store.refresh(p[n - m : n], pars, logits[b])
 
 
 def decode(
@@ -136,7 +135,8 @@ def _decode(
     if drafter is None and policy != "ar":
         drafter = make_drafter(policy, model.config.vocab_size, g=g, cast=cast)
     table = getattr(cast, "table", None)
-    state, pre_logits, roots = prefill(model, prompts, WARM_POSITIONS if drafter else 1)
+    verifier = TreeVerifier(model)
+    pre_logits, _ = verifier.prefill(prompts, WARM_POSITIONS if drafter else 1)
     if drafter is not None:
         _warm_store(drafter, pre_logits, prompts)
     seqs = [ContextIndex(p) for p in prompts]
@@ -149,7 +149,7 @@ def _decode(
             trees = [DraftTree.root(s.seq[-1]) for s in seqs]
         else:
             if cast is not None and hasattr(drafter.shaper, "begin_step"):
-                drafter.shaper.begin_step(len(prompts), state.length)
+                drafter.shaper.begin_step(len(prompts), verifier.length)
             trees = [DraftTree.root(s.seq[-1]) if d else drafter.draft(s) for s, d in zip(seqs, done)]
             if len(trees) > 1 and hasattr(drafter.shaper, "batch_width"):
                 live = [b for b, d in enumerate(done) if not d]  # a fixed batch: see batch_width
@@ -160,12 +160,11 @@ def _decode(
         t1 = time.perf_counter()
         width = max(len(t) for t in trees)
         if table is not None:
-            width = table.best_width(len(prompts), state.length, width)
-        toks, depth, anc, real = pad_trees(trees, width)
-        logits = tree_forward(model, state, toks, depth, anc, real)
+            width = table.best_width(len(prompts), verifier.length, width)
+        logits = verifier.forward(trees, width)
         t2 = time.perf_counter()
         paths, bonus = _accept(trees, logits, temperature, generator)
-        commit_paths(state, paths, toks.shape[1])
+        verifier.commit(paths)
         if drafter is not None:
             _store_update(drafter, logits, trees, [s.seq[-2] for s in seqs])
             for t, p, d in zip(trees, paths, done):

@@ -53,7 +53,8 @@ class NGramStore:
         from ..backends.kernels import row_stats  # one pass per row where the C kernel runs
 
         _, ids, conf = row_stats(logits, self.k)
-        self.update(np.asarray(tokens), np.asarray(parents), ids.numpy(), conf.numpy())
+        # on a GPU the top-k stays on the device: the store lives on the host
+        self.update(np.asarray(tokens), np.asarray(parents), ids.cpu().numpy(), conf.cpu().numpy())
 
 
 class ContextIndex:

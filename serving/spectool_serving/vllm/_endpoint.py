@@ -33,8 +33,8 @@ from spectool.settings import settings
 from ..schemas import ToolOutputItems
 from ..store import ToolOutputStore
 from . import _continue
-from ._mirror import tenant_tag
 from ._inflight import InFlight
+from ._mirror import tenant_tag
 
 __all__ = ["SpectoolEndpoint"]
 

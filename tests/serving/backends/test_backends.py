@@ -11,13 +11,14 @@ from spectool_serving.backends import kernels, lean_for, runs_fused
 from spectool_serving.backends.fused import FusedLlama
 from spectool_serving.backends.lean import LeanLlama
 from spectool_serving.runner import Runner
-from spectool_serving.tree import DraftTree, pad_trees, prefill, tree_forward
+from spectool_serving.tree import DraftTree, TreeVerifier
 
 
 def _scores(model):
     g = torch.Generator().manual_seed(5)
     prompts = [torch.randint(1, 97, (n,), generator=g).tolist() for n in (9, 14)]
-    state, warm, roots = prefill(model, prompts)
+    verifier = TreeVerifier(model)
+    warm, roots = verifier.prefill(prompts, keep=64)
     trees = []
     for root in roots:
         t = DraftTree.root(root)
@@ -25,8 +26,7 @@ def _scores(model):
         t.add(a, 6, 0.4)
         t.add(0, 7, 0.3)
         trees.append(t)
-    toks, depth, anc, real = pad_trees(trees)
-    return warm, tree_forward(model, state, toks, depth, anc, real)
+    return torch.cat(warm), verifier.forward(trees)
 
 
 def _greedy(model, prompt: list[int], steps: int) -> list[int]:

@@ -64,4 +64,19 @@ def test_runner_and_kv_keep_everything_on_the_device(meta_llama):
     kv.commit([[0, 2], [0]], 3)
     kv.compact(slack=0.0, floor=0)  # force the gather path
     kv.leave({0})
-    assert kv.rows == [1] and kv.cache.layers[0].keys.device == META
+    assert kv.rows == [None, 1] and kv.cache.layers[0].keys.device == META  # row 0 is free now
+
+
+def test_tree_verifier_keeps_everything_on_the_device(meta_llama):
+    """The tree decoder's verifier is the engine's runner over its KV: same device rules."""
+    from spectool_serving.tree import DraftTree, TreeVerifier
+
+    verifier = TreeVerifier(meta_llama)
+    warm, roots = verifier.prefill([[1, 2, 3, 4], [5, 6, 7]], keep=2)
+    assert all(w.device == META and w.shape == (2, 97) for w in warm)
+    tree = DraftTree.root(roots[0])
+    tree.add(0, 9, 0.5)
+    logits = verifier.forward([tree, DraftTree.root(roots[1])], width=4)  # padded to 4
+    assert logits.device == META and logits.shape == (2, 4, 97)
+    verifier.commit([[0, 1], [0]])
+    assert verifier.kv.cache.layers[0].keys.device == META and verifier.length == 3 + 4

@@ -15,7 +15,7 @@ from tree_fixtures import needs_kernel, tiny_llama
 from spectool_serving.backends import lean_for
 from spectool_serving.backends.fused import FusedLlama, fusable
 from spectool_serving.backends.lean import LeanLlama
-from spectool_serving.tree import DraftTree, commit_paths, pad_trees, prefill, tree_forward
+from spectool_serving.tree import DraftTree, TreeVerifier
 
 
 def _tiny_llama(heads: int, kv_heads: int, hidden: int = 48, bias: bool = False):
@@ -27,7 +27,8 @@ def _run_batch(model, prompts, monkeypatch, fused: bool):
     monkeypatch.setenv("SPECTOOL_PACKED_GEMM", "1" if fused else "0")
     expected = FusedLlama if fused else LeanLlama
     assert isinstance(lean_for(model), expected)
-    state, warm, roots = prefill(model, prompts)
+    verifier = TreeVerifier(model)  # the engine's runner over its batched KV
+    warm, roots = verifier.prefill(prompts, keep=64)
     trees = []
     for b, root in enumerate(roots):
         t = DraftTree.root(root)
@@ -37,12 +38,10 @@ def _run_batch(model, prompts, monkeypatch, fused: bool):
         if b:
             t.add(a, 8, 0.2)
         trees.append(t)
-    toks, depth, anc, real = pad_trees(trees)
-    first = tree_forward(model, state, toks, depth, anc, real)
-    commit_paths(state, [[0, 1, 2], [0, 3]], toks.shape[1])  # a hole in row 1's slots
-    toks, depth, anc, real = pad_trees([DraftTree.root(9), DraftTree.root(11)])
-    second = tree_forward(model, state, toks, depth, anc, real)
-    return warm, first, second
+    first = verifier.forward(trees)
+    verifier.commit([[0, 1, 2], [0, 3]])  # a hole in row 1's slots
+    second = verifier.forward([DraftTree.root(9), DraftTree.root(11)])
+    return torch.cat(warm), first, second
 
 
 @needs_kernel
@@ -90,11 +89,13 @@ def test_fused_steps_continue_a_plain_cache_filled_by_the_wide_path():
 def test_a_mask_that_disagrees_with_the_cache_is_refused_before_anything_is_written():
     model = _tiny_llama(4, 2)
     fused = lean_for(model)
-    state, _, _ = prefill(model, [[1, 2, 3, 4, 5]])
-    before = [layer.keys.clone() for layer in state.cache.layers]
+    verifier = TreeVerifier(model)
+    verifier.prefill([[1, 2, 3, 4, 5]])
+    cache = verifier.kv.cache
+    before = [layer.keys.clone() for layer in cache.layers]
     with pytest.raises(ValueError, match="cached slots"), torch.no_grad():
-        fused(torch.tensor([[7]]), torch.tensor([[4]]), torch.zeros(1, 1, 1, 9), state.cache)
-    for layer, keys in zip(state.cache.layers, before):
+        fused(torch.tensor([[7]]), torch.tensor([[4]]), torch.zeros(1, 1, 1, 9), cache)
+    for layer, keys in zip(cache.layers, before):
         assert torch.equal(layer.keys, keys)
 
 

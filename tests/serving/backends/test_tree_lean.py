@@ -13,7 +13,7 @@ from tree_fixtures import tiny_llama
 
 from spectool_serving.backends import lean_for
 from spectool_serving.backends.lean import LeanLlama, supports
-from spectool_serving.tree import DraftTree, commit_paths, pad_trees, prefill, tree_forward
+from spectool_serving.tree import DraftTree, TreeVerifier
 
 
 def _tiny_llama(heads: int, kv_heads: int, bias: bool = False, **extra):
@@ -22,18 +22,16 @@ def _tiny_llama(heads: int, kv_heads: int, bias: bool = False, **extra):
 
 def _score_tree(model, prompt, monkeypatch, lean: bool):
     monkeypatch.setenv("SPECTOOL_LEAN_FORWARD", "1" if lean else "0")
-    state, warm, roots = prefill(model, [prompt], 3)
+    verifier = TreeVerifier(model)
+    warm, roots = verifier.prefill([prompt], 3)
     tree = DraftTree.root(roots[0])
     a = tree.add(0, 5, 0.5)
     tree.add(a, 6, 0.4)
     tree.add(0, 7, 0.3)
-    toks, depth, anc, real = pad_trees([tree])
-    first = tree_forward(model, state, toks, depth, anc, real)
-    commit_paths(state, [[0, a]], toks.shape[1])  # keeps the path's KV, drops the rest
-    nxt = DraftTree.root(9)
-    toks, depth, anc, real = pad_trees([nxt])
-    second = tree_forward(model, state, toks, depth, anc, real)
-    return warm, first, second
+    first = verifier.forward([tree])
+    verifier.commit([[0, a]])  # keeps the path's KV, drops the rest
+    second = verifier.forward([DraftTree.root(9)])
+    return warm[0], first, second
 
 
 @pytest.mark.parametrize("heads,kv_heads,bias", [(4, 4, False), (4, 2, True), (6, 1, False)])

@@ -5,15 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spectool_serving.tree import (
-    DraftTree,
-    commit_paths,
-    decode,
-    greedy_tree_accept,
-    pad_trees,
-    prefill,
-    tree_forward,
-)
+from spectool_serving.tree import DraftTree, TreeVerifier, decode, greedy_tree_accept
 from spectool_serving.tree.cast import CastShaper, CostTable
 
 pytestmark = pytest.mark.model
@@ -55,7 +47,8 @@ def test_tree_logits_equal_path_by_path_and_gather_matches_plain(lm):
     model, _, prompts = lm
     ids = prompts[0]
     ref = _greedy(model, ids, 6)
-    state, _, roots = prefill(model, [ids])
+    verifier = TreeVerifier(model)
+    _, roots = verifier.prefill([ids])
     t = DraftTree.root(roots[0])
     a = t.add(0, ref[0], 0.5)
     b = t.add(a, ref[1], 0.4)
@@ -63,8 +56,7 @@ def test_tree_logits_equal_path_by_path_and_gather_matches_plain(lm):
     t.add(c, 18, 0.1)
     t.add(b, 999, 0.1)
     d = t.add(b, ref[2], 0.1)
-    toks, depth, anc, real = pad_trees([t])
-    logits = tree_forward(model, state, toks, depth, anc, real)
+    logits = verifier.forward([t])
     for path in ([0, a, b, d], [0, c, 4], [0, a, b, 5]):
         seq = ids + [t.tokens[i] for i in path[1:]]
         with torch.no_grad():
@@ -72,11 +64,10 @@ def test_tree_logits_equal_path_by_path_and_gather_matches_plain(lm):
         assert (plain - logits[0, path]).abs().max() < 2e-4
     path, bonus = greedy_tree_accept(t.parents, t.tokens, logits[0].argmax(-1).tolist())
     assert path == [0, a, b, d] and bonus == ref[3]
-    commit_paths(state, [path], toks.shape[1])
+    verifier.commit([path])
     nxt = DraftTree.root(bonus)
     nxt.add(0, ref[4], 1.0)
-    toks, depth, anc, real = pad_trees([nxt])
-    after = tree_forward(model, state, toks, depth, anc, real)
+    after = verifier.forward([nxt])
     with torch.no_grad():
         plain = model(torch.tensor([ids + ref[:5]])).logits[0, -2:]
     assert (plain - after[0]).abs().max() < 2e-4
@@ -120,9 +111,9 @@ def test_verify_kernels_packed_gemms_match_stock_and_restore_the_model(lm, monke
     assert len(chain) == 16
 
     def score() -> torch.Tensor:
-        state, _, _ = prefill(model, [ids[:-1]])
-        toks, depth, anc, real = pad_trees([chain])
-        return tree_forward(model, state, toks, depth, anc, real)
+        verifier = TreeVerifier(model)
+        verifier.prefill([ids[:-1]])
+        return verifier.forward([chain])
 
     from spectool_serving.backends import lean_for
     from spectool_serving.backends.fused import FusedLlama

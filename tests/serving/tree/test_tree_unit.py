@@ -16,14 +16,12 @@ from hypothesis import strategies as st
 
 from spectool_serving.tree import (
     DraftTree,
+    TreeVerifier,
     ancestor_matrix,
-    commit_paths,
     greedy_tree_accept,
     pad_trees,
-    prefill,
     recursive_rejection,
     sample_tree_accept,
-    tree_forward,
 )
 from spectool_serving.tree.calibrate import fit_g_star, truncated_path_len
 from spectool_serving.tree.cast import CastShaper, CostTable, max_valid_index
@@ -280,24 +278,22 @@ def test_sliding_window_tree_matches_full_forward():
     )
     model = Gemma3ForCausalLM(cfg).eval()
     prompt = torch.randint(0, 64, (14,)).tolist()  # longer than the window
-    state, _, roots = prefill(model, [prompt])
+    verifier = TreeVerifier(model)  # sliding layers: a mask per layer type
+    _, roots = verifier.prefill([prompt])
     t = DraftTree.root(roots[0])
     a = t.add(0, 5, 0.5)
     b = t.add(a, 7, 0.5)
     c = t.add(0, 9, 0.4)
     d = t.add(c, 11, 0.3)
     e = t.add(b, 13, 0.2)
-    toks, depth, anc, real = pad_trees([t])
-    logits = tree_forward(model, state, toks, depth, anc, real)
+    logits = verifier.forward([t])
     for path in ([0, a, b, e], [0, c, d]):
         seq = prompt + [t.tokens[i] for i in path[1:]]
         with torch.no_grad():
             full = model(torch.tensor([seq])).logits[0, -len(path) :]
         assert torch.allclose(full, logits[0, path], atol=1e-4)
-    commit_paths(state, [[0, c, d]], len(t))
-    nxt = DraftTree.root(3)
-    toks, depth, anc, real = pad_trees([nxt])
-    after = tree_forward(model, state, toks, depth, anc, real)
+    verifier.commit([[0, c, d]])
+    after = verifier.forward([DraftTree.root(3)])
     with torch.no_grad():
         full = model(torch.tensor([prompt + [9, 11, 3]])).logits[0, -1]
     assert torch.allclose(full, after[0, 0], atol=1e-4)

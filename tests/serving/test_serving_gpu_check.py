@@ -1,0 +1,59 @@
+"""scripts/gpu-check.sh cannot rot: its --dry-run (the same checks on the CPU, tiny random
+models, the embedded model's tokenizer) runs here and must pass every check."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.model  # the embedded model's tokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _gpu_check():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import gpu_check
+
+        return gpu_check
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+def test_dry_run_passes_every_check(tmp_path):
+    out = tmp_path / "gpu-check.json"
+    env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--dry-run", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("OK")
+    rows = json.loads(out.read_text())
+    kinds = {r["check"] for r in rows}
+    assert kinds == {"greedy", "throughput", "tree", "o2o3"}
+    greedy = [r for r in rows if r["check"] == "greedy"]
+    assert {r["dtype"] for r in greedy} == {"float32", "bfloat16"}
+    assert all(r["identical"] == r["prompts"] for r in greedy)  # tiny shapes: no ties expected
+    assert [r["streams"] for r in rows if r["check"] == "throughput"] == [1, 2]
+    assert all(r["engine_tok_s"] > 0 and r["hf_tok_s"] > 0 for r in rows if r["check"] == "throughput")
+    o2o3 = [r for r in rows if r["check"] == "o2o3"][0]
+    assert o2o3["o3_hits"] == 1 and o2o3["o2_accepted"] > 0 and o2o3["same_transcript"]
+
+
+def test_compare_calls_a_divergence_a_tie_only_at_a_near_tie():
+    """The greedy check's verdicts, and their negative controls."""
+    compare = _gpu_check().compare
+    assert compare([1, 2, 3], [1, 2, 3], [1.0, 1.0, 1.0]) == "same"
+    assert compare([1, 2, 4], [1, 2, 3], [1.0, 1.0, 1.0]) == "mismatch"
+    assert compare([1, 2, 4], [1, 2, 3], [1.0, 1.0, 0.001]) == "tie"
+    assert compare([1, 2], [1, 2, 3], [1.0, 1.0, 1.0]) == "mismatch"  # stopped early
