@@ -49,10 +49,22 @@ class Garbage:
 
 async def test_merges_in_order_and_dedupes_by_canonical_key():
     a = Fixed([ToolCall("add", {"a": 1, "b": 0}), ToolCall("add", {"a": 2})])
-    b = Fixed([ToolCall("add", {"a": 1.0}), ToolCall("add", {"b": 0, "a": 2.0}), ToolCall("add", {"a": 3})])
+    b = Fixed(
+        [
+            ToolCall("add", {"a": 1.0, "b": 0.0}),
+            ToolCall("add", {"b": 0, "a": 2.0}),
+            ToolCall("add", {"a": 3}),
+        ]
+    )
     calls = await CombinedDrafter([a, b]).propose(REQ)
-    # {"a": 1.0} equals {"a": 1, "b": 0} under the schema (number type, default filled).
-    assert calls == [ToolCall("add", {"a": 1, "b": 0}), ToolCall("add", {"a": 2}), ToolCall("add", {"a": 3})]
+    # {"a": 1.0, "b": 0.0} equals {"a": 1, "b": 0} under the schema (number type); a default
+    # left out is not an explicit value (the tool gets it unvalidated), so {"a": 2} stays apart.
+    assert calls == [
+        ToolCall("add", {"a": 1, "b": 0}),
+        ToolCall("add", {"a": 2}),
+        ToolCall("add", {"b": 0, "a": 2.0}),
+        ToolCall("add", {"a": 3}),
+    ]
 
 
 async def test_runs_concurrently_and_a_hang_only_costs_its_own_timeout():
