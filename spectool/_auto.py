@@ -74,7 +74,7 @@ class _Mean:
 
 
 class AutoSamples:
-    """Running estimates for one session, and the λ they call for."""
+    """Running estimates for one agent (its sessions share them), and the λ they call for."""
 
     def __init__(
         self, max_samples: int = 9, cost_per_sample_s: float = 0.0, explore_every: int = 8, window: int = 200

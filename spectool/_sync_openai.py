@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import anyio.to_thread
 
 from ._errors import ConfigError
+from ._estimates import shared_estimator
 from ._loop import AgentResult, run_agent
 from ._openai import RequestHook, SpeculativeOpenAI, SpeculativeStream
 from ._sync import SyncSpeculator
@@ -172,6 +173,8 @@ class SyncSpeculativeOpenAI:
             )
         options.pop("mode", None)
         self.client = client
+        # samples="auto": the estimates live with the wrapped client, across its sessions
+        options["samples"] = shared_estimator(client, drafter, options.get("samples", 3), options)
         self._session = SyncSpeculator(tools, drafter, **options)
         self.async_client = SpeculativeOpenAI(
             _AsyncFacade(client),
