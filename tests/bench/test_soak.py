@@ -11,6 +11,7 @@ import pytest
 
 from spectool.cli import main
 
+
 @pytest.mark.model
 @pytest.mark.timeout(600)
 def test_a_tiny_soak_loses_and_changes_nothing(tmp_path, capsys):
