@@ -223,3 +223,33 @@ def test_fixed_samples_are_reported_per_request_too():
         assert auto is None and result.stats["samples_chosen"] == [3, 3]
 
     anyio.run(check)
+
+
+def test_the_per_client_estimators_never_keep_a_client_or_grow_without_bound():
+    import gc
+    import weakref
+
+    from spectool._estimates import PER_CLIENT, _registry, shared_estimator
+
+    class Client:  # any object stands for the wrapped SDK client here
+        pass
+
+    class Drafter:
+        async def propose(self, request):
+            return []
+
+    client, drafter = Client(), Drafter()
+    est = shared_estimator(client, drafter, "auto", {})
+    assert isinstance(est, AutoSamples) and shared_estimator(client, drafter, "auto", {}) is est
+    assert shared_estimator(client, drafter, "auto", {"max_samples": 3}) is not est
+    assert shared_estimator(client, drafter, 3, {}) == 3
+    assert shared_estimator(client, None, "auto", {}) == "auto"
+    kept = [Drafter() for _ in range(PER_CLIENT + 5)]  # a drafter per session: oldest dropped
+    for d in kept:
+        shared_estimator(client, d, "auto", {})
+    assert len(_registry[client]) == PER_CLIENT
+    alive = weakref.ref(client)
+    del client
+    gc.collect()
+    assert alive() is None  # the registry does not keep a client alive (its entry goes with it)
+    assert shared_estimator([], drafter, "auto", {}) == "auto"  # unhashable: cold, as before
