@@ -1,5 +1,6 @@
 """spectool: speculative tool calling for LLM agents."""
 
+from ._auto import AutoSamples
 from ._cache import CacheCounters, Outcome, ToolCache
 from ._engine_client import resolved_messages
 from ._loop import AgentResult, run_agent
@@ -39,6 +40,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AgentResult",
+    "AutoSamples",
     "CacheCounters",
     "CombinedDrafter",
     "ConfigError",

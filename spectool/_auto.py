@@ -83,7 +83,7 @@ class _Mean:
 
 
 class AutoSamples:
-    """Running estimates for one session, and the λ they call for."""
+    """Running estimates for one agent (its sessions share them), and the λ they call for."""
 
     def __init__(
         self,

@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 import anyio.lowlevel
 
+from ._auto import AutoSamples
 from ._cache import CacheCounters, Outcome, ToolCache
 from ._eager import EagerBatch, StreamWatcher, eager_policy
+from ._estimates import shared_estimator
 from ._options import check_client, check_options
 from ._speculator import Speculator
 from ._tools import Toolbox
@@ -227,7 +229,7 @@ class SpeculativeOpenAI:
         tools: Toolbox | Iterable[Any],
         drafter: Drafter | str | None = None,
         *,
-        samples: int = 3,
+        samples: int | Literal["auto"] | AutoSamples = 3,
         draft_timeout: float = 5.0,
         mode: Literal["client", "engine"] = "client",
         sink: EngineSink | None = None,
@@ -251,7 +253,7 @@ class SpeculativeOpenAI:
         self.speculator = speculator or Speculator(
             tools,
             drafter,
-            samples=samples,
+            samples=shared_estimator(client, drafter, samples, options),  # "auto" learns per client
             draft_timeout=draft_timeout,
             on_complete=self.sink.on_tool_output if self.sink is not None else None,
             **options,

@@ -119,7 +119,7 @@ class Speculator:
         tools: Toolbox | Iterable[Any],
         drafter: Drafter | str | None = None,
         *,
-        samples: int | str = 3,
+        samples: int | str | AutoSamples = 3,
         draft_timeout: float = 5.0,
         max_proposals: int = 16,
         max_samples: int = 9,
@@ -133,9 +133,12 @@ class Speculator:
         # samples="auto": λ per request from running estimates (spectool._auto); sample_cost is
         # what one draft sample is worth in seconds of the agent's time (its price / your value).
         check_options(cache_options, "spectool.Speculator", Speculator, ToolCache)
-        auto = samples == "auto"
+        # An AutoSamples passed as ``samples`` is the caller's (or the wrapped client's, see
+        # spectool._estimates): its estimates carry over from earlier sessions and on to later ones.
+        kept = samples if isinstance(samples, AutoSamples) else None
+        auto = kept is not None or samples == "auto"
         if not auto and (not isinstance(samples, int) or samples < 1):
-            raise ConfigError(f"samples must be an int >= 1 or 'auto', got {samples!r}")
+            raise ConfigError(f"samples must be an int >= 1, 'auto' or an AutoSamples, got {samples!r}")
         if max_proposals < 0 or draft_timeout <= 0 or max_samples < 0 or sample_cost < 0 or not run_cost >= 0:
             raise ConfigError(
                 "max_proposals >= 0, draft_timeout > 0, max_samples >= 0, sample_cost >= 0 and "
@@ -143,10 +146,16 @@ class Speculator:
             )
         # run_cost: seconds one speculative tool run is worth; never free by default, so a
         # drafter that never hits converges to λ = 0 (spectool._auto).
-        self.auto = AutoSamples(max_samples, sample_cost, cost_per_run_s=run_cost) if auto else None
+        if kept is not None:
+            self.auto: AutoSamples | None = kept
+        else:
+            self.auto = AutoSamples(max_samples, sample_cost, cost_per_run_s=run_cost) if auto else None
         self.toolbox = tools if isinstance(tools, Toolbox) else Toolbox(tools)
         self.drafter = resolve_drafter(drafter)  # a name ("history", "local", …) or an object
-        self.samples, self.draft_timeout, self.max_proposals = samples, draft_timeout, max_proposals
+        #: λ drafted for each model request of this session, in order (0: auto chose not to draft)
+        self.samples_chosen: list[int] = []
+        self.samples: int | str = samples if isinstance(samples, int) else "auto"
+        self.draft_timeout, self.max_proposals = draft_timeout, max_proposals
         self.cache = cache or ToolCache(self.toolbox, on_complete=on_complete, **cache_options)
         self.draft_counters = DraftCounters()
         self._turn: Turn | None = None
@@ -168,10 +177,12 @@ class Speculator:
         return self.cache.counters
 
     def stats(self) -> dict[str, Any]:
-        """Cache and draft counters in one flat dict. ``wasted_runs`` is live: speculative runs
-        discarded unused, plus those finished and not used so far."""
-        out = {**self.cache.counters.as_dict(), **self.draft_counters.as_dict()}
+        """Cache and draft counters in one flat dict, and ``samples_chosen``: λ per model request.
+        ``wasted_runs`` is live: speculative runs discarded unused, plus those finished and not
+        used so far."""
+        out: dict[str, Any] = {**self.cache.counters.as_dict(), **self.draft_counters.as_dict()}
         out["wasted_runs"] += self.cache.unused_finished()
+        out["samples_chosen"] = list(self.samples_chosen)
         return out
 
     # -- drafting ---------------------------------------------------------------------------
@@ -194,6 +205,7 @@ class Speculator:
             turn.finished.set()
             return turn
         turn.samples = self.auto.choose() if self.auto is not None else int(self.samples)
+        self.samples_chosen.append(turn.samples)
         if turn.samples == 0:
             self.draft_counters.undrafted_turns += 1
             turn.finished.set()

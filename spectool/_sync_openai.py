@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import anyio.to_thread
 
 from ._cache import ToolCache
+from ._estimates import shared_estimator
 from ._loop import AgentResult, run_agent
 from ._openai import RequestHook, SpeculativeOpenAI, SpeculativeStream
 from ._options import check_client, check_options
@@ -177,6 +178,8 @@ class SyncSpeculativeOpenAI:
         check_options(options, "spectool.speculative_sync()", SyncSpeculator, Speculator, ToolCache)
         check_client(client, asynchronous=False, where="spectool.speculative_sync()")
         self.client = client
+        # samples="auto": the estimates live with the wrapped client, across its sessions
+        options["samples"] = shared_estimator(client, drafter, options.get("samples", 3), options)
         self._session = SyncSpeculator(tools, drafter, **options)
         self.async_client = SpeculativeOpenAI(
             _AsyncFacade(client),

@@ -179,6 +179,11 @@ def test_cli_replay_with_eager_arm_and_auto_writes_the_headline_plot(tmp_path, c
         ("client+eager", "auto"),
     ]
     assert all(r["same_transcripts"] for r in runs)
+    # λ per model request: the fixed arm drafts λ = 1 at every step, auto reports what it chose
+    assert runs[0]["samples_chosen"] == {} and runs[2]["samples_chosen"] == {"1": runs[2]["steps"]}
+    auto = runs[3]["samples_chosen"]
+    assert sum(auto.values()) == runs[3]["steps"] and set(auto) <= {str(k) for k in range(10)}
+    assert "λ chosen" in printed
     assert all(split_of(t) == "test" for t in results["tasks"])
     assert runs[0]["tool_latency_mean"] == pytest.approx(runs[0]["G_mean_s"], rel=0.35)  # T ≈ G
     assert (out / "time_saved_vs_alpha.png").read_bytes()[:4] == b"\x89PNG"

@@ -52,9 +52,10 @@ def test_a_hit_needs_the_canonical_call_of_a_speculable_tool():
         0.1,
     )
     assert s.hits == 1
-    # a right guess of a mutating call is predicted but not a hit, and never a run
+    # a right guess of a mutating call is not a hit and never a run: it is refused (and right)
     s = score_step([ToolCall("rm", {"path": "x"})], [ToolCall("rm", {"path": "x"})], SPEC, SCHEMAS, 0.1)
     assert (s.speculable, s.predicted, s.hits, s.wasted) == (0, 1, 0, 0)
+    assert (s.refused, s.refused_right) == (1, 1)
 
 
 def test_wasted_runs_count_distinct_speculable_misses_only():
@@ -70,6 +71,41 @@ def test_wasted_runs_count_distinct_speculable_misses_only():
     # one proposal serves one call: two equal calls need... one hit, the second is a miss
     s = score_step([ToolCall("ls", {"path": "a"})], [ToolCall("ls", {"path": "a"})] * 2, SPEC, SCHEMAS, 0.0)
     assert (s.calls, s.hits, s.wasted) == (2, 1, 0)
+
+
+def test_refused_proposals_have_their_own_column_not_hits_nor_waste():
+    from spectool import Toolbox, tool
+    from spectool_bench.drafters._metrics import admitted_tools
+
+    @tool(effect="read_only", external=True)
+    async def weather(city: str, unit: str = "c") -> str:
+        """A third party's API: run early only if the session opts in."""
+        return city
+
+    @tool(effect="read_only")
+    async def ls(path: str) -> str:
+        return path
+
+    @tool  # mutating
+    async def rm(path: str) -> str:
+        return path
+
+    box = Toolbox([weather, ls, rm])
+    admitted = admitted_tools(box)
+    assert admitted == {"ls"} and admitted_tools(box, speculate_external=True) == {"ls", "weather"}
+    proposals = [
+        ToolCall("weather", {"city": "Oslo"}),  # external read, wrong: refused, not a wasted run
+        ToolCall("rm", {"path": "a"}),  # mutating and right: refused, not a right prediction's hit
+        ToolCall("rm", {"path": "a"}),  # the λ samples agree: one refusal
+        ToolCall("ls", {"path": "z"}),  # admitted and wrong: a wasted run
+    ]
+    s = score_step(proposals, [ToolCall("rm", {"path": "a"})], admitted, SCHEMAS, 0.1)
+    assert (s.hits, s.wasted, s.refused, s.refused_right) == (0, 1, 2, 1)
+    # the same proposals with externals opted in: the wrong weather read becomes a wasted run
+    s = score_step(proposals, [ToolCall("rm", {"path": "a"})], admitted | {"weather"}, SCHEMAS, 0.1)
+    assert (s.hits, s.wasted, s.refused, s.refused_right) == (0, 2, 1, 1)
+    row = summarize([s, s])
+    assert (row["refused"], row["refused_right"], row["wasted_runs"]) == (2, 2, 4)
 
 
 def test_summary_ratios_ceiling_and_no_call_categories():

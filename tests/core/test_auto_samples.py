@@ -211,3 +211,99 @@ async def test_wasted_runs_are_live_during_a_session():
         assert spec.stats()["wasted_runs"] == 1
         await spec.resolve(spectool.ToolCall("get", {"key": "a"}))  # now it is used: not wasted
         assert spec.stats()["wasted_runs"] == 0
+
+
+# -- estimates that outlive a session (issue 24 item 5) --------------------------------------
+
+
+async def _session(client, drafter, **options):
+    world = KeyValueWorld()
+    async with spectool.speculative(client, world.toolbox, drafter, **options) as c:
+        result = await spectool.run_agent(c, model="m", messages="please")
+    return result, c.speculator.auto
+
+
+def test_a_second_session_on_one_client_starts_from_the_first_ones_estimates():
+    # Every draft misses and a sample costs 10 s: once a request has been seen, auto stops
+    # drafting. Each session is one agent task, as in the main job.
+    script = [call("get", key="a"), call("get", key="b"), say("done")]
+
+    async def check():
+        drafter = ScriptedDrafter(lambda messages: [call("get", key="zz")], hit_rate=1.0)
+        client = openai_client(ScriptedModel(script * 2))
+        first, est1 = await _session(client, drafter, samples="auto", sample_cost=10.0)
+        second, est2 = await _session(client, drafter, samples="auto", sample_cost=10.0)
+        assert est1 is est2  # one estimator per (client, drafter, settings)
+        assert first.stats["samples_chosen"] == [1, 0, 0]  # cold: λ = 1 until a request is seen
+        assert second.stats["samples_chosen"] == [0, 0, 0]  # warm from its first request on
+        assert second.stats["undrafted_turns"] == 3 and second.stats["drafts"] == 0
+        # a fresh client starts cold; so does another drafter or other settings on the same client
+        fresh, est3 = await _session(
+            openai_client(ScriptedModel(script)), drafter, samples="auto", sample_cost=10.0
+        )
+        assert est3 is not est1 and fresh.stats["samples_chosen"] == [1, 0, 0]
+        other = ScriptedDrafter(lambda messages: [call("get", key="zz")], hit_rate=1.0)
+        client2 = openai_client(ScriptedModel(script * 2))
+        await _session(client2, drafter, samples="auto", sample_cost=10.0)
+        again, _ = await _session(client2, other, samples="auto", sample_cost=10.0)
+        assert again.stats["samples_chosen"][0] == 1
+        cheap, _ = await _session(client, drafter, samples="auto", sample_cost=0.5)
+        assert cheap.stats["samples_chosen"][0] == 1
+
+    anyio.run(check)
+
+
+def test_an_estimator_the_user_keeps_carries_over_between_clients():
+    script = [call("get", key="a"), call("get", key="b"), say("done")]
+    kept = spectool.AutoSamples(max_samples=4, cost_per_sample_s=10.0)
+
+    async def check():
+        drafter = ScriptedDrafter(lambda messages: [call("get", key="zz")], hit_rate=1.0)
+        first, est1 = await _session(openai_client(ScriptedModel(script)), drafter, samples=kept)
+        second, est2 = await _session(openai_client(ScriptedModel(script)), drafter, samples=kept)
+        assert est1 is kept and est2 is kept
+        assert first.stats["samples_chosen"] == [1, 0, 0] and second.stats["samples_chosen"] == [0, 0, 0]
+        assert kept.calls["get"] == 4  # both sessions' calls fed the one estimator
+
+    anyio.run(check)
+
+
+def test_fixed_samples_are_reported_per_request_too():
+    script = [call("get", key="a"), say("done")]
+
+    async def check():
+        drafter = ScriptedDrafter(ScriptedModel(script))
+        result, auto = await _session(openai_client(ScriptedModel(script)), drafter, samples=3)
+        assert auto is None and result.stats["samples_chosen"] == [3, 3]
+
+    anyio.run(check)
+
+
+def test_the_per_client_estimators_never_keep_a_client_or_grow_without_bound():
+    import gc
+    import weakref
+
+    from spectool._estimates import PER_CLIENT, _registry, shared_estimator
+
+    class Client:  # any object stands for the wrapped SDK client here
+        pass
+
+    class Drafter:
+        async def propose(self, request):
+            return []
+
+    client, drafter = Client(), Drafter()
+    est = shared_estimator(client, drafter, "auto", {})
+    assert isinstance(est, AutoSamples) and shared_estimator(client, drafter, "auto", {}) is est
+    assert shared_estimator(client, drafter, "auto", {"max_samples": 3}) is not est
+    assert shared_estimator(client, drafter, 3, {}) == 3
+    assert shared_estimator(client, None, "auto", {}) == "auto"
+    kept = [Drafter() for _ in range(PER_CLIENT + 5)]  # a drafter per session: oldest dropped
+    for d in kept:
+        shared_estimator(client, d, "auto", {})
+    assert len(_registry[client]) == PER_CLIENT
+    alive = weakref.ref(client)
+    del client
+    gc.collect()
+    assert alive() is None  # the registry does not keep a client alive (its entry goes with it)
+    assert shared_estimator([], drafter, "auto", {}) == "auto"  # unhashable: cold, as before

@@ -97,18 +97,30 @@ async def test_speculation_hides_tool_latency_behind_generation() -> None:
     script = [call("get", key="a"), call("keys"), say("done")]
     world_latency = 0.15
 
-    async def timed(drafter):
-        world = KeyValueWorld(latency=world_latency)
-        model = ScriptedModel(script, first_token_latency=0.15)
-        async with spectool.speculative(openai_client(model), world.toolbox, drafter) as c:
-            return await spectool.run_agent(c, model="m", messages="go")
+    class Arrivals(spectool.RequestHook):
+        def __init__(self) -> None:
+            self.at: list[float] = []
 
-    base = await timed(None)
-    spec = await timed(ScriptedDrafter(ScriptedModel(script)))
+        async def after_response(self, request, response):
+            self.at.append(time.monotonic())  # the clock the fake tools log with
+            return response
+
+    async def timed(drafter):
+        world, arrivals = KeyValueWorld(latency=world_latency), Arrivals()
+        model = ScriptedModel(script, first_token_latency=0.15)
+        async with spectool.speculative(openai_client(model), world.toolbox, drafter, hooks=[arrivals]) as c:
+            result = await spectool.run_agent(c, model="m", messages="go")
+        return result, [start for _, _, start, _ in world.log.runs], arrivals.at
+
+    base, base_starts, base_arrivals = await timed(None)
+    spec, starts, arrivals = await timed(ScriptedDrafter(ScriptedModel(script)))
     assert spec.transcript_json() == base.transcript_json()
     assert spec.stats["joins"] + spec.stats["hits"] == 2
-    # Two tool waits of 0.15 s overlapped generation: a coarse bound that is robust to load.
-    assert spec.seconds < base.seconds - 0.15
+    # Ordering, not seconds: with speculation each tool started while the model was still
+    # generating the response that calls it; without, only after that response arrived.
+    assert len(starts) == len(base_starts) == 2 and len(arrivals) == len(base_arrivals) == 3
+    assert all(start < arrived for start, arrived in zip(starts, arrivals))
+    assert all(start > arrived for start, arrived in zip(base_starts, base_arrivals))
 
 
 async def test_max_turns_stops_the_loop() -> None:

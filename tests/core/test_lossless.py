@@ -8,7 +8,6 @@ validated arguments; 3 drafters trusted (non-JSON arguments run, requests edited
 from __future__ import annotations
 
 import asyncio
-import math
 from typing import Any
 
 import anyio
@@ -313,7 +312,23 @@ async def test_external_tools_run_early_only_when_the_session_opts_in() -> None:
 def test_external_is_a_keyword_of_the_decorator_and_of_from_schema() -> None:
     spec = ToolSpec.from_schema({"name": "s", "parameters": {"type": "object"}}, effect="pure", external=True)
     assert spec.external and spec.speculable
-    assert not math.isnan(0.0)
+    assert not ToolSpec.from_schema({"name": "s", "parameters": {"type": "object"}}, effect="pure").external
+
+    @spectool.tool(effect="read_only", external=True)
+    async def lookup(q: str) -> str:
+        return q
+
+    @spectool.tool(effect="read_only")
+    async def local(q: str) -> str:
+        return q
+
+    assert spectool.tool_spec(lookup).external and not spectool.tool_spec(local).external
+
+    async def admitted() -> list[bool]:  # the keyword decides what a session runs early
+        async with ToolCache([lookup, local]) as cache:
+            return [cache.speculate(ToolCall(n, {"q": "x"})) for n in ("lookup", "local")]
+
+    assert anyio.run(admitted) == [False, True]
 
 
 # -- anyio throughout: engine mode on trio ------------------------------------------------------

@@ -60,3 +60,18 @@ def test_create_returns_the_sdk_objects_and_streams() -> None:
 def test_engine_mode_is_refused_clearly() -> None:
     with pytest.raises(ConfigError, match="engine"):
         spectool.speculative_sync(object(), [], mode="engine")
+
+
+def test_the_sync_client_keeps_auto_estimates_across_its_sessions() -> None:
+    # every draft misses and a sample costs 10 s: warm estimates say "do not draft"
+    script = [call("get", key="a"), call("get", key="b"), say("done")]
+    model = ScriptedModel(script * 2)
+    drafter = ScriptedDrafter(lambda messages: [call("get", key="zz")])
+    options = {"samples": "auto", "sample_cost": 10.0}
+    with ServerThread(model) as url:
+        client = OpenAI(base_url=url, api_key="x", max_retries=0)
+        chosen = []
+        for _ in range(2):
+            with speculative_sync(client, KeyValueWorld().toolbox, drafter, **options) as c:
+                chosen.append(c.run_agent(model="scripted", messages="hi").stats["samples_chosen"])
+    assert chosen == [[1, 0, 0], [0, 0, 0]]

@@ -1,7 +1,5 @@
 """CombinedDrafter: concurrent drafters, merged and deduplicated; failures stay contained."""
 
-import time
-
 import anyio
 import pytest
 
@@ -67,15 +65,45 @@ async def test_merges_in_order_and_dedupes_by_canonical_key():
     ]
 
 
+class Meets:
+    """Answers only once its partner has started: both answer only if they run side by side."""
+
+    def __init__(self, call, mine, partner):
+        self.call, self.mine, self.partner = call, mine, partner
+
+    async def propose(self, request):
+        self.mine.set()
+        await self.partner.wait()
+        return [self.call]
+
+
+class Hangs:
+    def __init__(self):
+        self.started = self.finished = False
+
+    async def propose(self, request):
+        self.started = True
+        await anyio.sleep(60)
+        self.finished = True
+        return [ToolCall("add", {"a": 6})]
+
+
 async def test_runs_concurrently_and_a_hang_only_costs_its_own_timeout():
-    slow = Fixed([ToolCall("add", {"a": 5})], delay=0.3)
-    hang = Fixed([ToolCall("add", {"a": 6})], delay=60)
-    combined = CombinedDrafter([slow, (hang, 0.2), Fixed([ToolCall("add", {"a": 7})], delay=0.3)], timeout=2)
-    start = time.perf_counter()
+    # ordering, not seconds: each Meets waits for the other to start (run one after the other,
+    # the first would wait until the overall timeout cut it, and its call would be missing)
+    first, second = anyio.Event(), anyio.Event()
+    hang = Hangs()
+    combined = CombinedDrafter(
+        [
+            Meets(ToolCall("add", {"a": 5}), first, second),
+            (hang, 0.2),
+            Meets(ToolCall("add", {"a": 7}), second, first),
+        ],
+        timeout=5,
+    )
     calls = await combined.propose(REQ)
-    elapsed = time.perf_counter() - start
     assert calls == [ToolCall("add", {"a": 5}), ToolCall("add", {"a": 7})]
-    assert elapsed < 0.55  # 0.3 s drafters ran side by side; the hang was cut at 0.2 s
+    assert hang.started and not hang.finished  # cut at its own timeout, not waited for
     assert [s.timeouts for s in combined.stats] == [0, 1, 0]
 
 

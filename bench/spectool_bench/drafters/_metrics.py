@@ -13,19 +13,26 @@ best ``alpha_all`` any drafter can reach), ``accuracy_all`` = predicted / all ca
 calls included: what a drafter knows, speculable or not). A *wasted run* is a distinct
 proposal of a speculable tool that matches no call of its step (a speculative run nobody
 used); ``wasted_per_hit`` = wasted runs / hits.
+
+*Speculable* means what the speculator admits (:func:`admitted_tools`): not mutating, not
+``external`` unless the session opts in. Any other offered proposal (a mutating call, an
+external read, a tool the session gates) is *refused*: the speculator never runs it, so it is
+neither a hit nor a wasted run, and it gets its own columns: ``refused`` (distinct refused
+proposals) and ``refused_right`` (of those, the ones that matched a call of their step: right
+guesses that could not be used).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spectool import ToolCall
+from spectool import ToolCall, ToolSpec
 from spectool.drafters import call_key
 
-__all__ = ["StepScore", "percentile", "score_step", "summarize"]
+__all__ = ["StepScore", "admitted_tools", "percentile", "score_step", "summarize"]
 
 #: the speculator's default cap on proposals per request (``Speculator(max_proposals=16)``)
 MAX_PROPOSALS = 16
@@ -40,6 +47,14 @@ class StepScore:
     wasted: int
     seconds: float
     failed: bool = False  # the drafter raised: scored as no proposals
+    refused: int = 0  # distinct proposals the speculator would not run (mutating, external, gated)
+    refused_right: int = 0  # of those, the ones that matched a call of the step
+
+
+def admitted_tools(tools: Iterable[ToolSpec], speculate_external: bool = False) -> set[str]:
+    """The tools whose proposals the speculator would run early, by its own rule: speculable
+    (pure or read-only) and, unless the session opts in, not external."""
+    return {t.name for t in tools if t.speculable and (speculate_external or not t.external)}
 
 
 def score_step(
@@ -66,7 +81,9 @@ def score_step(
             hits += is_spec
     runs = sum(1 for name in keys.values() if name in speculable_tools)
     wasted = runs - hits
-    return StepScore(len(calls), speculable, predicted, hits, wasted, seconds, failed)
+    refused = len(keys) - runs
+    refused_right = predicted - hits
+    return StepScore(len(calls), speculable, predicted, hits, wasted, seconds, failed, refused, refused_right)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -98,6 +115,8 @@ def summarize(steps: Sequence[StepScore]) -> dict[str, Any]:
         "hits": hits,
         "predicted": predicted,
         "wasted_runs": wasted,
+        "refused": sum(s.refused for s in steps),
+        "refused_right": sum(s.refused_right for s in steps),
         "draft_failures": sum(s.failed for s in steps),
         "alpha_speculable": _ratio(hits, n_spec),
         "alpha_all": _ratio(hits, n_calls),

@@ -90,7 +90,7 @@ class AgentResult:
     drafts: int = 0  # drafter requests made
     undrafted: int = 0  # model requests samples="auto" did not draft for
     retries: int = 0  # model requests re-sent after a transport failure
-    #: per request: {"turn", "prompt", "completion", "calls", "G", "T"} (for the engine model)
+    #: per request: {"turn", "prompt", "completion", "calls", "G", "T", "samples"} (samples: λ drafted)
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -188,6 +188,8 @@ async def _run_turn(
                 "calls": len(calls) + len(resolved) // 2,
                 "G": t1 - t0,
                 "T": result.T[-1],
+                # λ drafted for this request (None: no drafter); with "auto", the speculator's pick
+                "samples": chosen[-1] if (chosen := spec.speculator.samples_chosen) else None,
             }
         )
         if not calls:

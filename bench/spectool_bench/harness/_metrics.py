@@ -17,7 +17,14 @@ from typing import Any
 
 from ._agents import AgentResult
 
-__all__ = ["PRICES", "engine_prediction", "predicted_speedup", "run_row", "transcript_digest"]
+__all__ = [
+    "PRICES",
+    "engine_prediction",
+    "predicted_speedup",
+    "run_row",
+    "samples_chosen",
+    "transcript_digest",
+]
 
 #: USD per million tokens, overridable (``--price main=…,drafter=…``).
 PRICES = {"main": 0.0, "drafter": 0.0}
@@ -114,6 +121,19 @@ def model_curve(
     return out
 
 
+def samples_chosen(runs: Sequence[AgentResult]) -> dict[str, int]:
+    """How many model requests drafted at each λ ("0": not drafted), over every agent's requests:
+    with ``samples="auto"`` what the speculator chose, step by step (requests without a drafter
+    are left out)."""
+    counts: dict[int, int] = {}
+    for r in runs:
+        for req in r.requests:
+            lam = req.get("samples")
+            if isinstance(lam, int):
+                counts[lam] = counts.get(lam, 0) + 1
+    return {str(k): counts[k] for k in sorted(counts)}
+
+
 def _mean(xs: Sequence[float]) -> float:
     return fmean(xs) if xs else 0.0
 
@@ -172,6 +192,7 @@ def run_row(
         "wall_reference_s": _mean([r.wall_s for r in ref]),
         "drafts": sum(s.drafts for s in spec),
         "undrafted_requests": sum(s.undrafted for s in spec),
+        "samples_chosen": samples_chosen(spec),
         "G_mean_s": _mean([x for b in base for x in b.G]),
         "T_mean_s": _mean([x for b in base for x in b.T if x > 0]),
         "g_mean_s": _mean(gs),

@@ -37,6 +37,8 @@ _COLUMNS = [
 
 
 _OPTIONAL = [("engine_hit_rate", "α_eng", "{:.2f}"), ("same_transcripts", "same", "{}")]
+# shown when a run has λ = auto: the λ it drafted at, "λ:requests" (the fixed rows' are one λ)
+_CHOSEN = ("samples_chosen", "λ chosen", "{}")
 
 
 def _avg(values: list[Any]) -> Any:
@@ -45,6 +47,12 @@ def _avg(values: list[Any]) -> Any:
         return None
     if isinstance(values[0], bool):
         return all(values)
+    if isinstance(values[0], Mapping):  # counts (λ chosen): summed over the repeats
+        total: dict[str, Any] = {}
+        for v in values:
+            for k, n in v.items():
+                total[k] = total.get(k, 0) + n
+        return dict(sorted(total.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0))
     if isinstance(values[0], (int, float)):
         return sum(values) / len(values)
     return values[0]
@@ -57,6 +65,8 @@ def _cell(value: Any, fmt: str, column: str) -> str:
         return "yes" if value else "NO"
     if isinstance(value, str):
         return value
+    if isinstance(value, Mapping):  # {λ: requests}
+        return " ".join(f"{k}:{v}" for k, v in value.items()) or "—"
     return fmt.format(round(value) if column == "wasted_tool_runs" else value)
 
 
@@ -69,6 +79,8 @@ def summary_table(runs: Sequence[Mapping[str, Any]]) -> str:
         c for c in _COLUMNS if c[0] != "time_saved_vs_eager_pct" or any(r.get(c[0]) is not None for r in runs)
     ]
     columns += [c for c in _OPTIONAL if runs and all(c[0] in r for r in runs)]
+    if any(str(r.get("samples")) == "auto" for r in runs):
+        columns.append(_CHOSEN)
     groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
     for r in runs:
         groups[(r["config"], r["agents"], str(r["samples"]), r["drafter"], r["tool_latency_mean"])].append(r)

@@ -1,7 +1,7 @@
 """``spectool soak``: many agents on the embedded engine under faults; is anything lost?
 
 One process serves the embedded SmolLM2 on spectool's torch engine (HTTP on localhost) and runs
-two passes of the same agents over the same BFCL test-split tasks (greedy, streamed,
+passes of the same agents over the same BFCL test-split tasks (greedy, streamed,
 ``tool_choice="required"``, the same tools, whose injected failures depend on the call only):
 
 1. **reference**: no drafter, no faults beyond the tools' own — the transcripts to match;
@@ -9,10 +9,13 @@ two passes of the same agents over the same BFCL test-split tasks (greedy, strea
    that raises, hangs and returns garbage; clients that open streams and drop them; and the
    HTTP server restarted mid-run (open connections cut; agents re-send the cut request).
 
-Reported: transcripts lost (an agent that did not finish) or changed (≠ the reference, call
-ids aside), asyncio tasks and threads left after the pass, the process's RSS (client and server
-share it here) and its growth from the first to the last quarter of the pass, responses with a
-5xx status, and how many faults of each kind were injected. Both passes run under the same
+The soak pass runs ``--passes`` times (default 4). Reported: transcripts lost (an agent that
+did not finish) or changed (≠ the reference, call ids aside), asyncio tasks and threads left
+after the passes, the process's RSS (client and server share it here) at the end of each pass
+once its work is done and collected, and that series' least-squares slope per pass
+(:mod:`._leak`), responses with a 5xx status, and how many faults of each kind were injected.
+Exit status 1 when anything was lost or changed, a 5xx came back, or the slope is above
+``--max-leak-pct``. Both passes run under the same
 concurrency on the same engine, so a changed transcript is speculation's doing, not batching's.
 
     spectool soak --agents 32 --tasks-per-agent 4 --out soak-out
@@ -33,6 +36,8 @@ from typing import Any
 
 import anyio
 
+from spectool.errors import ConfigError
+
 from ..bfcl._splits import in_split
 from ..bfcl._tasks import load_tasks
 from ..harness._agents import AgentResult, Setup, _run_agent, assign
@@ -40,16 +45,9 @@ from ..harness._latency import Latency
 from ..harness._metrics import _same
 from . import _report as soak_report
 from ._faults import FaultCounts, FaultyDrafter, disconnecting_clients, faulty_tools
+from ._leak import DEFAULT_MAX_LEAK_PCT, judge, rss_mb, run_passes, settled_rss_mb
 
 __all__ = ["add_arguments", "main", "run"]
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 class _Statuses:
@@ -120,7 +118,7 @@ async def _sample_rss(
     said = 0.0
     while not stop.is_set():
         now = time.perf_counter() - t0
-        rss.append((now, _rss_mb()))
+        rss.append((now, rss_mb()))
         if now - said >= 15:
             said = now
             _say(
@@ -132,7 +130,7 @@ async def _sample_rss(
 
 
 async def _reference_pass(assignment: list, setup: Setup, statuses: _Statuses, counts: FaultCounts):
-    """The pass without speculation, RSS sampled as in a soak pass: the control for its growth."""
+    """The pass without speculation (RSS sampled as in a soak pass): the transcripts to match."""
     rss: list[tuple[float, float]] = []
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
@@ -192,10 +190,9 @@ async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base
     return results, errors, statuses, rss, marks, time.perf_counter() - t0
 
 
-async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
-    tasks = [t for c in args.categories.split(",") for t in in_split(load_tasks(c), "test")]
-    assignment = assign(tasks, args.agents, args.tasks_per_agent)
-    base = {
+def _base(args: argparse.Namespace, main: Any) -> dict[str, Any]:
+    """What both passes' agents share: the model, the tools' latency and the request options."""
+    return {
         "model": main.model_name,
         "max_turns": 1,
         "max_steps_per_turn": args.max_steps,
@@ -209,6 +206,12 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
             "tool_choice": "required",
         },
     }
+
+
+async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
+    tasks = [t for c in args.categories.split(",") for t in in_split(load_tasks(c), "test")]
+    assignment = assign(tasks, args.agents, args.tasks_per_agent)
+    base = _base(args, main)
     ref_statuses = _Statuses()
     ref_counts = FaultCounts()
     _say(f"reference pass: {len(tasks)} test tasks over {len(assignment)} agents, no speculation, no faults")
@@ -224,12 +227,13 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
     )
     if any(ref_errors):
         raise RuntimeError(f"the reference pass failed: {next(e for e in ref_errors if e)}")
+    ref_end_mb = settled_rss_mb()
     counts = FaultCounts()
-    passes: list[dict[str, Any]] = []
     lost: list[int] = []
     changed: list[int] = []
-    run_rss: list[float] = []  # every soak pass's samples, in order: the whole run's RSS
-    for k in range(args.passes):
+    last: dict[str, Any] = {}  # the last pass's results, for the report
+
+    async def one_pass(k: int) -> dict[str, Any]:
         _say(
             f"soak pass {k + 1}/{args.passes}: engine-side speculation under drafter/tool faults, "
             "dropped streams, a restart"
@@ -240,29 +244,37 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
         changed_k = [
             i for i in range(len(results)) if i not in lost_k and not _same(reference[i], results[i])
         ]
-        lost, changed = lost + lost_k, changed + changed_k
-        passes.append(soak_report.pass_summary(lost_k, changed_k, statuses, rss, wall))
-        run_rss += [v for _, v in rss]
+        lost.extend(lost_k)
+        changed.extend(changed_k)
+        last.update(results=results, errors=errors, statuses=statuses, rss=rss, marks=marks, wall=wall)
+        return soak_report.pass_summary(lost_k, changed_k, statuses, rss, wall)
+
+    # RSS is read after each pass's work is done and collected: the series a leak would raise
+    passes, end_mb = await run_passes(args.passes, one_pass)
+    for summary, end in zip(passes, end_mb, strict=True):
+        summary["rss_end_mb"] = round(end, 1)
     me = asyncio.current_task()
     tasks_left = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
     report = soak_report.report(
         args,
         reference,
-        results,
-        errors,
+        last["results"],
+        last["errors"],
         lost,
         changed,
         tasks_left,
-        statuses,
+        last["statuses"],
         ref_statuses,
         counts,
-        rss,
-        marks,
-        wall,
+        last["rss"],
+        last["marks"],
+        last["wall"],
         main,
     )
     report["passes"] = passes
-    report.update(soak_report.rss_comparison(ref_rss, passes, run_rss))
+    report["reference_rss_end_mb"] = round(ref_end_mb, 1)
+    report["reference_peak_rss_mb"] = round(max((v for _, v in ref_rss), default=0.0), 1)
+    report.update(judge(end_mb, args.max_leak_pct))
     report["server_errors_5xx"] = sum(p["server_errors_5xx"] for p in passes)
     return report
 
@@ -272,6 +284,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.quick:
         args.agents, args.tasks_per_agent = 4, 2
+    if args.passes < 1 or args.max_leak_pct < 0:
+        raise ConfigError("--passes must be >= 1 and --max-leak-pct >= 0")
     args.out.mkdir(parents=True, exist_ok=True)
     with EmbeddedMain(backend="torch", threads=args.threads, max_batch=16) as main:
         before = {t.ident for t in threading.enumerate()}
@@ -285,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
     png = None if args.no_plot else soak_report.plot(report, args.out)
     print(f"wrote {args.out / 'results.json'}" + (f" and {png}" if png else ""))
     bad = report["lost_transcripts"] or report["changed_transcripts"] or report["server_errors_5xx"]
-    return 1 if bad else 0
+    return 1 if bad or report["rss_leak"] else 0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -302,9 +316,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--passes",
         type=int,
-        default=1,
-        help="soak passes over the same tasks (RSS growth is reported for the last: a first pass "
-        "also raises the allocator's high-water marks)",
+        default=4,
+        help="soak passes over the same tasks (default 4): RSS is read at the end of each, and "
+        "its slope per pass judged from 4 passes on",
+    )
+    p.add_argument(
+        "--max-leak-pct",
+        type=float,
+        default=DEFAULT_MAX_LEAK_PCT,
+        help="end-of-pass RSS slope, in %% of the first pass's per pass, above which the soak "
+        f"fails (default {DEFAULT_MAX_LEAK_PCT:g})",
     )
     p.add_argument("--quick", action="store_true", help="4 agents × 2 tasks")
     p.add_argument("--no-plot", action="store_true")

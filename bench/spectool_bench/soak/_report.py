@@ -1,72 +1,25 @@
-"""The soak's report: what was lost, left, leaked and injected, as a table, JSON fields and an
-RSS-over-time plot (:mod:`._soak` runs the passes)."""
+"""The soak's report: what was lost, left, leaked and injected, as a table, JSON fields and a
+plot of RSS over the last pass beside the end-of-pass series (:mod:`._cli` runs the passes,
+:mod:`._leak` judges the series)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["growth", "pass_summary", "plot", "print_report", "quarters", "report", "rss_comparison"]
-
-
-def growth(rss: list[tuple[float, float]]) -> float:
-    if len(rss) < 8:
-        return 0.0
-    q = len(rss) // 4
-    first = sum(v for _, v in rss[:q]) / q
-    last = sum(v for _, v in rss[-q:]) / q
-    return 100.0 * (last - first) / first if first else 0.0
-
-
-def quarters(rss: list[tuple[float, float]]) -> list[float]:
-    """Mean RSS (MB) of each quarter of a pass."""
-    n = len(rss)
-    if n < 4:
-        return []
-    return [round(sum(v for _, v in rss[q * n // 4 : (q + 1) * n // 4]) / (n // 4 or 1), 1) for q in range(4)]
-
-
-def _worst_ratio_pct(now: list[float], then: list[float]) -> float | None:
-    pairs = [(a, b) for a, b in zip(now, then) if b]
-    return round(max(100.0 * (a - b) / b for a, b in pairs), 2) if pairs else None
-
-
-def rss_comparison(
-    ref_rss: list[tuple[float, float]], passes: list[dict[str, Any]], run_rss: Sequence[float] = ()
-) -> dict[str, Any]:
-    """RSS growth read apart from the workload's own shape.
-
-    Within one pass RSS follows the batch: conversations grow and the agents' mix changes, so
-    first → last quarter also measures the workload. Two comparisons hold it fixed: the same
-    tasks without speculation (the reference pass, its own first → last quarter growth beside
-    the soak's), and the last soak pass against the first, quarter by quarter (same tasks at the
-    same phase; a leak shows there, the worst quarter is reported). With four or more passes the
-    whole run's first and last quarters are whole passes over the same tasks, so first → last
-    quarter of the run (``run_rss_growth_pct``) compares like with like as it stands."""
-    out: dict[str, Any] = {
-        "run_rss_growth_pct": round(growth(list(enumerate(run_rss))), 2) if run_rss else None,
-        "reference_rss_growth_pct": round(growth(ref_rss), 2),
-        "reference_rss_quarters_mb": quarters(ref_rss),
-    }
-    if len(passes) > 1:
-        out["rss_last_vs_first_pass_pct"] = _worst_ratio_pct(
-            passes[-1]["rss_quarters_mb"], passes[0]["rss_quarters_mb"]
-        )
-    return out
+__all__ = ["pass_summary", "plot", "print_report", "report"]
 
 
 def pass_summary(
     lost: list[int], changed: list[int], statuses: Any, rss: list, wall: float
 ) -> dict[str, Any]:
-    """One soak pass: what it lost or changed, its 5xx, its RSS growth and where RSS ended."""
+    """One soak pass: what it lost or changed, its 5xx, its peak RSS (``rss_end_mb``, read once
+    the pass's work is done and collected, is added by the pass loop)."""
     return {
         "lost": len(lost),
         "changed": len(changed),
         "server_errors_5xx": statuses.server_errors,
-        "rss_growth_pct": round(growth(rss), 2),
-        "rss_end_mb": round(rss[-1][1], 1) if rss else None,
-        "rss_quarters_mb": quarters(rss),
+        "rss_peak_mb": round(max((v for _, v in rss), default=0.0), 1),
         "wall_s": round(wall, 1),
     }
 
@@ -98,7 +51,6 @@ def report(
         "agent_errors": [e for e in errors if e][:5],
         "asyncio_tasks_left": len(tasks_left),
         "peak_rss_mb": round(max((v for _, v in rss), default=0.0), 1),
-        "rss_growth_pct": round(growth(rss), 2),
         "server_errors_5xx": statuses.server_errors,
         "reference_server_errors_5xx": ref_statuses.server_errors,
         "responses": statuses.responses,
@@ -116,40 +68,29 @@ def report(
 
 
 def print_report(report: dict[str, Any]) -> None:
+    leak = report.get("rss_leak")
+    verdict = {True: "LEAK", False: "ok", None: report.get("rss_leak_note") or "not judged"}[leak]
     rows = [
         ("transcripts lost / changed", f"{report['lost_transcripts']} / {report['changed_transcripts']}"),
         ("asyncio tasks / threads left", f"{report['asyncio_tasks_left']} / {report['threads_left']}"),
         ("peak RSS (client + server)", f"{report['peak_rss_mb']:.0f} MB"),
-        ("RSS growth, first → last quarter (last pass)", f"{report['rss_growth_pct']:+.2f} %"),
+        (
+            "RSS at the end of each pass (collected)",
+            ", ".join(f"{v:.0f}" for v in report["rss_end_of_pass_mb"]) + " MB",
+        ),
+        (
+            "slope per pass (least squares)",
+            f"{report['rss_slope_mb_per_pass']:+.1f} MB = {report['rss_slope_pct_per_pass']:+.2f} % "
+            f"(limit {report['rss_max_slope_pct_per_pass']:g} %): {verdict}",
+        ),
         ("5xx responses", str(report["server_errors_5xx"])),
         ("model requests / retried", f"{report['model_requests']} / {report['request_retries']}"),
         ("calls answered by the engine", str(report["engine_resolved_calls"])),
         ("faults injected", ", ".join(f"{k} {v}" for k, v in report["faults"].items())),
     ]
-    if report.get("run_rss_growth_pct") is not None and len(report.get("passes", ())) > 1:
-        rows.append(
-            (
-                f"RSS growth, first → last quarter of the run ({len(report['passes'])} passes)",
-                f"{report['run_rss_growth_pct']:+.2f} %",
-            )
-        )
-    if "reference_rss_growth_pct" in report:
-        rows.append(
-            ("same growth, reference (no speculation)", f"{report['reference_rss_growth_pct']:+.2f} %")
-        )
-    if report.get("rss_last_vs_first_pass_pct") is not None:
-        rows.append(
-            ("RSS, last vs first pass (worst quarter)", f"{report['rss_last_vs_first_pass_pct']:+.2f} %")
-        )
-    if len(report.get("passes", ())) > 1:
-        rows.append(
-            (
-                "per pass: RSS growth / end RSS",
-                ", ".join(
-                    f"{p['rss_growth_pct']:+.1f} % / {p['rss_end_mb']:.0f} MB" for p in report["passes"]
-                ),
-            )
-        )
+    if "reference_rss_end_mb" in report:
+        ref_end = f"{report['reference_rss_end_mb']:.0f} MB"
+        rows.insert(4, ("reference pass (no speculation): end RSS", ref_end))
     head = f"soak: {report['agents']} agents, {report['tasks']} tasks, {report['wall_s']} s"
     print(f"{head} — {report['main_model']}")
     for name, value in rows:
@@ -166,7 +107,8 @@ def plot(report: dict[str, Any], out: Path) -> Path | None:
         return None
     xs = [t for t, _ in report["rss_series"]]
     ys = [v for _, v in report["rss_series"]]
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ends = report["rss_end_of_pass_mb"]
+    fig, (ax, ax_end) = plt.subplots(1, 2, figsize=(10, 3.5), gridspec_kw={"width_ratios": [3, 1]})
     ax.plot(xs, ys, color="tab:blue")
     for t, label in report["marks"]:
         ax.axvline(t, color="tab:red", linestyle="--")
@@ -174,14 +116,15 @@ def plot(report: dict[str, Any], out: Path) -> Path | None:
     passes = len(report.get("passes", ())) or 1
     ax.set_xlabel("seconds into the soak pass" + (f" (the last of {passes})" if passes > 1 else ""))
     ax.set_ylabel("RSS (MB), client + server")
-    growths = f"RSS growth {report['rss_growth_pct']:+.1f} % in this pass"
-    if passes > 1 and report.get("run_rss_growth_pct") is not None:
-        growths = f"RSS growth {report['run_rss_growth_pct']:+.1f} % over {passes} passes, " + growths
     ax.set_title(
         f"soak: {report['agents']} agents, lost {report['lost_transcripts']}, changed "
-        f"{report['changed_transcripts']}; {growths}",
+        f"{report['changed_transcripts']}",
         fontsize=10,
     )
+    ax_end.plot(range(1, len(ends) + 1), ends, marker="o", color="tab:green")
+    ax_end.set_xlabel("pass")
+    ax_end.set_ylabel("end-of-pass RSS (MB), collected")
+    ax_end.set_title(f"slope {report['rss_slope_pct_per_pass']:+.2f} % / pass", fontsize=10)
     fig.tight_layout()
     path = out / "soak_rss.png"
     fig.savefig(path, dpi=110)
