@@ -113,8 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from .._embedded import load_causal_lm
     from ..drafters._adapter import load_adapter
+    from ..embedded import load_causal_lm
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -44,7 +44,7 @@ def machine_key(dtype: str, model: str = MODEL) -> str:
 
 
 def _cache_file() -> Path:
-    from .._embedded import cache_dir
+    from ..embedded import cache_dir
 
     return cache_dir() / CACHE_NAME
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .._embedded import fetch_wheel
 from .._errors import ConfigError
 from .._types import ToolCall
+from ..embedded import fetch_wheel
 
 __all__ = [
     "ALL_CATEGORIES",

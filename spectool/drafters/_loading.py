@@ -102,7 +102,7 @@ def load_shared(
     key = (source or "embedded", dtype, os.fspath(adapter) if adapter is not None else "")
     with _LOAD_LOCK:
         if key not in _LOADED:
-            from .._embedded import load_causal_lm
+            from ..embedded import load_causal_lm
 
             try:
                 m, tok = load_causal_lm(source, dtype="float32" if dtype == "int8" else dtype)

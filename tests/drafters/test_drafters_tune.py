@@ -68,7 +68,7 @@ CALLS = [ToolCall("add", {"b": 3, "a": 2})]
 def smol_tokenizer():
     from transformers import AutoTokenizer
 
-    from spectool._embedded import embedded_hf_folder
+    from spectool.embedded import embedded_hf_folder
 
     return AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
 

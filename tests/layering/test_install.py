@@ -33,7 +33,7 @@ LAYERS = {
     "core": (
         (),
         ["spectool"],
-        ("spectool.bench", "spectool.drafters", "spectool._embedded", "spectool._tracing"),
+        ("spectool.bench", "spectool.drafters", "spectool.embedded", "spectool._tracing"),
         (),
     ),
     "serve": (
@@ -43,7 +43,7 @@ LAYERS = {
         (),
     ),
     # the in-process drafter: model loading, grammar, adapters, int8, tuning
-    "local": (("local",), ["spectool"], (), ("spectool.drafters", "spectool._embedded")),
+    "local": (("local",), ["spectool"], (), ("spectool.drafters", "spectool.embedded")),
     "tracing": (("tracing",), ["spectool"], (), ("spectool._tracing",)),
     # measurement runs on the layer it measures (the embedded engine, the drafters: [serve] ⊇
     # [local]; docs/benchmark.md); what it adds (plots, fits, BFCL's MathAPI) is [bench]'s
