@@ -32,7 +32,7 @@ from ._traces import TraceExample, TraceRecorder, load_traces
 from ._tracing import instrument, uninstrument
 from ._types import Drafter, DraftRequest, ToolCall
 from ._wire import responses_input_to_messages
-from .drafters import CombinedDrafter, EndpointDrafter, HistoryDrafter, LocalDrafter
+from .drafters import CombinedDrafter, EndpointDrafter, HistoryDrafter, LocalDrafter, LocalDrafterOptions
 
 __version__ = "0.1.0"
 
@@ -51,6 +51,7 @@ __all__ = [
     "EngineSink",
     "HistoryDrafter",
     "LocalDrafter",
+    "LocalDrafterOptions",
     "ModelOutputError",
     "ModelRequest",
     "Observer",

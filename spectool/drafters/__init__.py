@@ -14,18 +14,16 @@ from ._endpoint import EndpointDrafter
 from ._grammar import calls_schema
 from ._history import HistoryDrafter
 from ._local import DEFAULT_LOCAL_MODEL, LocalDrafter
-from ._prompts import DEFAULT_EXAMPLES, draft_messages, system_prompt
+from ._options import LocalDrafterOptions
 
 __all__ = [
     "CombinedDrafter",
-    "DEFAULT_EXAMPLES",
     "DEFAULT_LOCAL_MODEL",
     "EndpointDrafter",
     "HistoryDrafter",
     "LocalDrafter",
+    "LocalDrafterOptions",
     "calls_schema",
-    "draft_messages",
     "load_adapter",
     "shipped_adapter_path",
-    "system_prompt",
 ]

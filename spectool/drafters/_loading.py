@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_LOCAL_MODEL",
     "LocalModel",
     "adapter_format",
+    "eos_ids",
     "load_shared",
     "output_width",
     "with_adapter",
@@ -116,6 +117,20 @@ def load_shared(
                 m = quantize_int8(m)
             _LOADED[key] = LocalModel(m, tok, key[0] + (f"+{key[2]}" if key[2] else ""))
         return _LOADED[key]
+
+
+def eos_ids(loaded: LocalModel) -> list[int]:
+    """The model's end tokens: its generation config's and its tokenizer's."""
+    found: set[int] = set()
+    for value in (
+        getattr(getattr(loaded.model, "generation_config", None), "eos_token_id", None),
+        loaded.tokenizer.eos_token_id,
+    ):
+        if isinstance(value, int):
+            found.add(value)
+        elif isinstance(value, (list, tuple)):
+            found.update(int(v) for v in value)
+    return sorted(found)
 
 
 def output_width(model: Any) -> int:
