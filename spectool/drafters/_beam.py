@@ -36,6 +36,8 @@ class _Hyp:
     logp: float
     row: _Row
     logits: Any = None
+    #: The grammar can only end here: a complete answer, no forward needed.
+    complete: bool = False
 
 
 def beam_rows(
@@ -89,7 +91,7 @@ def beam_rows(
                 grown = _grow(hyp, token, logp, tokenizer, stops, vocab, max_new_tokens, jump_forward, stats)
                 if grown is None:
                     continue
-                if grown.logits == "done":
+                if grown.complete:
                     _finish(done, grown.tokens, logp, tokenizer, key)
                     continue
                 text = tokenizer.decode(grown.tokens)
@@ -157,7 +159,7 @@ def _grow(
     jump_forward: bool,
     stats: DecodeStats,
 ) -> _Hyp | None:
-    """``hyp`` + ``token`` (+ the tokens the schema then forces); logits "done" when complete."""
+    """``hyp`` + ``token`` (+ the tokens the schema then forces); None if the grammar refuses."""
     row = hyp.row.fork()
     if not row.matcher.accept_token(token):
         return None
@@ -166,8 +168,7 @@ def _grow(
     forced = _forced(tokenizer, row, budget, stops, vocab) if jump_forward else []
     stats.forced_tokens += len(forced)
     grown = _Hyp(hyp.tokens + [token] + forced, logp, row)
-    if row.matcher.is_terminated() or _only_stop(row, stops, vocab):
-        grown.logits = "done"
+    grown.complete = row.matcher.is_terminated() or _only_stop(row, stops, vocab)
     return grown
 
 
