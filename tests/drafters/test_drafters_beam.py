@@ -146,3 +146,41 @@ async def test_the_gate_drops_an_unlikely_draft_and_keeps_a_likely_enough_one(ti
     assert strict.last_confidence == pytest.approx(confidence)
     lenient = drafter(confidence / 2)
     assert await lenient.propose(request) == kept  # control: above it, the same draft
+
+
+def test_after_a_beam_the_shared_cache_gives_what_a_fresh_one_gives(tiny):
+    """The beam crops and re-feeds the one prefix cache; the next draft must be able to trust it."""
+    import torch
+
+    model, tok = tiny
+    grammar = GrammarConstraint(tok, model.get_output_embeddings().weight.shape[0], max_calls=1)
+    drafter = LocalDrafter(tiny)
+    ids = drafter.token_ids(drafter._loaded, DraftRequest(ASK, FREE, 1))
+    opts = {"max_new_tokens": 40, "stop_ids": grammar.stop_token_ids, "vocab": grammar.vocab_size}
+    shared = PrefixCache()
+    with torch.inference_mode():
+        beam_rows(
+            model, tok, grammar.compiled(FREE), grammar.xgr, ids, shared, threading.Event(), width=3, **opts
+        )
+        assert shared.ids == list(ids) and shared.cache.get_seq_length() == len(ids)  # back to the prompt
+        again = decode_rows(
+            model, tok, grammar.compiled(FREE), grammar.xgr, ids, shared, threading.Event(), rows=1, **opts
+        )
+        fresh = decode_rows(
+            model,
+            tok,
+            grammar.compiled(FREE),
+            grammar.xgr,
+            ids,
+            PrefixCache(),
+            threading.Event(),
+            rows=1,
+            **opts,
+        )
+        stop = threading.Event()
+        stop.set()
+        stopped = beam_rows(
+            model, tok, grammar.compiled(FREE), grammar.xgr, ids, PrefixCache(), stop, width=3, **opts
+        )
+    assert again == fresh
+    assert stopped == []  # a set stop flag ends the search before its next forward
