@@ -74,7 +74,7 @@ class LocalDrafterOptions:
     max_prompt_tokens: int = 2048
 
     def __post_init__(self) -> None:
-        problems = [p for p in (check(self, f.name) for f in fields(self)) if p]
+        problems = [p for p in (_check(self, f.name) for f in fields(self)) if p]
         if self.diversity == "beam" and self.constrained is False:
             problems.append("diversity='beam' searches under the grammar: it needs constrained=True")
         if problems:
@@ -101,7 +101,7 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check(options: LocalDrafterOptions, name: str) -> str | None:
+def _check(options: LocalDrafterOptions, name: str) -> str | None:
     """What is wrong with one field, or None."""
     value = getattr(options, name)
     ok = {
