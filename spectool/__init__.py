@@ -21,7 +21,14 @@ from ._traces import TraceExample, TraceRecorder, load_traces
 from ._tracing import instrument, uninstrument
 from ._types import Drafter, DraftRequest, ToolCall
 from ._wire import responses_input_to_messages
-from .drafters import CombinedDrafter, EndpointDrafter, HistoryDrafter, LocalDrafter, resolve_drafter
+from .drafters import (
+    CombinedDrafter,
+    EndpointDrafter,
+    HistoryDrafter,
+    LocalDrafter,
+    LocalDrafterOptions,
+    resolve_drafter,
+)
 from .errors import (
     ConfigError,
     DrafterError,
@@ -54,6 +61,7 @@ __all__ = [
     "EngineSink",
     "HistoryDrafter",
     "LocalDrafter",
+    "LocalDrafterOptions",
     "ModelOutputError",
     "ModelRequest",
     "Observer",

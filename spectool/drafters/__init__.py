@@ -20,24 +20,22 @@ from ._grammar import calls_schema
 from ._history import HistoryDrafter
 from ._local import DEFAULT_LOCAL_MODEL, LocalDrafter
 from ._named import DRAFTER_NAMES, drafter_hint, resolve_drafter
-from ._prompts import DEFAULT_EXAMPLES, draft_messages, system_prompt
+from ._options import LocalDrafterOptions
 
 __all__ = [
     "CombinedDrafter",
-    "DEFAULT_EXAMPLES",
     "DEFAULT_LOCAL_MODEL",
     "DRAFTER_NAMES",
     "EndpointDrafter",
     "HistoryDrafter",
     "LocalDrafter",
+    "LocalDrafterOptions",
     "call_key",
     "calls_schema",
     "compact_prompt_ids",
-    "draft_messages",
     "drafter_hint",
     "load_adapter",
     "resolve_drafter",
     "shipped_adapter_path",
-    "system_prompt",
     "tool_schemas",
 ]

@@ -41,6 +41,10 @@ class DecodeStats:
     forwards: int = 0
     forced_tokens: int = 0
     sampled_tokens: int = 0
+    #: Sequence log-probability (under the grammar mask) of each row decoded from the prompt,
+    #: in row order; a fork's row is not scored (it shares row 0's head). The confidence gate
+    #: reads the best of these.
+    row_logps: list[float] = field(default_factory=list)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -114,10 +118,16 @@ def _forward(model: Any, cache: Any, tokens: list[int], stats: DecodeStats) -> A
 class _Row:
     """One row's grammar state: xgrammar matcher + a bitmask, applied to a logits vector."""
 
-    def __init__(self, xgr: Any, grammar: Any, vocab: int) -> None:
+    def __init__(self, xgr: Any, grammar: Any, vocab: int, matcher: Any = None) -> None:
         self.xgr = xgr
-        self.matcher = xgr.GrammarMatcher(grammar)
+        self.matcher = matcher if matcher is not None else xgr.GrammarMatcher(grammar)
         self.mask = xgr.allocate_token_bitmask(1, vocab)
+
+    def fork(self) -> _Row:
+        """A row in the same grammar state that goes on independently (beam search)."""
+        twin = object.__new__(_Row)
+        twin.xgr, twin.matcher, twin.mask = self.xgr, self.matcher.fork(), self.mask
+        return twin
 
     def masked(self, logits: Any) -> Any:
         self.matcher.fill_next_token_bitmask(self.mask, 0)
@@ -270,9 +280,12 @@ def _decode_one(
 ) -> list[int]:
     """One row. ``forks`` collects, per sampled step, the runner-up token and its log-prob
     margin; ``start`` = (tokens already in the cache, the token to take next) resumes a fork."""
+    import torch
+
     row = _Row(xgr, grammar, vocab) if grammar is not None else None
     new: list[int] = []
     forced_next: int | None = None
+    logp = 0.0
     if start is not None:
         new, forced_next = list(start[0]), start[1]
         if row is not None and not all(row.matcher.accept_token(t) for t in new):
@@ -288,7 +301,10 @@ def _decode_one(
                 logits = bias(text, logits)
             scores = row.masked(logits) if row is not None else logits
             token = _pick(scores, temperature, top_p, generator)
-            if token in stops or not bool(scores[token].isfinite()):
+            if not bool(scores[token].isfinite()):
+                break
+            logp += float(torch.log_softmax(scores.detach(), dim=-1)[token])  # ending is a choice too
+            if token in stops:
                 break
             if forks is not None:
                 _note_fork(forks, scores, token, len(new), stops)
@@ -311,6 +327,8 @@ def _decode_one(
             raise _Stopped
         logits = _forward(model, prefix.cache, feed, stats)
         prefix.ids.extend(feed)
+    if start is None:
+        stats.row_logps.append(logp)
     return new
 
 

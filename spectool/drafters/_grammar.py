@@ -6,8 +6,8 @@ every free string given a ``maxLength`` and every array a ``maxItems`` so a smal
 run away ("NVDA_2023_2023_…").
 
 :class:`GrammarConstraint` compiles that schema with **xgrammar** (chosen over llguidance and
-outlines: see docs/drafters.md) for one tokenizer and hands out a fresh logits processor per
-``generate`` call. xgrammar and torch are imported lazily.
+outlines: see docs/drafters.md) for one tokenizer and caches the compiled grammar per tool set
+(the decode loops of :mod:`._decode` and :mod:`._beam` apply it). xgrammar is imported lazily.
 """
 
 from __future__ import annotations
@@ -127,16 +127,25 @@ class GrammarConstraint:
         """The xgrammar module (imported once, lazily)."""
         return self._xgr
 
-    def compiled(self, tools: Sequence[Mapping[str, Any]]) -> Any:
+    def compiled(self, tools: Sequence[Mapping[str, Any]], *, native: bool = False) -> Any:
+        """The grammar for ``tools``: a JSON array of calls, or with ``native`` the model's own
+        tagged calls (:func:`._native.native_grammar`)."""
         schema = calls_schema(tools, max_string_length=self.max_string_length, max_calls=self.max_calls)
-        text = json.dumps(schema)  # key order matters: it is the order the model writes
+        if native:  # one call's schema; the tags and the repetition come from native_grammar
+            schema = {**schema["items"], **({"$defs": schema["$defs"]} if "$defs" in schema else {})}
+        text = ("native:" if native else "") + json.dumps(schema)  # key order is the order written
         with self._lock:
             hit = self._cache.get(text)
             if hit is not None:
                 self._cache.move_to_end(text)
                 return hit
         try:  # no free whitespace: a model cannot stall by emitting blanks forever
-            grammar = self._compiler.compile_json_schema(text, any_whitespace=False)
+            if native:
+                from ._native import native_grammar
+
+                grammar = self._compiler.compile_grammar(native_grammar(self._xgr, schema, self.max_calls))
+            else:
+                grammar = self._compiler.compile_json_schema(text, any_whitespace=False)
         except Exception as exc:  # xgrammar raises plain RuntimeError/ValueError on bad schemas
             raise DrafterError(f"cannot compile the tools' schema into a grammar: {exc}") from exc
         with self._lock:
@@ -144,47 +153,3 @@ class GrammarConstraint:
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return grammar
-
-    def processor(self, tools: Sequence[Mapping[str, Any]], batch: int) -> _MaskProcessor:
-        """A fresh logits processor for one ``generate`` over ``batch`` rows."""
-        return _MaskProcessor(
-            self._xgr,
-            self.compiled(tools),
-            batch,
-            self.vocab_size,
-            self.stop_token_ids[0] if self.stop_token_ids else 0,
-        )
-
-
-class _MaskProcessor:
-    """Per-row grammar matchers applied as a token mask (a transformers logits processor).
-
-    Unlike xgrammar's bundled processor it never asserts: a row whose matcher has finished
-    (or rejected a token) is pinned to the stop token, so one bad row cannot break the batch.
-    """
-
-    def __init__(self, xgr: Any, grammar: Any, batch: int, vocab_size: int, stop_id: int) -> None:
-        self._xgr = xgr
-        self._matchers = [xgr.GrammarMatcher(grammar) for _ in range(batch)]
-        self._mask = xgr.allocate_token_bitmask(batch, vocab_size)
-        self._stop_id = stop_id
-        self._started = False
-        self._dead = [False] * batch
-
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        if self._started:
-            for i, matcher in enumerate(self._matchers):
-                if not self._dead[i] and not matcher.is_terminated():
-                    if not matcher.accept_token(int(input_ids[i, -1])):
-                        self._dead[i] = True
-        self._started = True
-        for i, matcher in enumerate(self._matchers):
-            if self._dead[i] or matcher.is_terminated():
-                continue
-            matcher.fill_next_token_bitmask(self._mask, i)
-        self._xgr.apply_token_bitmask_inplace(scores, self._mask.to(scores.device))
-        for i, matcher in enumerate(self._matchers):
-            if self._dead[i] or matcher.is_terminated():
-                scores[i, :] = float("-inf")
-                scores[i, self._stop_id] = 0.0
-        return scores

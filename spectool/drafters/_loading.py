@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_LOCAL_MODEL",
     "LocalModel",
     "adapter_format",
+    "eos_ids",
     "load_shared",
     "output_width",
     "with_adapter",
@@ -102,7 +103,7 @@ def load_shared(
     key = (source or "embedded", dtype, os.fspath(adapter) if adapter is not None else "")
     with _LOAD_LOCK:
         if key not in _LOADED:
-            from .._embedded import load_causal_lm
+            from ..embedded import load_causal_lm
 
             try:
                 m, tok = load_causal_lm(source, dtype="float32" if dtype == "int8" else dtype)
@@ -116,6 +117,20 @@ def load_shared(
                 m = quantize_int8(m)
             _LOADED[key] = LocalModel(m, tok, key[0] + (f"+{key[2]}" if key[2] else ""))
         return _LOADED[key]
+
+
+def eos_ids(loaded: LocalModel) -> list[int]:
+    """The model's end tokens: its generation config's and its tokenizer's."""
+    found: set[int] = set()
+    for value in (
+        getattr(getattr(loaded.model, "generation_config", None), "eos_token_id", None),
+        loaded.tokenizer.eos_token_id,
+    ):
+        if isinstance(value, int):
+            found.add(value)
+        elif isinstance(value, (list, tuple)):
+            found.update(int(v) for v in value)
+    return sorted(found)
 
 
 def output_width(model: Any) -> int:

@@ -389,7 +389,7 @@ def resolve_precision(precision: str) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from .._embedded import load_causal_lm
+    from ..embedded import load_causal_lm
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from spectool import ConfigError, DraftRequest
-from spectool.drafters import LocalDrafter
+from spectool.drafters import LocalDrafter, LocalDrafterOptions
 from spectool.drafters._copy import CopyBias, TokenTable, expects_value, open_string_value, source_text
 
 from .test_drafters_decode import TOOLS, tiny  # noqa: F401 - the module fixture
@@ -110,7 +110,7 @@ def test_a_strong_copy_bias_makes_a_random_model_copy_the_user(tiny):  # noqa: F
     request = DraftRequest([{"role": "user", "content": source}], [TOOLS[1]], samples=1)
 
     def draft(beta: float):
-        drafter = LocalDrafter(tiny, max_string_length=12, copy_bias=beta, temperature=0)
+        drafter = LocalDrafter(tiny, LocalDrafterOptions(max_string_length=12, copy_bias=beta, temperature=0))
         return anyio.run(drafter.propose, request), drafter
 
     plain, _ = draft(0.0)
@@ -119,10 +119,10 @@ def test_a_strong_copy_bias_makes_a_random_model_copy_the_user(tiny):  # noqa: F
     assert not all(v in source for v in _string_values(plain) if v)  # without it: not copies
     values = _string_values(copied)
     assert values and all(v and v in source for v in values), json.dumps(values)
-    assert drafter.copy_bias == 1e4
+    assert drafter.options.copy_bias == 1e4
 
 
 def test_copy_bias_must_be_a_finite_non_negative_number(tiny):  # noqa: F811
     for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(ConfigError):
-            LocalDrafter(tiny, copy_bias=bad)
+            LocalDrafterOptions(copy_bias=bad)

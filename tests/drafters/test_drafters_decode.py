@@ -18,13 +18,13 @@ import anyio
 import pytest
 import torch
 
-from spectool import ConfigError, DraftRequest, ToolCall
-from spectool.drafters import LocalDrafter
+from spectool import ConfigError, DraftRequest
+from spectool.drafters import LocalDrafter, LocalDrafterOptions
 from spectool.drafters._common import tool_schemas
 from spectool.drafters._copy import open_string_value
 from spectool.drafters._decode import DecodeStats, PrefixCache, decode_rows
 from spectool.drafters._grammar import GrammarConstraint
-from spectool.drafters._local import TUNED_LIMITS, UNTUNED_LIMITS
+from spectool.drafters._options import TUNED_LIMITS, UNTUNED_LIMITS
 from spectool.drafters._row_limits import repeats_a_call
 from spectool.toolcall_text import parse_tool_calls
 from spectool_bench.drafters._prompt_eval import valid
@@ -102,7 +102,7 @@ def _turns() -> list[list[dict]]:
 def tiny():
     from transformers import AutoTokenizer
 
-    from spectool._embedded import embedded_hf_folder
+    from spectool.embedded import embedded_hf_folder
     from tests.tree_fixtures import tiny_llama_for
 
     tok = AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
@@ -326,16 +326,13 @@ def test_a_set_stop_flag_ends_the_draft_at_the_next_forward_and_the_cache_stays_
 
 @pytest.mark.anyio
 async def test_local_drafter_fast_path_with_a_given_model(tiny):
-    drafter = LocalDrafter(tiny, max_string_length=12)
+    drafter = LocalDrafter(tiny, LocalDrafterOptions(max_string_length=12))
     schemas = tool_schemas(TOOLS)
     for messages in _turns():
         calls = await drafter.propose(DraftRequest(messages, TOOLS, samples=2))
         assert 1 <= len(calls) <= 2 and all(valid(c, schemas) for c in calls)
         assert len(drafter.last_texts) == 2
     assert drafter.last_stats is not None and drafter.last_stats.reused_tokens > 0
-    old = LocalDrafter(tiny, prompt="examples", decoder="generate", max_string_length=12, max_calls=1)
-    calls = await old.propose(DraftRequest(_turns()[0], TOOLS, samples=1))
-    assert all(isinstance(c, ToolCall) and valid(c, schemas) for c in calls)
 
 
 @pytest.mark.anyio
@@ -358,7 +355,7 @@ async def test_cancelled_draft_stops_its_worker_promptly(tiny, monkeypatch):
 
         generation_config = model.generation_config
 
-    drafter = LocalDrafter((Slow(), tok), max_string_length=12, max_new_tokens=48)
+    drafter = LocalDrafter((Slow(), tok), LocalDrafterOptions(max_string_length=12, max_new_tokens=48))
     with anyio.move_on_after(0.12):
         await drafter.propose(DraftRequest(_turns()[2], TOOLS, samples=3))
     seen = len(slow_calls)
@@ -373,17 +370,39 @@ async def test_cancelled_draft_stops_its_worker_promptly(tiny, monkeypatch):
 
 
 def test_bad_options_are_config_errors():
-    with pytest.raises(ConfigError):
-        LocalDrafter(None, prompt="long")
-    with pytest.raises(ConfigError):
-        LocalDrafter(None, decoder="beam")
-    with pytest.raises(ConfigError):
-        LocalDrafter(None, max_calls=0)
-    with pytest.raises(ConfigError):
-        LocalDrafter(None, max_string_length=0)
-    assert LocalDrafter(None, max_string_length=None).max_string_length is None  # unbounded, asked for
+    with pytest.raises(ConfigError, match="prompt"):
+        LocalDrafterOptions(prompt="examples")  # the old xLAM prompt left the runtime
+    with pytest.raises(ConfigError, match="diversity"):
+        LocalDrafterOptions(diversity="generate")
+    with pytest.raises(ConfigError, match="max_calls"):
+        LocalDrafterOptions(max_calls=0)
+    with pytest.raises(ConfigError, match="max_string_length"):
+        LocalDrafterOptions(max_string_length=0)
+    with pytest.raises(ConfigError, match="min_confidence"):
+        LocalDrafterOptions(min_confidence=1.5)
+    with pytest.raises(ConfigError, match="needs constrained"):
+        LocalDrafterOptions(diversity="beam", constrained=False)
+    with pytest.raises(ConfigError, match="LocalDrafterOptions"):
+        LocalDrafter(None, {"max_calls": 2})  # a dict is not an options object
+    # the old keyword form: honoured with a warning, the removed variants refused by name
+    with pytest.warns(DeprecationWarning, match="LocalDrafterOptions"):
+        assert LocalDrafter(
+            None, max_calls=2, compact_options={"described": 0}
+        ).options == LocalDrafterOptions(max_calls=2, described=0).resolved(tuned=False)
+    for old in ({"prompt": "examples"}, {"decoder": "generate"}, {"examples": ()}):
+        with pytest.raises(ConfigError, match="left spectool"):
+            LocalDrafter(None, **old)
+    with pytest.raises(ConfigError, match="unknown LocalDrafter option"):
+        LocalDrafter(None, beam_width=3)
+    # several problems are reported together
+    with pytest.raises(ConfigError, match="top_p.*max_tools"):
+        LocalDrafterOptions(top_p=0, max_tools=0)
+    options = LocalDrafterOptions(max_string_length=None)
+    with pytest.raises(AttributeError):
+        options.max_calls = 3  # type: ignore[misc]  # frozen
+    assert LocalDrafter(None, options).options.max_string_length is None  # unbounded, asked for
     # untuned: the first complete call ends the draft, strings are cut short
-    untuned = LocalDrafter(None)
+    untuned = LocalDrafter(None).options
     assert (untuned.max_calls, untuned.max_string_length) == (1, UNTUNED_LIMITS["max_string_length"])
     assert untuned.copy_bias == 0.0  # an untuned model's values are not nudged
 
@@ -407,16 +426,17 @@ async def test_adapter_is_loaded_through_the_tune_helpers_function(tiny, monkeyp
     fake.load_adapter = load_adapter
     fake.adapter_manifest = adapter_manifest
     monkeypatch.setitem(sys.modules, "spectool.drafters._adapter", fake)
-    drafter = LocalDrafter(tiny, adapter="/tmp/some-adapter", max_string_length=12)
+    drafter = LocalDrafter(tiny, LocalDrafterOptions(max_string_length=12), adapter="/tmp/some-adapter")
     assert seen == [(model, "/tmp/some-adapter"), ("manifest", "/tmp/some-adapter")]
     # it renders in the format the adapter was tuned on, not the newest one
     assert drafter.compact_options["version"] == 2
     # a tuned adapter writes whole responses: parallel calls allowed, long strings uncut
-    assert drafter.max_calls == TUNED_LIMITS["max_calls"] > 1
-    assert drafter.max_string_length == 12  # given: kept
-    assert drafter.copy_bias == TUNED_LIMITS["copy_bias"] > 0
+    assert drafter.options.max_calls == TUNED_LIMITS["max_calls"] > 1
+    assert drafter.options.max_string_length == 12  # given: kept
+    assert drafter.options.copy_bias == TUNED_LIMITS["copy_bias"] > 0
     assert (
-        LocalDrafter(tiny, adapter="/tmp/some-adapter").max_string_length == TUNED_LIMITS["max_string_length"]
+        LocalDrafter(tiny, adapter="/tmp/some-adapter").options.max_string_length
+        == TUNED_LIMITS["max_string_length"]
     )
     calls = await drafter.propose(DraftRequest(_turns()[0], TOOLS, samples=1))
     assert len(calls) == 1

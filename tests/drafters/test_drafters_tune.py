@@ -68,7 +68,7 @@ CALLS = [ToolCall("add", {"b": 3, "a": 2})]
 def smol_tokenizer():
     from transformers import AutoTokenizer
 
-    from spectool._embedded import embedded_hf_folder
+    from spectool.embedded import embedded_hf_folder
 
     return AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
 
@@ -432,3 +432,37 @@ def test_traces_run_off_the_event_loop_thread_safely(tmp_path) -> None:
 
     anyio.run(many)
     assert sorted(ex.calls[0].arguments["a"] for ex in load_traces(tmp_path / "t.jsonl")) == list(range(20))
+
+
+@pytest.mark.model
+def test_a_tuned_drafter_drafts_without_importing_the_tuning_code() -> None:
+    """Tuning stays available (spectool drafters tune) but is not what a drafter loads."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json, anyio\n"
+        "from spectool import DraftRequest\n"
+        "from spectool.drafters import LocalDrafter, LocalDrafterOptions, shipped_adapter_path\n"
+        "tools = [{'type': 'function', 'function': {'name': 'add', 'parameters': {'type': 'object',"
+        " 'properties': {'a': {'type': 'integer'}}, 'required': ['a']}}}]\n"
+        "options = LocalDrafterOptions(max_new_tokens=24)\n"
+        "d = LocalDrafter('embedded', options, adapter=shipped_adapter_path())\n"
+        "calls = anyio.run(d.propose, DraftRequest([{'role': 'user', 'content': 'add 2'}], tools, 1))\n"
+        "late = {m for m in sys.modules if m.endswith('drafters._tune') or m.split('.')[0] == 'trl'}\n"
+        "if len(sys.argv) > 1: import spectool.drafters._tune\n"
+        "late |= {m for m in sys.modules if m.endswith('drafters._tune')}\n"
+        "print(json.dumps([len(d.last_texts), sorted(late)]))\n"
+    )
+    for control in (False, True):
+        out = subprocess.run(
+            [sys.executable, "-c", code, *(["control"] if control else [])],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        rows, imported = json.loads(out.stdout.strip().splitlines()[-1])
+        assert rows == 1
+        # the control imports it on purpose: the check sees a tuning import when there is one
+        assert imported == (["spectool.drafters._tune"] if control else [])

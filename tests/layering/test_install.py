@@ -28,12 +28,18 @@ LAYERS = {
     "core": (
         (),
         ["spectool"],
-        ("spectool.drafters", "spectool._embedded", "spectool._tracing", "spectool._otel_instrumentor"),
+        (
+            "spectool.drafters",
+            "spectool.embedded",
+            "spectool._quiet",
+            "spectool._tracing",
+            "spectool._otel_instrumentor",
+        ),
         (),
     ),
     "serve": (("serve",), ["spectool_serving"], ("spectool_serving.vllm",), ()),  # [vllm]
     # the in-process drafter: model loading, grammar, adapters, int8, tuning
-    "local": (("local",), ["spectool"], (), ("spectool.drafters", "spectool._embedded")),
+    "local": (("local",), ["spectool"], (), ("spectool.drafters", "spectool.embedded", "spectool._quiet")),
     "tracing": (("tracing",), ["spectool"], (), ("spectool._tracing", "spectool._otel_instrumentor")),
     # `pip install spectool-bench`: measurement runs on the layer it measures (the embedded engine,
     # the drafters: [serve] ⊇ [local]; docs/benchmark.md); what it adds (plots, BFCL's MathAPI) is its own

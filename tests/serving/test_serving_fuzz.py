@@ -22,7 +22,7 @@ EXAMPLES = int(os.environ.get("SPECTOOL_FUZZ_EXAMPLES", "40"))
 def _tiny_app():
     from transformers import AutoTokenizer
 
-    from spectool._embedded import embedded_hf_folder
+    from spectool.embedded import embedded_hf_folder
     from spectool_serving import create_app
     from spectool_serving.models import LoadedModel
     from spectool_serving.server import build_engine

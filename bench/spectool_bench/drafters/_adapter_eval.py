@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 
 from spectool import ToolCall, canonical_key
-from spectool.drafters import LocalDrafter, compact_prompt_ids, tool_schemas
+from spectool.drafters import LocalDrafter, LocalDrafterOptions, compact_prompt_ids, tool_schemas
 
 from ..bfcl._traces import bfcl_examples
 
@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model, tok = load_causal_lm(None)
         if name == "tuned":
             model = load_adapter(model, None if args.adapter == "shipped" else args.adapter)
-        drafter = CompactDrafter((model, tok), max_new_tokens=128)
+        drafter = CompactDrafter((model, tok), LocalDrafterOptions(max_new_tokens=128))
         results += evaluate(drafter, cats, args.split, args.limit, label=name)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:

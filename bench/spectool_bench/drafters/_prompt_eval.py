@@ -2,8 +2,8 @@
 
     python -m spectool_bench.drafters._prompt_eval [--model embedded] [--threads 1] [--max-new-tokens 48]
 
-Runs a handful of one-call prompts greedily (λ = 1) with and without worked examples and with
-and without the schema constraint, then times one batched generate per λ. Prints a table; the
+Runs a handful of one-call prompts greedily (λ = 1) with and without the schema constraint
+(compact prompt), then times one draft per λ. Prints a table; the
 figures in docs/drafters.md come from here.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 
 from spectool import DraftRequest, ToolCall, canonical_key
-from spectool.drafters import LocalDrafter, tool_schemas
+from spectool.drafters import LocalDrafter, LocalDrafterOptions, tool_schemas
 
 __all__ = ["CASES", "TOOLS", "main", "valid"]
 
@@ -152,25 +152,17 @@ async def _run(args: argparse.Namespace) -> None:
 
 async def _table(args: argparse.Namespace) -> None:
     n = len(CASES)
-    print(f"{'examples':>8} {'constrained':>11} {'parsed':>7} {'valid':>6} {'correct':>8} {'gen s':>7}")
-    for examples in (False, True):
-        for constrained in (False, True):
-            drafter = LocalDrafter(
-                args.model,
-                constrained=constrained,
-                max_new_tokens=args.max_new_tokens,
-                **({} if examples else {"examples": ()}),
-            )
-            p, v, c, s = await _quality(drafter)
-            print(
-                f"{examples!s:>8} {constrained!s:>11} {p:>4}/{n} {v:>3}/{n} {c:>5}/{n} {s:7.1f}", flush=True
-            )
+    print(f"{'constrained':>11} {'parsed':>7} {'valid':>6} {'correct':>8} {'gen s':>7}")
+    for constrained in (False, True):
+        options = LocalDrafterOptions(constrained=constrained, max_new_tokens=args.max_new_tokens)
+        p, v, c, s = await _quality(LocalDrafter(args.model, options))
+        print(f"{constrained!s:>11} {p:>4}/{n} {v:>3}/{n} {c:>5}/{n} {s:7.1f}", flush=True)
 
 
 async def _lambdas(args: argparse.Namespace) -> None:
-    drafter = LocalDrafter(args.model, constrained=True, max_new_tokens=args.max_new_tokens)
+    drafter = LocalDrafter(args.model, LocalDrafterOptions(max_new_tokens=args.max_new_tokens))
     tools = tool_schemas(TOOLS)
-    print("\nλ-batch: one generate of λ samples (constrained, 2 examples), first 4 cases")
+    print("\nλ rows: one draft of λ rows (constrained, compact prompt), first 4 cases")
     print(f"{'λ':>3} {'mean gen s':>10} {'mean CPU s':>10} {'any-correct':>12}")
     for lam in args.lambdas:
         spent, cpu, hits = 0.0, 0.0, 0

@@ -1,4 +1,4 @@
-"""Local drafter speed, old path beside new, in one run on the same BFCL prompts.
+"""Local drafter speed, configurations side by side, in one run on the same BFCL prompts.
 
 ``python -m spectool_bench.drafters._speed --single 20 --multi 20`` drafts the first call of
 ``--single`` test-split tasks of each single-turn category and ``--multi`` steps of
@@ -8,9 +8,10 @@ request, and prints per configuration and category: median / p90 draft time g, t
 drafts whose first call is exactly the ground truth's next call (canonical key), and prompt
 tokens. With ``--threads 1`` torch computes in the drafting thread, so ``g_cpu_median_s`` (that
 thread's CPU seconds for prefill + decode) is what the draft would take on an idle core even
-when other work shares the machine. Configurations: ``old`` (worked-example prompt,
-``transformers.generate``), ``new``
-(compact prompt, fast decoder), and ablations of the new path's levers.
+when other work shares the machine. Configurations (:data:`CONFIGS`): ``new`` (compact prompt,
+fast decoder), ablations of its levers, ``new-beam`` (λ rows as a constrained beam) and ``native``
+(the model's own tool-call format; a base whose template takes tools). The worked-examples prompt
+and the ``generate`` decoder measured in docs/drafters.md have left the drafter.
 """
 
 from __future__ import annotations
@@ -26,26 +27,27 @@ from typing import Any
 import anyio
 
 from spectool import DraftRequest, ToolCall, canonical_key
-from spectool.drafters import LocalDrafter, tool_schemas
+from spectool.drafters import LocalDrafter, LocalDrafterOptions, tool_schemas
 
 from ..bfcl._splits import in_split
 from ..bfcl._tasks import Task, load_tasks
 
 __all__ = ["CONFIGS", "main", "requests_for"]
 
-#: name -> LocalDrafter keywords. "old" is the drafter as it was before the fast path.
+#: name -> LocalDrafterOptions fields (the compact prompt and the fast decoder unless said).
 CONFIGS: dict[str, dict[str, Any]] = {
-    "old": {"prompt": "examples", "decoder": "generate", "max_calls": 3, "dtype": "float32"},
-    "old+1call": {"prompt": "examples", "decoder": "generate", "max_calls": 1},
-    "compact+generate": {"prompt": "compact", "decoder": "generate", "max_calls": 1},
-    "new-nojump": {"prompt": "compact", "decoder": "fast", "jump_forward": False},
-    "new-nocache": {"prompt": "compact", "decoder": "fast", "prefix_cache": False},
-    "new": {"prompt": "compact", "decoder": "fast"},  # dtype "auto": int8 weights on CPU
-    "new-fp32": {"prompt": "compact", "decoder": "fast", "dtype": "float32"},
-    "new-bf16": {"prompt": "compact", "decoder": "fast", "dtype": "bfloat16"},
+    "new-nojump": {"jump_forward": False},
+    "new-nocache": {"prefix_cache": False},
+    "new": {},  # dtype "auto": int8 weights on CPU
+    "new-fp32": {"dtype": "float32"},
+    "new-bf16": {"dtype": "bfloat16"},
     # no tool descriptions: the tool list no longer depends on the last user message, so
     # multi-turn drafts reuse far more of the previous prompt's cache
-    "new-stable": {"prompt": "compact", "decoder": "fast", "compact_options": {"described": 0}},
+    "new-stable": {"described": 0},
+    # λ rows as a grammar-constrained beam (distinct guesses by sequence log-probability)
+    "new-beam": {"diversity": "beam"},
+    # the model's own chat template and tool-call tags (bases whose template takes tools: Qwen)
+    "native": {"prompt": "native"},
 }
 
 
@@ -133,7 +135,10 @@ def _hit(calls: list[ToolCall], truth: ToolCall, tools: Mapping[str, Mapping[str
 async def _run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     names = args.configs.split(",")
     drafters = {
-        name: LocalDrafter(args.model, max_new_tokens=args.max_new_tokens, **CONFIGS[name]) for name in names
+        name: LocalDrafter(
+            args.model, LocalDrafterOptions(max_new_tokens=args.max_new_tokens, **CONFIGS[name])
+        )
+        for name in names
     }
     for d in drafters.values():
         await d.load()
@@ -173,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="test")
     parser.add_argument("--samples", type=int, default=1, help="λ rows per draft")
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--configs", default="old,new", help=f"comma list of {', '.join(CONFIGS)}")
+    parser.add_argument("--configs", default="new,new-beam", help=f"comma list of {', '.join(CONFIGS)}")
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--verbose", action="store_true")

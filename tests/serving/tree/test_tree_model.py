@@ -19,7 +19,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def lm():
-    from spectool._embedded import load_causal_lm
+    from spectool.embedded import load_causal_lm
 
     model, tok = load_causal_lm(dtype="float32")
     ids = [
