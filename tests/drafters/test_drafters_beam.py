@@ -18,9 +18,9 @@ from spectool.drafters import LocalDrafter, LocalDrafterOptions
 from spectool.drafters._beam import beam_rows
 from spectool.drafters._common import call_key, tool_schemas
 from spectool.drafters._decode import DecodeStats, PrefixCache, decode_rows
-from spectool.drafters._eval import valid
 from spectool.drafters._grammar import GrammarConstraint
 from spectool.drafters._local import _answer_key
+from spectool_bench.drafters._prompt_eval import valid
 
 pytest.importorskip("xgrammar")
 

@@ -19,8 +19,8 @@ import pytest
 from spectool import ConfigError, DraftRequest
 from spectool.drafters import LocalDrafter, LocalDrafterOptions
 from spectool.drafters._common import tool_schemas
-from spectool.drafters._eval import valid
 from spectool.drafters._native import native_messages
+from spectool_bench.drafters._prompt_eval import valid
 
 pytest.importorskip("xgrammar")
 
