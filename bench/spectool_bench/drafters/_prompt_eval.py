@@ -76,7 +76,7 @@ CASES: list[tuple[str, ToolCall]] = [
     ("Look up the share price for AAPL.", ToolCall("get_stock_price", {"symbol": "AAPL"})),
 ]
 
-_TYPES = {
+_TYPES: dict[str, type | tuple[type, ...]] = {
     "string": str,
     "number": (int, float),
     "integer": int,
@@ -155,11 +155,9 @@ async def _table(args: argparse.Namespace) -> None:
     print(f"{'examples':>8} {'constrained':>11} {'parsed':>7} {'valid':>6} {'correct':>8} {'gen s':>7}")
     for examples in (False, True):
         for constrained in (False, True):
+            no_examples: dict[str, Any] = {} if examples else {"examples": ()}
             drafter = LocalDrafter(
-                args.model,
-                constrained=constrained,
-                max_new_tokens=args.max_new_tokens,
-                **({} if examples else {"examples": ()}),
+                args.model, constrained=constrained, max_new_tokens=args.max_new_tokens, **no_examples
             )
             p, v, c, s = await _quality(drafter)
             print(
