@@ -144,7 +144,7 @@ class EagerBatch:
 
     def _specs(self) -> list[Any]:
         """Specs of the calls 0..n-1 known so far (the contiguous prefix)."""
-        out = []
+        out: list[Any] = []
         while len(out) in self.known:
             out.append(self.speculator.toolbox._specs.get(self.known[len(out)].name))
         return out

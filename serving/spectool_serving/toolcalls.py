@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from spectool.errors import ModelOutputError
 from spectool.toolcall_text import parse_tool_calls
@@ -92,7 +92,20 @@ class PromptFormat:
         return "\n\n".join(x for x in lines if x).strip()
 
 
-_CHATML = dict(
+class _Tags(TypedDict):
+    """The text fields of :class:`PromptFormat` that ChatML-family formats share."""
+
+    bos: str
+    header: str
+    footer: str
+    separator: str
+    eos: str
+    call_start: str
+    call_prefix: str
+    call_suffix: str
+
+
+_CHATML = _Tags(
     bos="",
     header="<|im_start|>{role}\n",
     footer="<|im_end|>",
@@ -102,6 +115,8 @@ _CHATML = dict(
     call_prefix="\n",
     call_suffix="\n</tool_call>",
 )
+# xLAM writes its calls as a JSON array that is the whole message
+_XLAM: _Tags = {**_CHATML, "call_start": "[", "call_prefix": "", "call_suffix": "]"}
 FORMATS: dict[str, PromptFormat] = {
     "chatml": PromptFormat("chatml", tool_role="tool", default_system=_SMOL_SYSTEM, **_CHATML),
     "qwen": PromptFormat(
@@ -119,10 +134,9 @@ FORMATS: dict[str, PromptFormat] = {
         call_suffix="\n</tool_call>",
         tool_role="ipython",
     ),
-    # xLAM writes its calls as a JSON array that is the whole message
     "xlam": PromptFormat(
         "xlam",
-        **{**_CHATML, "call_start": "[", "call_prefix": "", "call_suffix": "]"},
+        **_XLAM,
         tool_role="tool",
         start_only_at_message_start=True,
     ),

@@ -148,7 +148,7 @@ class ScriptedDrafter:
 
     def __init__(
         self,
-        oracle: Callable[[list[dict[str, Any]]], Sequence[ToolCall]] | Any,
+        oracle: Callable[[list[Mapping[str, Any]]], Sequence[ToolCall]] | Any,
         *,
         hit_rate: float = 1.0,
         delay: float = 0.0,
@@ -169,15 +169,16 @@ class ScriptedDrafter:
         if self.failure == "hang":
             await anyio.sleep_forever()
         if self.failure == "garbage":
-            return [
+            garbage: list[Any] = [  # not ToolCalls on purpose: what a broken drafter returns
                 None,
                 42,
                 {"name": 7},
-                {"name": "get", "arguments": "{not json"},  # type: ignore[list-item]
+                {"name": "get", "arguments": "{not json"},
                 ToolCall("no_such_tool", {}),
                 {"function": "x"},
                 "call get()",
             ]
+            return garbage
         truth = list(self.oracle(list(request.messages)))
         out: list[ToolCall] = []
         for _ in range(request.samples):

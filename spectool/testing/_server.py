@@ -134,7 +134,7 @@ class ScriptedModel:
         messages = req.get("messages") or []
         reply = self.reply_for(messages)
         rid = "chatcmpl-" + digest(messages)
-        calls = [
+        calls: list[dict[str, Any]] = [
             {
                 "id": f"call_{rid[-8:]}_{i}",
                 "type": "function",
@@ -154,7 +154,7 @@ class ScriptedModel:
             await anyio.sleep(self.first_token_latency)
         if not req.get("stream"):
             await self._pause(len(tokens))
-            message = {"role": "assistant", "content": reply.text, "refusal": None}
+            message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": None}
             if calls:
                 message["tool_calls"] = calls
             n = max(1, int(req.get("n") or 1))  # λ samples by `n`: the script is deterministic

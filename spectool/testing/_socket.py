@@ -7,6 +7,7 @@ Also builds SDK clients for either path (in-process ASGI transport or a URL).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -156,10 +157,7 @@ def _openai_major() -> int:
 def asgi_http_client(app: Callable, base_url: str = "http://scripted.local/v1") -> Any:
     """An async HTTP client that talks to ``app`` in-process: ``httpx2`` for openai >= 3
     (its required client type), ``httpx`` before."""
-    if _openai_major() >= 3:
-        import httpx2 as http
-    else:
-        import httpx as http
+    http = importlib.import_module("httpx2" if _openai_major() >= 3 else "httpx")
     return http.AsyncClient(transport=http.ASGITransport(app=app), base_url=base_url)
 
 

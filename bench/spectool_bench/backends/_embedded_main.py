@@ -205,7 +205,7 @@ class EmbeddedMain:
                 "stream": True,
                 "stream_options": {"include_usage": True},
             }
-            t0, first, usage = time.perf_counter(), None, {}
+            t0, first, usage = time.perf_counter(), None, dict[str, Any]()
             with httpx.stream("POST", url, json=body, timeout=600.0) as r:
                 for line in r.iter_lines():
                     if not line.startswith("data: {"):

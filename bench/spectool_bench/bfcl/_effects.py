@@ -85,7 +85,7 @@ def measure_effects(categories: tuple[str, ...] = MULTI_TURN_CATEGORIES) -> dict
     seen: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     for category in categories:
         for task in load_tasks(category):
-            env = Environment(task.classes, task.initial_config, task.long_context)
+            env = Environment(list(task.classes), task.initial_config, task.long_context)
             for turn in task.ground_truth:
                 for call in turn:
                     cls = env.owner(call.name)

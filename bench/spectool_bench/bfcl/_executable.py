@@ -14,7 +14,7 @@ import json
 import sys
 import threading
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spectool import ToolCall
@@ -90,7 +90,7 @@ class Environment:
 
     def __init__(
         self,
-        classes: list[str] | tuple[str, ...],
+        classes: Sequence[str],
         initial_config: Mapping[str, Any],
         long_context: bool = False,
     ) -> None:

@@ -187,7 +187,7 @@ def _first_option(options: Any) -> Any:
     same way, recursively (also inside a list of such dicts); a dict with a non-list value is
     taken as it is.
     """
-    chosen = next((o for o in options if o not in ("", None)), None)
+    chosen: Any = next((o for o in options if o not in ("", None)), None)  # any JSON value
     if _optioned(chosen):
         return _resolved(chosen)
     if isinstance(chosen, list) and chosen and all(_optioned(item) for item in chosen):
@@ -289,7 +289,7 @@ def _format_sensitivity(wheel: str, limit: int | None) -> list[Task]:
     """The tasks ``BFCL_v4_format_sensitivity.json`` names (by id, from their own categories)."""
     with zipfile.ZipFile(wheel) as zf:
         listed: dict[str, list[str]] = json.loads(zf.read(f"{_DATA}/BFCL_v4_format_sensitivity.json"))
-    out = []
+    out: list[Task] = []
     for source, ids in listed.items():
         by_id = {t.id: t for t in load_tasks(source, wheel=Path(wheel))}
         out.extend(replace(by_id[i], category="format_sensitivity") for i in ids if i in by_id)

@@ -60,8 +60,8 @@ def load_prompts(quick: bool = False, ids: list[str] | None = None) -> list[dict
             raise ValueError(f"unknown prompt id(s) {unknown}; known: {sorted(known)}")
         return [i for i in items if i["id"] in ids]
     if quick:
-        seen: set[str] = set()
-        items = [i for i in items if not (i["category"] in seen or seen.add(i["category"]))]
+        first: dict[str, dict] = {}  # the first item of each category, in their order
+        items = [first.setdefault(i["category"], i) for i in items if i["category"] not in first]
     return items
 
 

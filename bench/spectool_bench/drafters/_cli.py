@@ -159,8 +159,8 @@ def _check_drafters(
         return functools.partial(DRAFTERS[name], **options) if options else DRAFTERS[name]
 
     chosen = {n: make(n) for n in names}
-    for make in chosen.values():  # fail before hours of work if a drafter cannot even be built
-        make("")
+    for build in chosen.values():  # fail before hours of work if a drafter cannot even be built
+        build("")
     return chosen
 
 

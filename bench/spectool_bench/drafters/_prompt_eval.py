@@ -76,7 +76,7 @@ CASES: list[tuple[str, ToolCall]] = [
     ("Look up the share price for AAPL.", ToolCall("get_stock_price", {"symbol": "AAPL"})),
 ]
 
-_TYPES = {
+_TYPES: dict[str, type | tuple[type, ...]] = {
     "string": str,
     "number": (int, float),
     "integer": int,

@@ -16,6 +16,7 @@ import statistics
 import threading
 import time
 import uuid
+from typing import Any
 
 from spectool_serving.requests import build_sequences
 from spectool_serving.server import build_engine
@@ -27,7 +28,7 @@ WEATHER = {
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
     },
 }
-BODY = {
+BODY: dict[str, Any] = {
     "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
     "tools": [WEATHER],
     "tool_choice": "required",
@@ -84,7 +85,7 @@ def agent_turns(engine, latency: float, repeats: int = 1) -> dict:
 
 def _agent_once(engine, latency: float) -> dict:
     engine.ctx.max_rounds = 1
-    res = {}
+    res: dict[str, Any] = {}
     # baseline and client-side: two requests, tool between them
     for mode in ("baseline", "client"):
         c0 = engine.counters()

@@ -410,7 +410,7 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
         f"{r.decode_tok_s:g} tok/s; G ≈ {expected_call_G(tasks, r):.2f} s per call step)",
         "embedded": f"embedded ({engine}, SmolLM2-135M-Instruct, CPU)",
     }.get(plan.main, f"endpoint({plan.model})")
-    common = {
+    common: dict[str, Any] = {  # Setup's fields shared by every arm
         "make_client": make_client,
         "model": plan.model,
         "on_step": bar.step,
@@ -517,13 +517,16 @@ async def _record_timelines(
     TimelineRecorder, for the picture of one turn (``turn_timeline.png``)."""
     from ..report._timeline import TimelineRecorder
 
-    arms = [v for n in plan.drafters for v in _drafters(plan, n, tasks, plan.seed)]
+    arms = [v for n in plan.drafters for v in _drafters(plan, n, list(tasks), plan.seed)]
     if not arms:
         return None
     factory, label = arms[0]
     eager = "speculable" if plan.eager_arm else False
     recorded: dict[str, Any] = {"drafter": label, "task": tasks[0].id}
-    setups = {"plain": {}, "fast": {"drafter": factory, "samples": plan.samples[0], "eager": eager}}
+    setups: dict[str, dict[str, Any]] = {
+        "plain": {},
+        "fast": {"drafter": factory, "samples": plan.samples[0], "eager": eager},
+    }
     for name, extra in setups.items():
         rec = TimelineRecorder()
         setup = Setup(

@@ -21,7 +21,7 @@ from spectool import RequestHook, run_agent, speculative
 from spectool import model as perf
 from spectool.testing import ScriptedDrafter, ScriptedModel, call, fake_tool, openai_client, say
 
-USER = [{"role": "user", "content": "what is the weather in Paris?"}]
+USER: list[Any] = [{"role": "user", "content": "what is the weather in Paris?"}]  # chat messages
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -21,6 +21,7 @@ import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 
@@ -121,7 +122,7 @@ def _two_hops(c: httpx.Client, model: str, city: str, latency: float, overlap: b
 def _engine(c: httpx.Client, model: str, city: str, latency: float) -> dict:
     t = time.perf_counter()
     body = _body(model, city, stream=True, stream_options={"include_usage": True})
-    usage, resolved, calls, poster = None, 0, [], None
+    usage, resolved, calls, poster = None, 0, list[dict[str, Any]](), None
     with c.stream("POST", "/v1/chat/completions", json=body) as resp:
         resp.raise_for_status()
         for line in resp.iter_lines():

@@ -262,7 +262,8 @@ class GrowableLayer(DynamicLayer):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        start = self.keys.shape[-2] if self.keys.dim() == 4 else 0
+        keys = self.keys  # a tensor once initialized
+        start = keys.shape[-2] if keys is not None and keys.dim() == 4 else 0
         end = start + key_states.shape[-2]
         kbuf, vbuf = reserve_slots(self, key_states, end)
         kbuf[:, :, start:end] = key_states
@@ -278,7 +279,9 @@ def reserve_slots(layer: DynamicLayer, like: torch.Tensor, need: int) -> tuple[t
     cached slots copied in. Works on any ``DynamicLayer``: the buffers ride as attributes."""
     kbuf, vbuf = getattr(layer, "_kbuf", None), getattr(layer, "_vbuf", None)
     keys, values = layer.keys, layer.values
-    owned = (
+    if keys is None or values is None:
+        raise ValueError("reserve_slots needs an initialized layer (call lazy_initialization first)")
+    if (  # still ours, and big enough
         kbuf is not None
         and vbuf is not None
         and keys.dim() == 4
@@ -286,8 +289,8 @@ def reserve_slots(layer: DynamicLayer, like: torch.Tensor, need: int) -> tuple[t
         and keys.data_ptr() == kbuf.data_ptr()
         and values.data_ptr() == vbuf.data_ptr()
         and keys.stride() == kbuf.stride()
-    )
-    if owned and need <= kbuf.shape[-2]:
+        and need <= kbuf.shape[-2]
+    ):
         return kbuf, vbuf
     bsz, heads, _, dim = like.shape
     length = keys.shape[-2] if keys.dim() == 4 else 0
@@ -296,7 +299,9 @@ def reserve_slots(layer: DynamicLayer, like: torch.Tensor, need: int) -> tuple[t
     if length:
         kbuf[:, :, :length] = keys
         vbuf[:, :, :length] = values
-    layer._kbuf, layer._vbuf = kbuf, vbuf
+    # any DynamicLayer: the buffers ride as plain attributes (GrowableLayer declares them)
+    setattr(layer, "_kbuf", kbuf)  # noqa: B010
+    setattr(layer, "_vbuf", vbuf)  # noqa: B010
     layer.keys, layer.values = kbuf[:, :, :length], vbuf[:, :, :length]
     return kbuf, vbuf
 

@@ -100,7 +100,10 @@ class FusedLlama:
             *[ctypes.cast(self._arrays[n], _P) for n in ("ln_in", "ln_post", "qkv", "o", "gate_up", "down")],
         )
         self.lm_head = kernels.PackedLinear(weight(model.lm_head))
-        self._call = kernels.library().spectool_llama_layers
+        lib = kernels.library()
+        if lib is None:
+            raise RuntimeError("FusedLlama needs the CPU kernel library; check fusable(model) first")
+        self._call = lib.spectool_llama_layers
 
     def __call__(
         self,
@@ -146,6 +149,8 @@ class FusedLlama:
         n = self._spec.layers
         make = getattr(cache, "layer_class_to_replicate", None)
         while len(cache.layers) < n:
+            if make is None:
+                raise ValueError(f"the cache has {len(cache.layers)} layers of {n} and cannot add more")
             cache.layers.append(make())
         shape = torch.empty(bsz, self._spec.kv_heads, 0, self._spec.head_dim, dtype=like.dtype)
         kbufs, vbufs = [], []

@@ -171,7 +171,7 @@ class CastShaper:
     batch: int = 1
     ctx: int = 256
     overhead: float = 0.0  # per-step cost outside the forward, in decoding steps
-    _curve: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
+    _curve: np.ndarray | None = field(default=None, repr=False)  # this step's; None: to compute
     _unit: float = field(default=1.0, repr=False)  # f(B, c, 1) in seconds
     _ratios: dict[int, deque] = field(default_factory=dict, repr=False)
 

@@ -22,7 +22,7 @@ import torch
 
 from .cast import CastShaper, CostTable
 from .tree import DraftTree
-from .unispec import ContextIndex, NGramStore, TopG, TreeDrafter
+from .unispec import ContextIndex, NGramStore, Shaper, TopG, TreeDrafter
 
 __all__ = ["DecodingPolicy", "PolicyStats"]
 
@@ -69,9 +69,13 @@ class DecodingPolicy:
             raise ValueError(f"decoding policy must be one of {MODES}; got {self.mode!r}")
         if self.mode == "off":
             return
-        if self.mode in ("cast", "both") and self.table is None:
-            raise ValueError(f"policy {self.mode!r} needs a cost table")
-        shaper = CastShaper(self.table) if self.mode in ("cast", "both") else TopG(g=self.g)
+        shaper: Shaper
+        if self.mode in ("cast", "both"):
+            if self.table is None:
+                raise ValueError(f"policy {self.mode!r} needs a cost table")
+            shaper = CastShaper(self.table)
+        else:
+            shaper = TopG(g=self.g)
         full = self.mode in ("unispec", "both")
         self._drafter = TreeDrafter(NGramStore(self.vocab), shaper, use_context=full, use_next_next=full)
 
@@ -97,7 +101,7 @@ class DecodingPolicy:
         """Trees of the rows verified in one step, cut to the width that pays for the batch
         as a whole (CAST's :meth:`~.cast.CastShaper.batch_width`, running-batch form)."""
         shaper = self._drafter.shaper if self._drafter is not None else None
-        if len(trees) < 2 or not hasattr(shaper, "batch_width"):
+        if len(trees) < 2 or shaper is None or not hasattr(shaper, "batch_width"):
             return trees
         width = shaper.batch_width(trees)
         return [t.top(width) for t in trees]

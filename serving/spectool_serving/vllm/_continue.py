@@ -154,10 +154,13 @@ async def stream(
     """Streamed: content passes through at once; a hop's tool-call chunks are held until the
     hop ends, then either replaced by ``spectool_resolved_call`` chunks (all cached: the
     next hop streams on under the same id) or released unchanged (the client runs them)."""
-    messages, req, gen, hops, resolved = list(request.messages), request, first, 0, []
+    messages, req, gen, hops = list(request.messages), request, first, 0
+    resolved: list[dict[str, Any]] = []
     usage_total: dict | None = None
     while True:
-        held, calls, finish, content, usage = [], {}, None, "", None
+        held: list[dict[str, Any]] = []
+        calls: dict[int, dict[str, Any]] = {}
+        finish, content, usage = None, "", None
         async for raw in gen:
             for line in raw.splitlines():
                 if not line.startswith("data: ") or line == "data: [DONE]":

@@ -19,6 +19,7 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from spectool.errors import ConfigError
 from spectool.settings import settings
@@ -236,7 +237,10 @@ def run(args: argparse.Namespace) -> int:
     Unknown flags go to vLLM as given. The server replaces this process (``exec``), so a
     signal sent to ``spectool serve`` reaches vLLM's API server, which stops its engine
     processes itself: nothing is left behind."""
-    opt = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+
+    def opt(name: str, default: Any = None) -> Any:
+        return getattr(args, name, default)
+
     extra = _passed(args)
     if opt("api_key"):
         extra += ["--api-key", *args.api_key]

@@ -13,6 +13,8 @@ __all__ = ["ToolCacheWorkerExtension"]
 
 
 class ToolCacheWorkerExtension:
+    model_runner: Any  # provided by vLLM's worker class that this is mixed into
+
     def _spectool_proposer(self) -> Any:
         from .proposer import ToolCacheProposer
 

@@ -423,6 +423,27 @@ def test_pack_widths_take_the_most_valuable_widths_that_fit_the_memory_cap(monke
         fastpath.pack_widths(model)
 
 
+def test_reserve_slots_names_an_uninitialized_layer_and_grows_an_initialized_one():
+    """A layer without keys gets a clear error (it was an AttributeError on None); once
+    initialized, the buffers hold ``need`` slots and the layer's keys are their prefix."""
+    from transformers.cache_utils import DynamicLayer
+
+    from spectool_serving.backends.fastpath import reserve_slots
+
+    like = torch.empty(1, 2, 0, 4)
+    layer = DynamicLayer()
+    with pytest.raises(ValueError, match="lazy_initialization"):
+        reserve_slots(layer, like, 3)
+    layer.lazy_initialization(like, like)
+    kbuf, vbuf = reserve_slots(layer, like, 3)
+    assert kbuf.shape[-2] >= 3 and vbuf.shape == kbuf.shape
+    kbuf[:, :, :2] = 1.0
+    layer.keys, layer.values = kbuf[:, :, :2], vbuf[:, :, :2]  # as GrowableLayer.update leaves them
+    assert reserve_slots(layer, like, 3)[0] is kbuf  # still the layer's: kept, not reallocated
+    grown, _ = reserve_slots(layer, like, kbuf.shape[-2] + 1)
+    assert grown is not kbuf and bool((grown[:, :, :2] == 1.0).all())  # the cached slots came along
+
+
 def test_calibration_keeps_the_grid_when_the_cubic_bulges_past_a_saturated_tau():
     # fp32 calibration measured here: τ flat from g = 12, so the cubic peaks near g = 19,
     # where the measurements give ~10 % less than at g = 8
