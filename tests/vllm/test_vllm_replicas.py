@@ -10,7 +10,10 @@ post before it must have been served as well."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -111,9 +114,17 @@ def _posts_land_anywhere(url: str, o2_engine_wide: bool) -> None:
         assert relayed_drafts > 0  # O2 drafted from posts that reached the other process
 
 
+def _forget(server) -> None:
+    """The default shared folder of the server's port (the server leaves it, as /tmp files go)."""
+    shutil.rmtree(
+        Path(tempfile.gettempdir()) / f"spectool-vllm-{os.getuid()}-{server.port}", ignore_errors=True
+    )
+
+
 def test_two_api_server_processes():
     with _server(["--api-server-count", "2"], "vllm-api2.log") as server:
         _posts_land_anywhere(server.url, o2_engine_wide=True)
+    _forget(server)
 
 
 def test_two_data_parallel_ranks():
@@ -122,3 +133,4 @@ def test_two_data_parallel_ranks():
     mirror reaches both ranks (``collective_rpc`` goes to every engine)."""
     with _server(["--data-parallel-size", "2"], "vllm-dp2.log") as server:
         _posts_land_anywhere(server.url, o2_engine_wide=False)
+    _forget(server)
