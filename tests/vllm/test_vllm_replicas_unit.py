@@ -118,6 +118,18 @@ def test_expired_records_and_orphan_inboxes_are_swept(tmp_path):
     assert list((tmp_path / "inbox").iterdir()) == []
 
 
+def test_finished_records_do_not_pile_up(tmp_path):
+    now = [1000.0]
+    reg = Registry(tmp_path, "s", "u", grace=5, sweep_every=10, clock=lambda: now[0])
+    for i in range(20):
+        reg.open("t", f"r{i}", TOOLS)
+        reg.close("t", f"r{i}")
+    assert len(list((tmp_path / "responses").glob("*.json"))) == 20
+    now[0] += 11
+    reg.open("t", "fresh", TOOLS)  # opening sweeps, at most every ``sweep_every``
+    assert [p.name for p in (tmp_path / "responses").glob("*.json")] == [reg._record_path("t", "fresh").name]
+
+
 def test_relayed_items_keep_posting_order(tmp_path):
     reg = Registry(tmp_path, "s", "u")
     reg.open("t", "r", TOOLS)

@@ -66,12 +66,14 @@ class Registry:
         *,
         grace: float = 60.0,
         open_ttl: float = 3600.0,
+        sweep_every: float = 60.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.root, self.server, self.url = _private_dir(Path(root)), server, url
         self._records = _private_dir(self.root / "responses")
         self._inboxes = _private_dir(self.root / "inbox")
         self.grace, self.open_ttl, self._clock = grace, open_ttl, clock
+        self.sweep_every, self._next_sweep = sweep_every, clock() + sweep_every
 
     # -- paths ---------------------------------------------------------------------------------
     @staticmethod
@@ -94,6 +96,8 @@ class Registry:
     def open(self, tag: str, response_id: str, tools: Iterable[Mapping[str, Any]]) -> None:
         """Record that this server streams the response; 409 if a live record exists (the
         same tenant reusing a live id in another process or replica)."""
+        if self._clock() >= self._next_sweep:  # one file per response: finished ones must go
+            self.sweep()
         current = self.find(tag, response_id)
         if current is not None:
             raise ToolCacheError(f"response id {response_id!r} is already in use", status_code=409)
@@ -149,6 +153,7 @@ class Registry:
     def sweep(self) -> int:
         """Forget expired records (a crashed owner's included); returns how many."""
         gone = 0
+        self._next_sweep = self._clock() + self.sweep_every
         for path in self._records.glob("*.json"):
             record = self._read(path)
             if record is None or record.expires < self._clock():
