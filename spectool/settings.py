@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     vllm_fallback: str = ""
     vllm_python: str | None = None
     vllm_flavour: str = "cpu"
+    vllm_shared_dir: Path | None = None
+    vllm_advertise_url: str | None = None
 
 
 _LAST: tuple[tuple[tuple[str, str], ...], Settings | None] = ((), None)

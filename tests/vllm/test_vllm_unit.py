@@ -211,3 +211,45 @@ def test_the_no_o2_arm_loads_the_plugins_without_a_speculative_path(tmp_path):
     (row,) = summarize(samples)
     assert row["tok_s_ratio"] == pytest.approx(0.9) and row["no-o2_tok_s_ratio"] == pytest.approx(0.98)
     assert "plugins, O2 off" in table([row])
+
+
+def test_proposer_does_no_per_row_work_while_nothing_is_cached(monkeypatch):
+    """O2's cost when nothing hits: no row lookup, no decode, until an entry is posted."""
+    import types
+
+    import numpy as np
+
+    from spectool_serving.vllm import proposer as mod
+
+    tok = _CharTokenizer()
+    decoded: list = []
+    monkeypatch.setattr(
+        tok, "decode", lambda ids: decoded.append(ids) or "".join(map(chr, ids)), raising=False
+    )
+    monkeypatch.setattr(mod, "_load_tokenizer", lambda cfg: tok)
+    monkeypatch.setattr(mod, "_make_fallback", lambda cfg, spec: None)
+    p = mod.ToolCacheProposer(
+        types.SimpleNamespace(speculative_config=types.SimpleNamespace(num_speculative_tokens=8))
+    )
+
+    class Batch:  # counts reads of the row -> request id map
+        reads = 0
+        num_prompt_tokens = [2, 2]
+
+        @property
+        def req_ids(self):
+            Batch.reads += 1
+            return ["chatcmpl-r1", "chatcmpl-r2"]
+
+    p.attach(types.SimpleNamespace(input_batch=Batch()), "chatml")
+    p.mirror.open(("tag", "chatcmpl-r1"), ["chatcmpl-r1"])  # open responses, nothing posted
+    text = 'Q?<tool_call>\n{"name": "get_weather", "arguments": '
+    ids = np.zeros((2, 256), dtype=np.int64)
+    ids[:, : len(text)] = [ord(c) for c in text]
+    lengths = np.array([len(text), len(text)])
+    assert p.propose([[32], [32]], lengths, ids) == [[], []]
+    assert Batch.reads == 0 and decoded == []
+    # negative control: once an entry is posted, the same step reads rows and drafts
+    p.mirror.put(("tag", "chatcmpl-r1"), "get_weather", '{"city": "Paris"}', expires=2e9)
+    drafts = p.propose([[32], [32]], lengths, ids)
+    assert Batch.reads >= 1 and decoded and "".join(map(chr, drafts[0])) == '{"city":' and drafts[1] == []

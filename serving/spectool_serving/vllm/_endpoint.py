@@ -15,14 +15,22 @@ Routes (added through vLLM's ``EndpointPlugin`` contract; the chat route replace
   engine sees the request (so posts can arrive while it streams), the id is opened in the
   store, O3 continues cached calls (a request opts out with header ``x-spectool-o3: off``),
   and the store (and the worker mirror) is closed at the end.
+
+Several API processes (``--api-server-count``, ``--data-parallel-size``) or replicas sharing
+``SPECTOOL_VLLM_SHARED_DIR``: a post for a response another process streams is relayed to it
+(same server) or answered 421 with the owner's URL (another replica); see :mod:`._registry`.
 """
 
 # no `from __future__ import annotations`: FastAPI must see the route annotations as classes
 
 import json
 import logging
+import os
+import socket
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -35,6 +43,7 @@ from ..store import ToolOutputStore
 from . import _continue
 from ._inflight import InFlight
 from ._mirror import tenant_tag
+from ._registry import Registry
 
 __all__ = ["SpectoolEndpoint"]
 
@@ -72,7 +81,15 @@ class SpectoolEndpoint:
         self.inflight = InFlight()  # ended when the engine stops, so SIGTERM is never stuck on one
         self.o2 = False
         self.api_keys: set[str] = set()  # vLLM's --api-key: its middleware guards /v1 only
-        self.stats = {"posts": 0, "entries": 0, "o3_hits": 0, "o3_round_trips_saved": 0, "o3_responses": 0}
+        self.registry: Registry | None = None  # on when responses can live in another process
+        self.stats = {
+            "posts": 0,
+            "entries": 0,
+            "relayed": 0,
+            "o3_hits": 0,
+            "o3_round_trips_saved": 0,
+            "o3_responses": 0,
+        }
 
     # -- EndpointPlugin ---------------------------------------------------------------------
     def attach_router(self, app: Any) -> None:
@@ -104,6 +121,7 @@ class SpectoolEndpoint:
         keys = getattr(args, "api_key", None)
         self.api_keys = {keys} if isinstance(keys, str) else set(keys or ())
         self.inflight.watch(engine_client)
+        self.registry = _registry_for(args)
         fmt = _PARSER_FORMATS.get(getattr(args, "tool_call_parser", None) or "hermes", "chatml")
         try:
             self.o2 = any(await engine_client.collective_rpc("spectool_attach", args=(fmt,)))
@@ -129,9 +147,51 @@ class SpectoolEndpoint:
         try:
             n = self.cache.post(response_id, _owner(raw_request), items)
         except ToolCacheError as exc:
+            if exc.status_code == 404 and self.registry is not None:
+                return await self._post_elsewhere(response_id, raw_request, items, exc)
             return _error(exc.status_code or 400, str(exc))
         self.stats["posts"] += 1
         self.stats["entries"] += n
+        await self._mirror_put(response_id, raw_request, items)
+        return {"cached": n}
+
+    async def _post_elsewhere(
+        self, response_id: str, raw_request: Any, items: list, unknown: Exception
+    ) -> Any:
+        """A post for a response this process did not open: relay it to the sibling process
+        that streams it, or name the replica that does (421); unknown anywhere stays 404."""
+        assert self.registry is not None
+        owner = _owner(raw_request)
+        tag = tenant_tag(owner)
+        record = self.registry.find(tag, response_id)
+        if record is None:
+            return _error(404, str(unknown))
+        if record.server != self.registry.server:
+            reply = _error(
+                421,
+                f"response {response_id!r} is streamed by {record.url}; post there "
+                "(route /cache-tool-output/{id} by the response id)",
+            )
+            reply.headers["x-spectool-owner"] = record.url
+            return reply
+        if not record.open:
+            return _error(410, f"response {response_id!r} has finished or expired")
+        check = ToolOutputStore(ttl=self.cache.ttl)  # the owner's checks, before anything moves
+        try:
+            check.open(response_id, owner, record.tools)
+            n = check.post(response_id, owner, items)
+            self.registry.relay(tag, response_id, [it.model_dump(mode="json") for it in items])
+        except ToolCacheError as exc:
+            return _error(exc.status_code or 400, str(exc))
+        except OSError:  # the owner closed the inbox meanwhile: finished
+            return _error(410, f"response {response_id!r} has finished or expired")
+        self.stats["posts"] += 1
+        self.stats["entries"] += n
+        self.stats["relayed"] += 1
+        await self._mirror_put(response_id, raw_request, items)  # same engine: O2 needs no owner
+        return {"cached": n, "relayed": True}
+
+    async def _mirror_put(self, response_id: str, raw_request: Any, items: list) -> None:
         if self.o2:
             now, ttl = time.time(), self.cache.ttl
             tag = tenant_tag(_owner(raw_request))
@@ -149,7 +209,6 @@ class SpectoolEndpoint:
                 await self.engine.collective_rpc("spectool_put", args=(mirrored,))
             except Exception:
                 log.exception("spectool: could not mirror entries to the proposer")
-        return {"cached": n}
 
     async def collect_stats(self, raw_request: Any) -> Any:
         if (denied := self._denied(raw_request)) is not None:
@@ -178,6 +237,7 @@ class SpectoolEndpoint:
         owner = _owner(raw_request)
         try:
             self.cache.open(rid, owner, tools)
+            self._register(rid, owner, tools)
         except ToolCacheError as exc:  # this tenant's id is live already (409) or the store is full
             return _error(exc.status_code or 400, str(exc))
         await self._mirror_open(rid, owner)
@@ -189,7 +249,10 @@ class SpectoolEndpoint:
         o3 = self.o3 and raw_request.headers.get("x-spectool-o3", "on").lower() not in ("off", "0")
 
         def lookup(name: str, arguments: str) -> Any:
-            return self.cache.take(rid, owner, name, arguments) if o3 else None
+            if not o3:
+                return None
+            self._ingest(rid, owner)
+            return self.cache.take(rid, owner, name, arguments)
 
         if request.stream:
             first = await run(request)
@@ -237,10 +300,61 @@ class SpectoolEndpoint:
         except Exception:
             log.exception("spectool: could not open the response on the proposer")
 
+    def _register(self, rid: str, owner: str, tools: list) -> None:
+        """Record the response for sibling processes; 409 if one of them holds the id."""
+        if self.registry is None:
+            return
+        try:
+            self.registry.open(tenant_tag(owner), rid, tools)
+        except ToolCacheError:
+            self.cache.close(rid, owner)
+            raise
+        except OSError:  # the shared folder failed: this process still serves its own posts
+            log.exception("spectool: could not record response %s for sibling processes", rid)
+
+    def _ingest(self, rid: str, owner: str) -> None:
+        """Posts sibling processes relayed to this response, into this process's store."""
+        if self.registry is None:
+            return
+        items = self.registry.drain(tenant_tag(owner), rid)
+        if items:
+            try:
+                self.cache.post(rid, owner, items)
+            except ToolCacheError:  # checked by the sibling; a race with close loses nothing live
+                log.warning("spectool: relayed entries for %s refused", rid, exc_info=True)
+
     async def _close(self, rid: str, owner: str) -> None:
         self.cache.close(rid, owner)
+        if self.registry is not None:
+            try:
+                self.registry.close(tenant_tag(owner), rid)
+            except OSError:
+                log.exception("spectool: could not close response %s for sibling processes", rid)
         if self.o2:
             try:
                 await self.engine.collective_rpc("spectool_drop", args=(tenant_tag(owner), rid))
             except Exception:
                 log.exception("spectool: could not drop mirrored entries")
+
+
+def _registry_for(args: Any) -> Registry | None:
+    """The shared record of responses, when another process may receive their posts: several
+    API processes or ranks, or replicas given one ``SPECTOOL_VLLM_SHARED_DIR``."""
+    config = settings()
+    processes = max(
+        getattr(args, "api_server_count", None) or 1, getattr(args, "data_parallel_size", None) or 1
+    )
+    if config.vllm_shared_dir is None and processes <= 1:
+        return None
+    host = getattr(args, "host", None) or "127.0.0.1"
+    port = getattr(args, "port", 8000)
+    root = config.vllm_shared_dir or Path(tempfile.gettempdir()) / f"spectool-vllm-{os.getuid()}-{port}"
+    server = f"{socket.gethostname()}:{port}"
+    url = (
+        config.vllm_advertise_url
+        or f"http://{socket.gethostname() if host in ('0.0.0.0', '::') else host}:{port}"
+    )
+    registry = Registry(root, server, url)
+    registry.sweep()
+    log.info("spectool: responses recorded in %s for %d API processes (this server %s)", root, processes, url)
+    return registry

@@ -93,6 +93,10 @@ class DraftMirror:
                 if not owners:
                     del self._owners[i]
 
+    def empty(self) -> bool:
+        """No scope holds an entry: no row can get a tool draft this step (O2's fast path)."""
+        return not any(self._items.values())
+
     def scope_of(self, engine_id: str) -> Scope | None:
         """The one live scope an engine id belongs to; None if none or ambiguous."""
         owners = self._owners.get(engine_id)

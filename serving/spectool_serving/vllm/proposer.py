@@ -66,6 +66,8 @@ class ToolCacheProposer:
     ) -> list[list[int]]:
         n = len(sampled_token_ids)
         drafts: list[list[int]] = [[] for _ in range(n)]
+        if self._fallback is None and not self._last and self.mirror.empty():
+            return drafts  # nothing cached anywhere, no draft to score: no per-row work
         req_ids = self._req_ids(n)
         self._count_accepted(req_ids, sampled_token_ids)
         kinds: list[str] = [""] * n

@@ -119,8 +119,8 @@ def build_command(
         options.append(("--chat-template", [template]))
     if _on_cpu(python):  # CPU attention wants multiples of 32; small blocks cache more of a chat
         options.append(("--block-size", ["32"]))
-    given = {a.split("=", 1)[0] for a in extra if a.startswith("--")}
-    cmd = [python or vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", folder]
+    given = {a.split("=", 1)[0] for a in extra if a.startswith("-")}
+    cmd = [python or vllm_python(), "-m", _entry(given), "--model", folder]
     for flag, values in options:
         if flag not in given:
             cmd += [flag, *values]
@@ -137,6 +137,18 @@ def build_command(
     if eager and "--enforce-eager" not in given:
         cmd.append("--enforce-eager")
     return cmd + list(extra)
+
+
+#: vLLM flags only its ``vllm serve`` launcher honours (the api_server module ignores them)
+_LAUNCHER_FLAGS = {"--api-server-count", "--data-parallel-size", "-dp", "--headless"}
+
+
+def _entry(given: set[str]) -> str:
+    """The module that starts vLLM: ``vllm serve``'s launcher when several processes are asked
+    for (``_launch``: the console script fails on the CPU build), else the API server itself."""
+    if given & _LAUNCHER_FLAGS:
+        return "spectool_serving.vllm._launch"
+    return "vllm.entrypoints.openai.api_server"
 
 
 def _on_cpu(python: str | None) -> bool:
