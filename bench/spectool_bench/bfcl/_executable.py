@@ -9,6 +9,7 @@ sources (+ mpmath for MathAPI) are imported, none of bfcl-eval's pinned dependen
 from __future__ import annotations
 
 import copy
+import datetime
 import hashlib
 import importlib
 import json
@@ -125,10 +126,14 @@ class Environment:
         return self.owner(method)
 
     def state(self) -> str:
-        """sha256 of every instance's full state (seeded randomness included)."""
+        """sha256 of every instance's full state (seeded randomness included), wall-clock times
+        aside: GorillaFileSystem stamps files with ``datetime.now()``, different in every run."""
         from ._effects import _snapshot
 
-        text = json.dumps(_snapshot(self.instances), sort_keys=True, default=repr)
+        def plain(value: Any) -> str:
+            return "<clock time>" if isinstance(value, datetime.datetime) else repr(value)
+
+        text = json.dumps(_snapshot(self.instances), sort_keys=True, default=plain)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def call(self, call: ToolCall) -> str:

@@ -70,6 +70,9 @@ class Setup:
     # would: the same messages, so the same answer; 0 lets the failure end the run
     request_retries: int = 0
     tools_hook: Callable[[Task, Toolbox], Toolbox] | None = None  # e.g. fault injection (soak)
+    #: builds the session's tool cache from the toolbox (default: spectool's own); the negative
+    #: controls of ``same`` plant a deliberately broken one here
+    cache: Callable[[Toolbox], Any] | None = None
 
 
 @dataclass
@@ -241,6 +244,8 @@ async def _run_task(
         options.update(mode="engine", engine_options=setup.engine_options)
     if setup.hooks:
         options["hooks"] = list(setup.hooks)
+    if setup.cache is not None:
+        options["cache"] = setup.cache(box)
     messages: list[dict[str, Any]] = []
     resolved_before = result.engine_resolved
     async with speculative(client, box, drafter, **options) as spec:
