@@ -159,3 +159,12 @@ def test_drafters_eval_and_traces_read_tau2():
     for ex, call in zip(examples, task.ground_truth[0]):
         assert list(ex.calls) == [call] and ex.meta["speculable"] == world.effect(call.name).speculable
     assert examples[0].request.messages[0]["content"].startswith(tau2_tasks.LABEL)
+
+
+def test_every_domain_with_a_train_test_split_is_a_category():
+    expected = set()
+    for d in _wheel.domains():
+        splits = json.loads((_wheel.domain_data(d) / "split_tasks.json").read_text())
+        if "train" in splits and "test" in splits:
+            expected.add(f"tau2_{d}")
+    assert set(tau2_tasks.all_categories()) == expected and len(expected) >= 2

@@ -103,5 +103,12 @@ def load_domain(domain: str, split: str = "all") -> Loaded:
     return Loaded(tasks, skipped)
 
 
+@functools.cache
 def all_categories() -> tuple[str, ...]:
-    return tuple(PREFIX + d for d in domains())
+    """Every domain of the wheel whose split has train and test (mock has only ``base``)."""
+    out = []
+    for d in domains():
+        splits = json.loads((domain_data(d) / "split_tasks.json").read_text())
+        if {"train", "test"} <= set(splits):
+            out.append(PREFIX + d)
+    return tuple(out)
