@@ -60,3 +60,22 @@ def test_bad_input_is_refused():
 def test_tasks_needed_for_a_three_point_half_width_scales_with_the_square():
     assert tasks_for_half_width(10, 6.0) == 40
     assert tasks_for_half_width(10, 2.0) == 10
+
+
+def test_a_row_resamples_distinct_tasks_and_needs_two_of_them():
+    """An assignment that wraps around runs a task twice: it is one unit, not two."""
+    from spectool_bench.harness._agents import AgentResult
+    from spectool_bench.harness._metrics import _ci, per_task, run_row
+
+    def agent(walls, ids):
+        return AgentResult(agent=0, wall_s=sum(walls), task_walls=walls, task_ids=ids)
+
+    base = [agent([4.0, 2.0, 4.0, 2.0], ["a", "b", "a", "b"])]
+    spec = [agent([3.0, 2.0, 3.0, 2.0], ["a", "b", "a", "b"])]
+    assert per_task(base) == {"a": 8.0, "b": 4.0}
+    row = run_row({"config": "client"}, base, spec, truth=base)
+    assert row["tasks_n"] == 2 and row["time_saved_ci95"] == _ci(base, spec)
+    lo, hi = row["time_saved_ci95"]
+    assert lo == pytest.approx(0.0) and hi == pytest.approx(25.0)  # resamples: {b,b} … {a,a}
+    one = [agent([4.0], ["a"])]
+    assert _ci(one, [agent([3.0], ["a"])]) is None

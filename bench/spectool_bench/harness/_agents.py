@@ -93,6 +93,7 @@ class AgentResult:
     #: per task: digest of the world's state after the task (None: stub tools change nothing)
     world_states: list[str | None] = field(default_factory=list)
     task_walls: list[float] = field(default_factory=list)  # seconds per task, in order
+    task_ids: list[str] = field(default_factory=list)  # the task of each entry of task_walls
     samples_chosen: list[int] = field(default_factory=list)  # λ drafted per model request, where known
     engine_resolved: int = 0  # calls the engine resolved in place (O3)
     drafts: int = 0  # drafter requests made
@@ -274,6 +275,7 @@ async def _run_agent(i: int, tasks: Sequence[Task], setup: Setup, result: AgentR
         t0 = time.perf_counter()
         await _run_task(client, task, setup, result, drafter, world)
         result.task_walls.append(time.perf_counter() - t0)
+        result.task_ids.append(task.id)
         result.wall_s += result.task_walls[-1]
         result.world_states.append(world_state(world))
     if drafter is not None:

@@ -190,7 +190,7 @@ def run_row(
         "cost_per_100_turns_usd": 100.0 * cost / turns,
         **_same_fields(base, spec, truth),
         "time_saved_ci95": _ci(base, spec),
-        "tasks_n": sum(len(s.task_walls) for s in spec),
+        "tasks_n": len(per_task(spec)),  # distinct tasks (the CI's unit)
         "samples_chosen": [x for s in spec for x in s.samples_chosen],
         "transcript_sha256": transcript_digest(spec),
         "engine_resolved_calls": sum(s.engine_resolved for s in spec),
@@ -253,19 +253,31 @@ def _same_fields(
     }
 
 
+def per_task(runs: Sequence[AgentResult]) -> dict[str, float]:
+    """Wall seconds per distinct task (a task run more than once, by several agents or a
+    wrapped assignment, is one unit of the bootstrap: its runs are summed)."""
+    out: dict[str, float] = {}
+    for r in runs:
+        for task, wall in zip(r.task_ids, r.task_walls):
+            out[task] = out.get(task, 0.0) + wall
+    return out
+
+
 def _ci(base: Sequence[AgentResult], spec: Sequence[AgentResult]) -> list[float] | None:
-    """95 % CI of time saved over tasks, each task paired with its baseline run."""
-    b = [x for r in base for x in r.task_walls]
-    s = [x for r in spec for x in r.task_walls]
-    if not b or len(b) != len(s):
+    """95 % CI of time saved over distinct tasks, each paired with its baseline run; None with
+    fewer than two tasks (one task has no spread to resample)."""
+    b, s = per_task(base), per_task(spec)
+    if len(b) < 2 or b.keys() != s.keys():
         return None
-    lo, hi = bootstrap_saved_ci(b, s)
+    keys = sorted(b)
+    lo, hi = bootstrap_saved_ci([b[k] for k in keys], [s[k] for k in keys])
     return [round(lo, 2), round(hi, 2)]
 
 
 def pooled_saved_pct(base: Sequence[AgentResult], spec: Sequence[AgentResult]) -> float:
     """Time saved over all tasks pooled (the statistic the CI is for)."""
-    return saved_pct([x for r in base for x in r.task_walls], [x for r in spec for x in r.task_walls])
+    b, s = per_task(base), per_task(spec)
+    return saved_pct([b[k] for k in sorted(b)], [s.get(k, 0.0) for k in sorted(b)])
 
 
 def transcript_digest(runs: Sequence[AgentResult]) -> str:
