@@ -120,6 +120,9 @@ def test_a_write_that_runs_early_flips_same_to_no_through_the_world_state(runs):
         done = sum(1 for m in messages if m.get("role") == "tool")
         return [stray] if done == reads else []
 
+    # declared as τ² types it (WRITE → mutating), the drafted write never runs early
+    safe = _run(task, drafter=lambda: ScriptedDrafter(next_calls))
+    assert run_row(META, base, safe, truth=truth)["same"] is True
     spec = _run(task, drafter=lambda: ScriptedDrafter(next_calls), tools_hook=_writes_declared_read_only)
     row = run_row(META, base, spec, truth=truth)
     # the agent saw the same conversation (nothing after the write reads it) …
