@@ -78,8 +78,9 @@ class Tau2World:
             self._initialize(initial_state)
 
     def _initialize(self, state: Mapping[str, Any]) -> None:
-        from tau2.data_model.tasks import EnvFunctionCall, InitializationData
-
+        # tau2 is the extracted wheel on sys.path (no distribution): imported by name, like its domains
+        models = importlib.import_module("tau2.data_model.tasks")
+        InitializationData, EnvFunctionCall = models.InitializationData, models.EnvFunctionCall
         data = state.get("initialization_data")
         actions = state.get("initialization_actions")
         self.env.set_state(
