@@ -189,15 +189,21 @@ def test_cli_replay_with_eager_arm_and_auto_writes_the_headline_plot(tmp_path, c
     assert (out / "time_saved_vs_alpha.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_quick_runs_the_headline_then_the_embedded_engine():
+def test_quick_runs_the_headline_then_tau2_then_the_embedded_engine():
     import argparse
 
     from spectool_bench.harness._cli import add_arguments, build_plans
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    headline, embedded = build_plans(parser.parse_args(["--quick"]))
+    headline, tau2, embedded = build_plans(parser.parse_args(["--quick"]))
     assert headline.main == "replay" and headline.split == "test" and headline.eager_arm
+    assert tau2.section == "tau2" and tau2.categories == ("tau2_airline", "tau2_retail")
+    assert tau2.main == "replay" and tau2.split == "test" and tau2.eager_arm
+    reduced = build_plans(parser.parse_args(["--quick", "--tasks-per-category", "1"]))[1]
+    assert reduced.tasks_per_category == 1 and reduced.section == "tau2"
+    only_tau2 = build_plans(parser.parse_args(["--workload", "tau2", "--domains", "retail"]))
+    assert len(only_tau2) == 1 and only_tau2[0].categories == ("tau2_retail",)
     assert embedded.main == "embedded" and embedded.split == "test" and "engine" in embedded.configs
     only = build_plans(parser.parse_args(["--quick", "--main", "replay", "--samples", "1,3,auto"]))
     assert len(only) == 1 and only[0].samples == (1, 3, "auto")

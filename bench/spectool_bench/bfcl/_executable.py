@@ -9,6 +9,8 @@ sources (+ mpmath for MathAPI) are imported, none of bfcl-eval's pinned dependen
 from __future__ import annotations
 
 import copy
+import datetime
+import hashlib
 import importlib
 import json
 import sys
@@ -17,7 +19,7 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from spectool import ToolCall
+from spectool import Effect, ToolCall
 from spectool.errors import ConfigError, ToolNotFoundError
 
 from ._tasks import bfcl_wheel
@@ -114,6 +116,25 @@ class Environment:
             raise ToolNotFoundError(
                 f"no BFCL method named {method!r} in {list(self.instances)}", tool=method
             ) from None
+
+    def effect(self, method: str) -> Effect:
+        from ._effects import effect_of  # the table is measured on this class: import cycle
+
+        return effect_of(self.owner(method), method)
+
+    def scope(self, method: str) -> str:
+        return self.owner(method)
+
+    def state(self) -> str:
+        """sha256 of every instance's full state (seeded randomness included), wall-clock times
+        aside: GorillaFileSystem stamps files with ``datetime.now()``, different in every run."""
+        from ._effects import _snapshot
+
+        def plain(value: Any) -> str:
+            return "<clock time>" if isinstance(value, datetime.datetime) else repr(value)
+
+        text = json.dumps(_snapshot(self.instances), sort_keys=True, default=plain)
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def call(self, call: ToolCall) -> str:
         """Run one call; errors come back as text, the way BFCL reports them to the model."""

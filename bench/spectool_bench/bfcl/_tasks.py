@@ -13,7 +13,7 @@ import functools
 import json
 import re
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -109,6 +109,9 @@ class Task:
     names: Mapping[str, str] = field(default_factory=dict)
     #: tool name -> first turn that offers it (multi_turn_miss_func holds tools back)
     held_back: Mapping[str, int] = field(default_factory=dict)
+    #: builds a fresh executable world (τ²: the domain's tools on a copy of its database); the
+    #: replay then makes one call per response, as for BFCL's multi-turn classes
+    world: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
 
     def tools_at(self, turn: int) -> list[Mapping[str, Any]]:
         """The tools offered at user turn ``turn`` (all of them unless some are held back)."""
@@ -116,7 +119,7 @@ class Task:
 
     @property
     def multi_turn(self) -> bool:
-        return bool(self.classes)
+        return bool(self.classes) or self.world is not None
 
     @property
     def calls(self) -> int:

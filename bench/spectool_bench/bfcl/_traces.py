@@ -7,7 +7,8 @@ Each example is what a drafter would see at one step of the replay main model
   the remaining calls i.. (a drafter that writes them all at step 0 covers the later steps);
 * multi-turn: the ground truth is replayed with BFCL's executable classes (true outputs, true
   state), one example per ground-truth call with the true history before it; the target is
-  that one call.
+  that one call. τ² tasks (categories ``tau2_<domain>``) the same way, on τ²'s tools and a fresh
+  copy of the domain's database, split by τ²'s ``split_tasks.json``.
 
 Only tasks in ``split`` (:mod:`._splits`) are used: tune on ``train``, report on ``test``.
 
@@ -23,10 +24,8 @@ from typing import Any
 
 from spectool import DraftRequest, ToolCall, TraceExample, TraceRecorder
 
-from ._effects import effect_of
-from ._executable import Environment
-from ._splits import in_split
-from ._tasks import MULTI_TURN_CATEGORIES, Task, load_tasks
+from ..harness._workloads import open_world, split_tasks
+from ._tasks import MULTI_TURN_CATEGORIES, Task
 from ._workload import task_output
 
 __all__ = ["add_arguments", "bfcl_examples", "run", "task_examples"]
@@ -46,15 +45,15 @@ def _assistant(call: ToolCall, n: int) -> dict[str, Any]:
     }
 
 
-def _speculable(task: Task, env: Environment | None, call: ToolCall) -> bool:
+def _speculable(task: Task, env: Any, call: ToolCall) -> bool:
     if env is None:
         return True  # single-turn stubs are pure
-    return effect_of(env.owner(call.name), call.name).speculable
+    return bool(env.effect(call.name).speculable)
 
 
 def task_examples(task: Task, split: str = "") -> Iterator[TraceExample]:
     """The drafting examples of one task, in replay order."""
-    env = Environment(list(task.classes), task.initial_config, task.long_context) if task.multi_turn else None
+    env = open_world(task)  # BFCL's classes, a τ² domain's database, or None (stubs)
     messages: list[dict[str, Any]] = []
     n = 0
     for turn_no, (user_msgs, calls) in enumerate(zip(task.turns, task.ground_truth)):
@@ -94,7 +93,7 @@ def bfcl_examples(
     """Examples of every task of ``categories`` in ``split`` (``limit`` tasks per category);
     ``speculable_only`` keeps the steps whose call may run early (the only ones a draft can win)."""
     for category in categories:
-        tasks = in_split(load_tasks(category), split)[:limit]
+        tasks = split_tasks(category, split)[:limit]  # τ² categories (tau2_<domain>): τ²'s own split
         for task in tasks:
             for ex in task_examples(task, split):
                 if first_step_only and category not in MULTI_TURN_CATEGORIES and ex.meta["step"] > 0:
@@ -108,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--categories",
         default="simple_python,multiple,live_simple,live_multiple,parallel,parallel_multiple,multi_turn_base",
-        help="comma-separated BFCL categories",
+        help="comma-separated BFCL categories and τ² domains as tau2_<domain> (e.g. tau2_airline)",
     )
     parser.add_argument("--split", default="train", help="train|dev|test|all (default train)")
     parser.add_argument("--limit", type=int, default=None, help="tasks per category")

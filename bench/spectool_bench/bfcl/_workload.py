@@ -1,4 +1,4 @@
-"""Per-agent tools for one BFCL task: real BFCL classes (multi-turn) or stubs (single-turn).
+"""Per-agent tools for one task: its world's tools (BFCL's classes, τ²'s domain) or stubs.
 
 Every tool runs its body first and then sleeps its injected latency: the output reflects the
 state when the call started, like a real remote tool, and the sleep is what speculation hides.
@@ -16,8 +16,6 @@ import anyio
 from spectool import Effect, Toolbox, ToolCall, ToolSpec, canonical_key
 
 from ..harness._latency import Latency
-from ._effects import effect_of
-from ._executable import Environment
 from ._tasks import Task
 
 __all__ = ["ToolStats", "build_toolbox", "precomputed_output", "task_output"]
@@ -56,16 +54,19 @@ def task_output(task: Task, call: ToolCall) -> str:
     return precomputed_output(task.id, call, body.get("parameters") if body else None)
 
 
-def build_toolbox(task: Task, latency: Latency, stats: ToolStats) -> Toolbox:
-    """A fresh toolbox for one agent and one task (fresh BFCL instances: state is per agent)."""
-    env = Environment(task.classes, task.initial_config, task.long_context) if task.multi_turn else None
+def build_toolbox(task: Task, latency: Latency, stats: ToolStats, env: Any = None) -> Toolbox:
+    """A toolbox for one agent and one task over ``env``, the task's world (a fresh one when not
+    given; None for stub tools): state is per agent."""
+    if env is None and task.multi_turn:
+        from ..harness._workloads import open_world
+
+        env = open_world(task)
     box = Toolbox()
     for schema in task.tools:
         name = schema["function"]["name"]
         params = schema["function"]["parameters"]
         if env is not None:
-            cls = env.owner(name)
-            effect, scope = effect_of(cls, name), cls
+            effect, scope = env.effect(name), env.scope(name)
         else:
             effect, scope = Effect.PURE, "stub"  # precomputed: the output depends on the args only
         box.add(
@@ -76,7 +77,7 @@ def build_toolbox(task: Task, latency: Latency, stats: ToolStats) -> Toolbox:
     return box
 
 
-def _runner(task: Task, env: Environment | None, name: str, params: Any, latency: Latency, stats: ToolStats):
+def _runner(task: Task, env: Any, name: str, params: Any, latency: Latency, stats: ToolStats):
     async def run(**arguments: Any) -> str:
         call = ToolCall(name, arguments)
         key = canonical_key(name, arguments, params)

@@ -1,7 +1,9 @@
-"""``spectool drafters``: evaluate drafters offline on BFCL ground truth, or tune one.
+"""``spectool drafters``: evaluate drafters offline on BFCL or τ² ground truth, or tune one.
 
     spectool drafters eval --categories simple_python,multi_turn_base --split test \\
         --drafters history --samples 1,3 --limit 40 --out drafter-eval
+    spectool drafters eval --workload tau2 --domains airline,retail --split test \\
+        --drafters history,mined,tuned --samples 1,3
     spectool drafters tune --traces train.jsonl --out adapter/
 
 ``eval`` prints a table and writes ``results.json`` (one row per drafter × category × split × λ)
@@ -45,10 +47,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="BFCL categories, comma-separated, or 'all' (default simple_python,multi_turn_base)",
     )
     ev.add_argument(
+        "--workload",
+        choices=("bfcl", "tau2"),
+        default="bfcl",
+        help="bfcl (--categories) or tau2 (--domains: τ²-bench's gold actions on its real tools)",
+    )
+    ev.add_argument(
+        "--domains",
+        type=_words,
+        help="τ² domains, comma-separated (--workload tau2; default: every domain in the wheel)",
+    )
+    ev.add_argument(
         "--split",
         choices=("train", "dev", "test", "all"),
         default="test",
-        help="tasks by sha256(task id) bucket: train 0-59, dev 60-69, test 70-99 (default test)",
+        help="BFCL: tasks by sha256(task id) bucket, train 0-59, dev 60-69, test 70-99; τ²: its own "
+        "split_tasks.json (train / test) (default test)",
     )
     ev.add_argument(
         "--drafters",
@@ -164,9 +178,22 @@ def _check_drafters(
     return chosen
 
 
-def _categories(names: tuple[str, ...]) -> tuple[str, ...]:
+def _categories(
+    names: tuple[str, ...], workload: str = "bfcl", domains: tuple[str, ...] | None = None
+) -> tuple[str, ...]:
     from ..bfcl._tasks import ALL_CATEGORIES
 
+    if workload == "tau2":
+        from ..tau2._tasks import PREFIX, all_categories
+
+        chosen = tuple(PREFIX + d for d in domains) if domains else all_categories()
+        unknown = [c for c in chosen if c not in all_categories()]
+        if unknown:
+            known = ", ".join(c[len(PREFIX) :] for c in all_categories())
+            raise ConfigError(f"unknown τ² domain(s) {[c[len(PREFIX) :] for c in unknown]}; known: {known}")
+        return chosen
+    if domains:
+        raise ConfigError("--domains is for --workload tau2")
     if names == ("all",):
         return ALL_CATEGORIES
     unknown = [c for c in names if c not in ALL_CATEGORIES]
@@ -184,7 +211,9 @@ def run_eval(args: argparse.Namespace) -> int:
     check_samples(args.samples)
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be ≥ 1, got {args.limit}")
-    categories = _categories(args.categories)
+    categories = _categories(
+        args.categories, getattr(args, "workload", "bfcl"), getattr(args, "domains", None)
+    )
     if args.threads:
         import torch
 
@@ -198,6 +227,7 @@ def run_eval(args: argparse.Namespace) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     meta = {
         "command": "spectool drafters eval",
+        "workload": getattr(args, "workload", "bfcl"),
         "split": args.split,
         "limit": args.limit,
         "adapter": str(args.adapter) if args.adapter else "shipped",

@@ -1,7 +1,8 @@
-"""Offline drafter evaluation on BFCL ground truth: no main model, no injected latency.
+"""Offline drafter evaluation on BFCL / τ² ground truth: no main model, no injected latency.
 
-Each task's ground truth is replayed as the replay main model serves it (multi-turn: one call
-per response, outputs from the real BFCL classes run on the task's initial state; single-turn:
+Each task's ground truth is replayed as the replay main model serves it (multi-turn and τ²: one
+call per response, outputs from the task's world — BFCL's classes on the task's initial state,
+τ²'s tools on a fresh copy of its database; single-turn:
 the turn's calls together, stub outputs; a short final message ends each user turn). Before
 every response the drafter sees exactly the conversation the main model saw — the true history,
 never its own earlier guesses — and its proposals are scored by :mod:`._drafter_metrics`.
@@ -24,11 +25,9 @@ from spectool import Drafter, DraftRequest, Effect, ToolCall
 from spectool.drafters import tool_schemas
 from spectool.errors import ConfigError
 
-from ..bfcl._effects import effect_of
-from ..bfcl._executable import Environment
-from ..bfcl._splits import in_split
-from ..bfcl._tasks import Task, load_tasks
+from ..bfcl._tasks import Task
 from ..bfcl._workload import task_output
+from ..harness._workloads import open_world, split_tasks
 from ._metrics import StepScore, score_step, summarize
 
 __all__ = [
@@ -56,14 +55,15 @@ class Step:
     calls: Sequence[ToolCall]
 
 
-def speculable_tools(task: Task, env: Environment | None = None) -> set[str]:
-    """Tools the bench declares pure or read-only: the effect table for BFCL's classes; every
-    single-turn tool (the bench serves them from precomputed stubs, which are pure)."""
+def speculable_tools(task: Task, env: Any = None) -> set[str]:
+    """Tools the bench declares pure or read-only: the task's world says (BFCL's effect table,
+    τ²'s tool types); every single-turn tool (the bench serves them from precomputed stubs,
+    which are pure)."""
     names = [t["function"]["name"] for t in task.tools]
     if not task.multi_turn:
         return set(names)
-    env = env or Environment(task.classes, task.initial_config, task.long_context)
-    return {n for n in names if effect_of(env.owner(n), n) in _SPECULABLE}
+    env = env or open_world(task)
+    return {n for n in names if env.effect(n) in _SPECULABLE}
 
 
 def replay_steps(task: Task) -> tuple[list[Step], set[str]]:
@@ -75,12 +75,12 @@ def replay_steps(task: Task) -> tuple[list[Step], set[str]]:
 @functools.lru_cache(maxsize=8)
 def train_traces(category: str) -> tuple[list[dict[str, Any]], ...]:
     """The full ground-truth conversations of a category's train split (for mining drafters)."""
-    return tuple(replay(t)[1] for t in in_split(load_tasks(category), "train"))
+    return tuple(replay(t)[1] for t in split_tasks(category, "train"))
 
 
 def replay(task: Task) -> tuple[list[Step], list[dict[str, Any]], set[str]]:
     """Steps, the whole conversation after the last turn, and the speculable tools."""
-    env = Environment(task.classes, task.initial_config, task.long_context) if task.multi_turn else None
+    env = open_world(task)
     messages: list[dict[str, Any]] = []
     steps: list[Step] = []
     serial = 0
@@ -141,7 +141,7 @@ class Prepared:
 
 
 def prepare(category: str, split: str, limit: int | None) -> list[Prepared]:
-    tasks = in_split(load_tasks(category), split)[:limit]
+    tasks = split_tasks(category, split)[:limit]
     return [Prepared(t, *replay_steps(t)) for t in tasks]
 
 

@@ -21,6 +21,7 @@ from spectool.errors import ConfigError
 from ..bfcl._tasks import Task
 from ..bfcl._workload import ToolStats, build_toolbox
 from ._latency import Latency
+from ._workloads import open_world, world_state
 
 __all__ = ["AgentResult", "Setup", "TimedDrafter", "run_agents"]
 
@@ -69,6 +70,9 @@ class Setup:
     # would: the same messages, so the same answer; 0 lets the failure end the run
     request_retries: int = 0
     tools_hook: Callable[[Task, Toolbox], Toolbox] | None = None  # e.g. fault injection (soak)
+    #: builds the session's tool cache from the toolbox (default: spectool's own); the negative
+    #: controls of ``same`` plant a deliberately broken one here
+    cache: Callable[[Toolbox], Any] | None = None
 
 
 @dataclass
@@ -86,6 +90,10 @@ class AgentResult:
     draft_seconds: list[float] = field(default_factory=list)
     drafter_tokens: int = 0
     transcript: list[list[dict[str, Any]]] = field(default_factory=list)
+    #: per task: digest of the world's state after the task (None: stub tools change nothing)
+    world_states: list[str | None] = field(default_factory=list)
+    task_walls: list[float] = field(default_factory=list)  # seconds per task, in order
+    task_ids: list[str] = field(default_factory=list)  # the task of each entry of task_walls
     engine_resolved: int = 0  # calls the engine resolved in place (O3)
     drafts: int = 0  # drafter requests made
     undrafted: int = 0  # model requests samples="auto" did not draft for
@@ -223,12 +231,12 @@ async def _ask(spec: Any, task: Task, setup: Setup, messages: list, result: Agen
 
 
 async def _run_task(
-    client: Any, task: Task, setup: Setup, result: AgentResult, drafter: Drafter | None
+    client: Any, task: Task, setup: Setup, result: AgentResult, drafter: Drafter | None, world: Any
 ) -> None:
     from spectool import speculative  # the client-side core
 
     stats = ToolStats()
-    box = build_toolbox(task, setup.latency, stats)
+    box = build_toolbox(task, setup.latency, stats, world)
     if setup.tools_hook is not None:
         box = setup.tools_hook(task, box)
     options: dict[str, Any] = {"samples": setup.samples, "eager": setup.eager}
@@ -238,6 +246,8 @@ async def _run_task(
         options.update(mode="engine", engine_options=setup.engine_options)
     if setup.hooks:
         options["hooks"] = list(setup.hooks)
+    if setup.cache is not None:
+        options["cache"] = setup.cache(box)
     messages: list[dict[str, Any]] = []
     resolved_before = result.engine_resolved
     async with speculative(client, box, drafter, **options) as spec:
@@ -257,10 +267,16 @@ async def _run_task(
 async def _run_agent(i: int, tasks: Sequence[Task], setup: Setup, result: AgentResult) -> None:
     client = setup.make_client()
     drafter = TimedDrafter(setup.drafter()) if setup.drafter is not None else None
-    t0 = time.perf_counter()
     for task in tasks:
-        await _run_task(client, task, setup, result, drafter)
-    result.wall_s = time.perf_counter() - t0
+        # A fresh world is built untimed (a τ² database copy takes ~0.1–0.3 s of CPU): the wall
+        # time is the agent's work on the task, and speculation cannot shorten set-up.
+        world = open_world(task)
+        t0 = time.perf_counter()
+        await _run_task(client, task, setup, result, drafter, world)
+        result.task_walls.append(time.perf_counter() - t0)
+        result.task_ids.append(task.id)
+        result.wall_s += result.task_walls[-1]
+        result.world_states.append(world_state(world))
     if drafter is not None:
         result.draft_seconds, result.drafter_tokens = drafter.durations, drafter.tokens
 

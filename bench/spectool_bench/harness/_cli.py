@@ -57,6 +57,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="model validation: oracle drafter, T ≈ G, α ∈ {0.5, 0.8, 1.0}, single-turn tasks",
     )
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="output folder")
+    p.add_argument(
+        "--workload",
+        choices=("bfcl", "tau2"),
+        help="tau2: τ²-bench domains (--domains) on the replay main model, τ²'s own split",
+    )
+    p.add_argument("--domains", type=_words, help="τ² domains, comma-separated (default: all in the wheel)")
     p.add_argument("--categories", type=_words, help="BFCL categories, comma-separated")
     p.add_argument("--agents", type=_ints, help="concurrent agents M, e.g. 1,8,32")
     p.add_argument("--tasks-per-agent", type=int)
@@ -136,22 +142,36 @@ def validate_plan():
 
 
 def build_plans(args: argparse.Namespace) -> list:
-    """--quick without --main: the replay headline, then the embedded engine end to end (as
-    given: the options shape the headline). Otherwise one plan."""
-    from ._sweep import quick_plan
+    """--quick without --main or --workload: the BFCL replay headline, the τ² section, then the
+    embedded engine end to end (the options shape the first two). Otherwise one plan."""
+    from ._sweep import quick_plan, tau2_plan
 
-    if args.full or args.validate or args.main is not None:
+    if args.full or args.validate or args.main is not None or getattr(args, "workload", None):
         return [build_plan(args)]
-    return [build_plan(args), quick_plan()]
+    return [build_plan(args), build_plan(args, tau2_plan()), quick_plan()]
 
 
-def build_plan(args: argparse.Namespace):
-    from ._sweep import full_plan, headline_plan, quick_plan
+def _tau2_categories(args: argparse.Namespace) -> tuple[str, ...]:
+    from ..tau2._tasks import PREFIX, all_categories
 
-    if args.full:
+    if not getattr(args, "domains", None):
+        return all_categories()
+    return tuple(PREFIX + d for d in args.domains)
+
+
+def build_plan(args: argparse.Namespace, base=None):
+    from ._sweep import full_plan, headline_plan, quick_plan, tau2_plan
+
+    if base is not None:
+        plan = base
+    elif args.full:
         plan = full_plan()
     elif args.validate:
         plan = validate_plan()
+    elif getattr(args, "workload", None) == "tau2":
+        if args.main not in (None, "replay"):
+            raise ConfigError("--workload tau2 runs on the replay main model (its gold actions)")
+        plan = replace(tau2_plan(), categories=_tau2_categories(args))
     else:  # --quick: the replay headline; --main embedded: the engine end to end
         plan = quick_plan() if args.main in ("embedded", "endpoint") else headline_plan()
     simple = {
@@ -216,20 +236,19 @@ def build_plan(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from ..report._results import summary_table, write_plots, write_results
+    from ..report._results import write_plots, write_results
+    from ..report._section import section_text
 
     t0 = time.perf_counter()
     sections = [_run_one(plan, args) for plan in build_plans(args)]
     timelines = [section.pop("timelines", None) for section in sections]  # pictures, not JSON
     results = dict(sections[0])
-    if len(sections) > 1:
-        results["embedded"] = sections[1]
+    for section in sections[1:]:
+        results[section["plan"]["section"]] = section
     results["wall_s"] = time.perf_counter() - t0
     for section in sections:
-        if section.get("title"):
-            print(f"\n== {section['title']}")
-        print(f"main model: {section['main_model']}")
-        print(summary_table(section["runs"]))
+        print(section_text(section))
+    print(f"main job wall time: {results['wall_s']:.0f} s")
     path = write_results(results, args.out)
     print(f"wrote {path} ({results['wall_s']:.0f} s in all)")
     if not args.no_plots:
@@ -247,7 +266,8 @@ def run(args: argparse.Namespace) -> int:
             )
             print(f"wrote {png}")
         for section in sections[1:]:
-            for png in write_plots(section["runs"], args.out / "embedded", "(embedded engine)"):
+            name = section["plan"]["section"]
+            for png in write_plots(section["runs"], args.out / name, f"({name})"):
                 print(f"wrote {png}")
     return 0
 

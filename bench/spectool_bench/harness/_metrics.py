@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
+from ..report._ci import bootstrap_saved_ci, saved_pct
 from ._agents import AgentResult
 
 __all__ = [
@@ -145,6 +146,7 @@ def run_row(
     prices: Mapping[str, float] = PRICES,
     calibration: Any = None,
     reference: Sequence[AgentResult] | None = None,
+    truth: Sequence[AgentResult] | None = None,
 ) -> dict[str, Any]:
     """One results.json run: ``meta`` (config, agents, samples, drafter, …) plus the metrics.
     With an engine ``calibration`` (φ, δ) every row also carries the engine model's Eq. 4 / Eq. 6
@@ -154,7 +156,12 @@ def run_row(
     (eager dispatch alone) the row also has ``time_saved_vs_eager_pct``, and the model's
     prediction and the measured speedup are both taken over the reference: the drafter is
     credited only with what it adds to eager dispatch. The eager row itself (``spec`` is the
-    reference) has no prediction: the paper's model has no term for eager dispatch."""
+    reference) has no prediction: the paper's model has no term for eager dispatch.
+
+    ``same`` compares the row's transcripts and final world states with ``truth``, an independent
+    run without speculation (so the baseline row is checked too, never against itself); without
+    one, against ``base``, and the baseline row says ``"ref"``. ``time_saved_ci95`` is a paired
+    bootstrap over tasks (:mod:`..report._ci`)."""
     ref = reference if reference is not None else base
     is_ref = reference is not None and spec is reference
     saved, saved_ref, measured, predicted, alphas, gs = [], [], [], [], [], []
@@ -202,7 +209,9 @@ def run_row(
         "calls": sum(s.calls for s in spec),
         "extra_drafter_tokens": drafter_tokens,
         "cost_per_100_turns_usd": 100.0 * cost / turns,
-        "same_transcripts": all(_same(b, s) for b, s in zip(base, spec)),
+        **_same_fields(base, spec, truth),
+        "time_saved_ci95": _ci(base, spec),
+        "tasks_n": len(per_task(spec)),  # distinct tasks (the CI's unit)
         "transcript_sha256": transcript_digest(spec),
         "engine_resolved_calls": sum(s.engine_resolved for s in spec),
     }
@@ -244,8 +253,51 @@ def _strip(ts: list[list[dict[str, Any]]]) -> list[Any]:
 
 
 def _same(b: AgentResult, s: AgentResult) -> bool:
-    """Speculation must not change what the agent saw (tool call ids aside)."""
-    return _strip(b.transcript) == _strip(s.transcript)
+    """Speculation must not change what the agent saw (tool call ids aside) nor the world."""
+    return _strip(b.transcript) == _strip(s.transcript) and b.world_states == s.world_states
+
+
+def _same_fields(
+    base: Sequence[AgentResult], spec: Sequence[AgentResult], truth: Sequence[AgentResult] | None
+) -> dict[str, Any]:
+    if truth is None and spec is base:  # nothing independent to compare the baseline with
+        return {"same": "ref", "same_transcripts": "ref", "same_world_state": "ref", "same_against": None}
+    ref = truth if truth is not None else base
+    transcripts = all(_strip(r.transcript) == _strip(s.transcript) for r, s in zip(ref, spec))
+    worlds = all(r.world_states == s.world_states for r, s in zip(ref, spec))
+    return {
+        "same": transcripts and worlds,
+        "same_transcripts": transcripts,
+        "same_world_state": worlds,
+        "same_against": "independent run without speculation" if truth is not None else "baseline",
+    }
+
+
+def per_task(runs: Sequence[AgentResult]) -> dict[str, float]:
+    """Wall seconds per distinct task (a task run more than once, by several agents or a
+    wrapped assignment, is one unit of the bootstrap: its runs are summed)."""
+    out: dict[str, float] = {}
+    for r in runs:
+        for task, wall in zip(r.task_ids, r.task_walls):
+            out[task] = out.get(task, 0.0) + wall
+    return out
+
+
+def _ci(base: Sequence[AgentResult], spec: Sequence[AgentResult]) -> list[float] | None:
+    """95 % CI of time saved over distinct tasks, each paired with its baseline run; None with
+    fewer than two tasks (one task has no spread to resample)."""
+    b, s = per_task(base), per_task(spec)
+    if len(b) < 2 or b.keys() != s.keys():
+        return None
+    keys = sorted(b)
+    lo, hi = bootstrap_saved_ci([b[k] for k in keys], [s[k] for k in keys])
+    return [round(lo, 2), round(hi, 2)]
+
+
+def pooled_saved_pct(base: Sequence[AgentResult], spec: Sequence[AgentResult]) -> float:
+    """Time saved over all tasks pooled (the statistic the CI is for)."""
+    b, s = per_task(base), per_task(spec)
+    return saved_pct([b[k] for k in sorted(b)], [s.get(k, 0.0) for k in sorted(b)])
 
 
 def transcript_digest(runs: Sequence[AgentResult]) -> str:

@@ -5,19 +5,20 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import anyio
 
 from spectool.errors import ConfigError
 
-from ..bfcl._tasks import Task, load_tasks
+from ..bfcl._tasks import Task
 from ._agents import Setup, assign, run_agents
 from ._latency import Latency
 from ._metrics import PRICES, run_row
 from ._oracle import OracleDrafter
 from ._replay import ReplayModel, TokenRates
+from ._workloads import skipped
 
 __all__ = [
     "Plan",
@@ -28,6 +29,7 @@ __all__ = [
     "quick_plan",
     "replay_plan",
     "run_plan",
+    "tau2_plan",
     "tuned_adapter",
 ]
 
@@ -73,6 +75,7 @@ class Plan:
         0.05  # samples="auto": one draft sample's price (and the run it may waste), in seconds
     )
     title: str = ""
+    section: str = "headline"  # where results.json keeps this plan's runs (headline | tau2 | embedded)
 
 
 def quick_plan() -> Plan:
@@ -103,6 +106,7 @@ def quick_plan() -> Plan:
         calibration_tokens=384,
         tool_choice="required",
         title="Embedded engine end to end (SmolLM2-135M-Instruct as main model, CPU)",
+        section="embedded",
     )
 
 
@@ -135,6 +139,30 @@ def headline_plan() -> Plan:
         eager_arm=True,
         rates=TokenRates(prefill_tok_s=4000.0, decode_tok_s=30.0, overhead_s=0.4),
         title="Headline: real drafters, BFCL test split, replay main model (T ≈ G)",
+    )
+
+
+def tau2_plan() -> Plan:
+    """The main job's τ² section: airline and retail test tasks (τ²'s own split), gold actions
+    replayed one call per response on the domain's real database, READ tools speculable.
+
+    The drafter is mined (the history drafter seeded with patterns mined from the train split's
+    replays, e.g. user → their reservations) at λ = 1, beside eager dispatch alone: more tasks
+    for fewer arms (history predicts almost nothing here: ``--drafters history,mined``). A τ² task
+    makes 3–5 calls, so the replay's clock is a fast hosted model's (0.1 s per request, output at
+    120 tok/s: G ≈ 0.3 s per call step, T ≈ G), stated in the output; the drafter's g (ms) is
+    the same real time either way."""
+    return replace(
+        headline_plan(),
+        categories=("tau2_airline", "tau2_retail"),
+        tasks_per_category=6,
+        tasks_per_agent=12,
+        drafters=("mined",),
+        samples=(1,),
+        rates=TokenRates(prefill_tok_s=16000.0, decode_tok_s=120.0, overhead_s=0.1),
+        timeline=False,
+        title="τ²-bench: airline + retail test tasks (τ²'s split), real tools and database, replay model",
+        section="tau2",
     )
 
 
@@ -191,15 +219,16 @@ def _request_options(plan: Plan) -> dict[str, Any]:
 
 
 def _select_tasks(plan: Plan) -> list:
-    from ..bfcl._splits import in_split
+    from ._workloads import check_categories, load_category, split_tasks
 
+    check_categories(plan.categories)
     if not plan.task_ids:
         tasks = []
         for c in plan.categories:
-            picked = in_split(load_tasks(c), plan.split) if plan.split else load_tasks(c)
+            picked = split_tasks(c, plan.split)
             tasks.extend(picked[: plan.tasks_per_category] if plan.tasks_per_category else picked)
         return tasks
-    tasks = [t for c in plan.categories for t in load_tasks(c)]  # named tasks: no split, no cap
+    tasks = [t for c in plan.categories for t in load_category(c)]  # named tasks: no split, no cap
     by_id = {t.id: t for t in tasks}
     missing = [i for i in plan.task_ids if i not in by_id]
     if missing:
@@ -229,6 +258,11 @@ def _drafter(plan: Plan, name: str) -> tuple[Callable[[], Any], str]:
 
     if name == "history":
         return (lambda: drafters.HistoryDrafter()), "history"
+    if name == "mined":  # the history drafter seeded with the train split's replays
+        from ..drafters._eval import train_traces
+
+        traces = [t for c in plan.categories for t in train_traces(c)]
+        return (lambda: drafters.HistoryDrafter.from_traces(traces)), "mined(train split)"
     if name in _SHARED:  # one loaded model per process: warm-up and every arm share it
         return _SHARED[name]
     if name == "local":
@@ -247,7 +281,7 @@ def _drafter(plan: Plan, name: str) -> tuple[Callable[[], Any], str]:
         return (
             lambda: drafters.EndpointDrafter(model=plan.drafter_model, base_url=plan.drafter_base_url)
         ), f"endpoint({plan.drafter_model})"
-    raise ConfigError(f"unknown drafter {name!r} (oracle, history, local, endpoint)")
+    raise ConfigError(f"unknown drafter {name!r} (oracle, history, mined, local, tuned, endpoint)")
 
 
 def tuned_adapter() -> Any:
@@ -277,11 +311,10 @@ def _warm_up(tasks: list) -> None:
     so the first baseline of a sweep is not charged for them."""
     from spectool import speculative  # noqa: F401
 
-    from ..bfcl._executable import Environment
+    from ._workloads import open_world
 
     for t in tasks:
-        if t.multi_turn:
-            Environment(t.classes, t.initial_config, t.long_context)
+        open_world(t)
 
 
 class Progress:
@@ -339,6 +372,30 @@ def run_plan(plan: Plan, progress: bool = True) -> dict[str, Any]:
         return anyio.run(_run_plan, plan, progress, main.base_url, calibration)
 
 
+#: the replay model's clock for the reference run of ``same``: no time to wait
+def _truth_name(tasks: Sequence[Task]) -> str:
+    world = [getattr(t, "world", None) is not None for t in tasks]
+    return "τ²'s gold actions" if world and all(world) else "BFCL ground truth"
+
+
+CLOCK_FREE = TokenRates(prefill_tok_s=1e12, decode_tok_s=1e12)
+
+
+async def _timed_cpu(run: Any) -> tuple[Any, float]:
+    """The run's result and the CPU seconds this process spent meanwhile (all threads)."""
+    c0 = time.process_time()
+    out = await run
+    return out, time.process_time() - c0
+
+
+def _drafter_cpu(cpu: float, base_cpu: float, spec: Sequence[Any]) -> dict[str, float]:
+    """The drafter's CPU: what the arm's process used beyond the baseline's (same agent code and
+    tools), in seconds and in cores busy over the arm's wall time."""
+    extra = max(0.0, cpu - base_cpu)
+    wall = sum(s.wall_s for s in spec)
+    return {"drafter_cpu_s": round(extra, 2), "drafter_cpu_cores": round(extra / wall, 3) if wall else 0.0}
+
+
 def _expected_steps(plan: Plan, tasks: list) -> int:
     """Model requests the progress bar expects (an upper bound for a real model)."""
     from ._replay import _steps
@@ -379,9 +436,9 @@ async def _warm_drafters(plan: Plan, tasks: list) -> None:
     here, not in the first timed draft), on a train-split task: nothing a timed run will ask."""
     from spectool import DraftRequest
 
-    from ..bfcl._splits import in_split
+    from ._workloads import split_tasks
 
-    warm = (in_split(load_tasks(tasks[0].category), "train") or tasks)[0]
+    warm = (split_tasks(tasks[0].category, "train") or tasks)[0]
     request = DraftRequest(messages=[dict(m) for m in warm.turns[0]], tools=list(warm.tools), samples=1)
     for name in plan.drafters:
         if name == "oracle":
@@ -398,6 +455,9 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
     tasks = _select_tasks(plan)
     replay = ReplayModel(tasks, plan.rates) if plan.main == "replay" else None
     make_client = _make_client(plan, replay, base_url)
+    truth_client = (
+        _make_client(plan, ReplayModel(tasks, CLOCK_FREE), base_url) if replay is not None else make_client
+    )
     _warm_up(tasks[: max(plan.agents) * plan.tasks_per_agent])
     await _warm_main(make_client, plan, tasks[0])
     await _warm_drafters(plan, tasks)
@@ -405,7 +465,7 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
     engine = "vLLM + spectool plugins" if plan.backend == "vllm" else "spectool serving engine"
     r = plan.rates
     main_label = {
-        "replay": f"replay of BFCL ground truth standing in for a remote model (token-rate clock: "
+        "replay": f"replay of {_truth_name(tasks)} standing in for a remote model (token-rate clock: "
         f"{r.overhead_s:g} s per request + prompt at {r.prefill_tok_s:g} tok/s + output at "
         f"{r.decode_tok_s:g} tok/s; G ≈ {expected_call_G(tasks, r):.2f} s per call step)",
         "embedded": f"embedded ({engine}, SmolLM2-135M-Instruct, CPU)",
@@ -426,16 +486,18 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
         seed = plan.seed + repeat
         for m in plan.agents:
             assignment = assign(tasks, m, plan.tasks_per_agent)
-            if plan.main == "embedded" and plan.backend == "vllm":
-                # vLLM's prefix cache would serve every config after the baseline from the
-                # baseline's own prefills: warm it with the same tasks, untimed, so the baseline
-                # and each config meet the same cache
-                bar.label = f"warm-up (prefix cache) M={m}"
-                await run_agents(assignment, Setup(latency=Latency(0.0), **{**common, "on_step": None}))
+            # ``same`` compares every row, the baseline's too, with this independent run
+            # without speculation (tools at no latency; on the replay a clock-free model: what
+            # it says does not depend on its clock). Untimed, before the baseline, so it also
+            # warms a main model's prefix cache (vLLM): the baseline and each config then meet
+            # the same cache, not one the baseline filled for the others.
+            bar.label = f"reference run (no speculation) M={m}"
+            plain = {**common, "make_client": truth_client, "on_step": None}
+            truth = await run_agents(assignment, Setup(latency=Latency(0.0), **plain))
             for mean in latencies:
                 latency = Latency(mean, plan.latency_cv, seed=seed)
                 bar.label = f"baseline M={m} T={mean}s"
-                base = await run_agents(assignment, Setup(latency=latency, **common))
+                base, base_cpu = await _timed_cpu(run_agents(assignment, Setup(latency=latency, **common)))
                 meta = {
                     "config": "baseline",
                     "agents": m,
@@ -446,7 +508,7 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
                     "seed": seed,
                     "repeat": repeat,
                 }
-                rows.append(run_row(meta, base, base, plan.prices, calibration))
+                rows.append(run_row(meta, base, base, plan.prices, calibration, truth=truth))
                 ref = None
                 if plan.eager_arm:
                     bar.label = f"eager dispatch alone M={m} T={mean}s"
@@ -459,6 +521,7 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
                             plan.prices,
                             calibration,
                             reference=ref,
+                            truth=truth,
                         )
                     )
                 for name, (factory, label) in (
@@ -478,7 +541,7 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
                                 engine_options={"base_url": base_url} if config == "engine" else {},
                                 **common,
                             )
-                            spec = await run_agents(assignment, setup)
+                            spec, cpu = await _timed_cpu(run_agents(assignment, setup))
                             rows.append(
                                 run_row(
                                     {
@@ -486,12 +549,14 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
                                         "config": config + ("+eager" if eager else ""),
                                         "samples": lam,
                                         "drafter": label,
+                                        **_drafter_cpu(cpu, base_cpu, spec),
                                     },
                                     base,
                                     spec,
                                     plan.prices,
                                     calibration,
                                     reference=ref,
+                                    truth=truth,
                                 )
                             )
     bar.close()
@@ -502,6 +567,8 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
         "runs": rows,
         "title": plan.title,
         "tasks": [t.id for t in tasks[: max(plan.agents) * plan.tasks_per_agent]],
+        # tasks left out for having no gold call (τ²'s policy refusals), per category
+        "skipped_no_gold_calls": {c: len(skipped(c, plan.split)) for c in plan.categories},
     }
     if calibration is not None:
         out["engine_calibration"] = asdict(calibration)

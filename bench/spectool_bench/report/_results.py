@@ -25,6 +25,7 @@ _COLUMNS = [
     ("drafter", "drafter", "{}"),
     ("tool_latency_mean", "T̄ s", "{:.2f}"),
     ("time_saved_pct", "saved %", "{:+.1f}"),
+    ("time_saved_ci95", "95% CI", "ci"),
     ("time_saved_vs_eager_pct", "vs eager %", "{:+.1f}"),
     ("throughput_tok_s", "tok/s", "{:.1f}"),
     ("hit_rate", "α", "{:.2f}"),
@@ -36,9 +37,18 @@ _COLUMNS = [
 ]
 
 
-_OPTIONAL = [("engine_hit_rate", "α_eng", "{:.2f}"), ("same_transcripts", "same", "{}")]
-# shown when a run has λ = auto: the λ it drafted at, "λ:requests" (the fixed rows' are one λ)
-_CHOSEN = ("samples_chosen", "λ chosen", "{}")
+_OPTIONAL = [
+    ("engine_hit_rate", "α_eng", "{:.2f}"),
+    ("same", "same", "{}"),
+    ("drafter_cpu_cores", "drafter CPU", "{:.2f}"),
+    ("samples_chosen", "λ chosen", "lambdas"),
+]
+
+
+def _lambdas(chosen: Mapping[str, int]) -> str:
+    """Requests per λ drafted: ``1×3 0×5`` (auto drafted λ = 1 three times, skipped five)."""
+    ordered = sorted(chosen.items(), key=lambda kv: -int(kv[0]))
+    return " ".join(f"{lam}×{n}" for lam, n in ordered) or "—"
 
 
 def _avg(values: list[Any]) -> Any:
@@ -65,8 +75,10 @@ def _cell(value: Any, fmt: str, column: str) -> str:
         return "yes" if value else "NO"
     if isinstance(value, str):
         return value
-    if isinstance(value, Mapping):  # {λ: requests}
-        return " ".join(f"{k}:{v}" for k, v in value.items()) or "—"
+    if fmt == "ci":
+        return f"[{value[0]:+.1f}, {value[1]:+.1f}]"
+    if fmt == "lambdas":
+        return _lambdas(value)
     return fmt.format(round(value) if column == "wasted_tool_runs" else value)
 
 
@@ -78,9 +90,11 @@ def summary_table(runs: Sequence[Mapping[str, Any]]) -> str:
     columns = [
         c for c in _COLUMNS if c[0] != "time_saved_vs_eager_pct" or any(r.get(c[0]) is not None for r in runs)
     ]
-    columns += [c for c in _OPTIONAL if runs and all(c[0] in r for r in runs)]
-    if any(str(r.get("samples")) == "auto" for r in runs):
-        columns.append(_CHOSEN)
+    shown = {
+        "drafter_cpu_cores": any("drafter_cpu_cores" in r for r in runs),
+        "samples_chosen": any(r.get("samples") == "auto" and r.get("samples_chosen") for r in runs),
+    }
+    columns += [c for c in _OPTIONAL if runs and shown.get(c[0], all(c[0] in r for r in runs))]
     groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
     for r in runs:
         groups[(r["config"], r["agents"], str(r["samples"]), r["drafter"], r["tool_latency_mean"])].append(r)
@@ -89,6 +103,8 @@ def summary_table(runs: Sequence[Mapping[str, Any]]) -> str:
     for key in sorted(groups, key=lambda k: (k[1], k[4], order.get(k[0], 2), k[3], k[2], k[0])):
         rs = groups[key]
         rows.append([_cell(_avg([r.get(c) for r in rs]), fmt, c) for c, _, fmt in columns])
+        if rs[0].get("samples") != "auto" and "samples_chosen" in [c[0] for c in columns]:
+            rows[-1][-1] = "—"  # a fixed λ chose nothing
     heads = [h for _, h, _ in columns]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
     line = lambda cells: "  ".join(
