@@ -287,11 +287,15 @@ def _data_summary(path: str, examples: Sequence[TraceExample]) -> dict[str, Any]
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16] if Path(path).is_file() else None
     cats = collections.Counter(str(e.meta.get("category", "?")) for e in examples)
     splits = sorted({str(e.meta.get("split", "?")) for e in examples})
+    # the content digest of every example trained on (traces that record one), so a leakage
+    # check can hold the shipped traces against any held-out set
+    contents = sorted({str(e.meta["content"]) for e in examples if e.meta.get("content")})
     return {
         "traces": str(path),
         "sha256_16": digest,
         "examples_by_category": dict(sorted(cats.items())),
         "splits": splits,
+        "content_hashes": contents,
     }
 
 

@@ -239,7 +239,7 @@ async def test_speculator_records_each_request_and_the_calls_that_followed(tmp_p
 
 
 def test_bfcl_builder_replays_ground_truth_with_true_outputs() -> None:
-    from spectool_bench.bfcl._splits import split_of
+    from spectool_bench.bfcl._splits import split_of_id
     from spectool_bench.bfcl._tasks import load_tasks
     from spectool_bench.bfcl._traces import bfcl_examples, task_examples
 
@@ -252,7 +252,7 @@ def test_bfcl_builder_replays_ground_truth_with_true_outputs() -> None:
     assert sum(1 for m in later if m.get("role") == "tool") == len(truth) - 1
     assert all(not str(m["content"]).startswith("Error") for m in later if m.get("role") == "tool")
     single = list(bfcl_examples(["parallel"], "train", limit=3))
-    assert {split_of(ex.meta["task"]) for ex in single} == {"train"}
+    assert {split_of_id(ex.meta["task"]) for ex in single} == {"train"}
     first = [ex for ex in single if ex.meta["step"] == 0]
     assert all(len(ex.calls) >= 1 for ex in first)  # step 0 targets all of the task's calls
 

@@ -9,7 +9,8 @@ Each example is what a drafter would see at one step of the replay main model
   state), one example per ground-truth call with the true history before it; the target is
   that one call.
 
-Only tasks in ``split`` (:mod:`._splits`) are used: tune on ``train``, report on ``test``.
+Only tasks in ``split`` (:mod:`._splits`, by content) are used: tune on ``train``, report on
+``test``. Each example records ``meta["content"]``, the digest of its question and functions.
 
     python -m spectool_bench.bfcl._traces --split train --categories simple_python,multiple --out t.jsonl
 """
@@ -25,7 +26,7 @@ from spectool import DraftRequest, ToolCall, TraceExample, TraceRecorder
 
 from ._effects import effect_of
 from ._executable import Environment
-from ._splits import in_split
+from ._splits import content_digest, in_split
 from ._tasks import MULTI_TURN_CATEGORIES, Task, load_tasks
 from ._workload import task_output
 
@@ -68,6 +69,7 @@ def task_examples(task: Task, split: str = "") -> Iterator[TraceExample]:
                 "turn": turn_no,
                 "step": i,
                 "speculable": _speculable(task, env, call),
+                "content": content_digest(messages, task.tools),  # what the adapter manifest lists
             }
             yield TraceExample(DraftRequest(messages=list(messages), tools=task.tools), target, meta)
             out = env.call(call) if env is not None else task_output(task, call)
