@@ -1,20 +1,21 @@
 """Deterministic train / dev / test splits of BFCL tasks, by content (never by id).
 
 One rule for every command that tunes or reports (drafter eval, traces and tuning, the main job,
-the soak): a task's split is a hash of its *question* — its user turns, each whitespace-collapsed
-and case-folded — so a figure reported on ``test`` never saw a copy of a task that tuning used.
-BFCL repeats content under new ids, so an id can't be the key:
+the soak), so a figure reported on ``test`` never saw a copy of a task that tuning used. BFCL
+repeats content under new ids, so an id can't be the key:
 
 * single-turn questions recur across categories with other tool lists (``simple_python_12`` is
-  ``multiple_98`` with three distractor tools; ``live_simple_33-10-0`` is ``live_simple_32-9-0``
-  with a reworded description): the functions are therefore left out of the split key;
+  ``multiple_98`` plus three distractor tools; ``live_simple_33-10-0`` is ``live_simple_32-9-0``
+  with a reworded description; ``simple_python_172`` is ``multiple_138`` without quotes);
 * ``multi_turn_long_context_N`` / ``miss_param_N`` / ``miss_func_N`` are ``multi_turn_base_N``
-  padded or with a parameter / function withheld: a multi-turn task is keyed by its base
-  scenario's question, so every variant goes where its base goes.
+  padded or with a parameter / function withheld, and some bases open with the same request.
 
-The bucket is the first 8 hex digits of sha256(key) modulo 100: 0–59 train, 60–69 dev, 70–99
-test. :func:`content_digest` (question *and* functions, tools in name order, keys sorted) is
-what a training example records (``meta["content"]``) and the adapter manifest lists.
+So tasks are grouped, over every category in the wheel: two tasks are in one group when they
+open with the same user message (case-folded words: whitespace and punctuation aside) or have
+the same gold calls, and a multi-turn variant is in its base's group. A group's split is the
+first 8 hex digits of sha256(its smallest content key) modulo 100: 0–59 train, 60–69 dev,
+70–99 test. :func:`content_digest` (question *and* functions, tools in name order, keys
+sorted) is what a training example records (``meta["content"]``) and the adapter manifest lists.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -33,6 +35,7 @@ __all__ = [
     "base_id",
     "content_digest",
     "in_split",
+    "normalize",
     "question",
     "split_key",
     "split_of",
@@ -90,16 +93,67 @@ def base_id(task: Task) -> str | None:
     return f"{_BASE}_{task.id.rsplit('_', 1)[1]}"
 
 
+def normalize(text: str) -> str:
+    """Case-folded words: punctuation and whitespace never make two questions differ."""
+    return re.sub(r"[\W_]+", " ", text.casefold()).strip()
+
+
+def _calls(task: Task) -> str | None:
+    calls = [{"name": c.name, "arguments": c.arguments} for turn in task.ground_truth for c in turn]
+    return json.dumps(calls, sort_keys=True, ensure_ascii=False) if calls else None
+
+
+def _keys(task: Task) -> list[str]:
+    """The content keys a task shares with its twins: its opening user message and its gold
+    calls (all turns, in order)."""
+    q = question(_turns(task))
+    keys = [f"opening:{normalize(q[0])}"] if q else []
+    calls = _calls(task)
+    return keys + ([f"calls:{calls}"] if calls else [])
+
+
 @functools.cache
-def _bases() -> dict[str, Task]:
-    return {t.id: t for t in load_tasks(_BASE)}
+def _groups() -> dict[str, str]:
+    """Content key or ``id:`` key → the split key of its group, over every task in the wheel.
+
+    Tasks that share a content key, and multi-turn variants with their base, are one group;
+    the group's split key is its smallest content key (ids never choose the split)."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for category in ALL_CATEGORIES:
+        if category == "format_sensitivity":
+            continue  # re-lists other categories' tasks
+        for task in load_tasks(category):
+            own = f"id:{task.id}"
+            base = base_id(task)
+            for key in _keys(task) + ([f"id:{base}"] if base else []):
+                parent[find(key)] = find(own)
+    members: dict[str, list[str]] = {}
+    for key in parent:
+        members.setdefault(find(key), []).append(key)
+    out = {}
+    for keys in members.values():
+        content = [k for k in keys if not k.startswith("id:")]
+        rep = min(content) if content else min(keys)
+        out.update((k, rep) for k in keys)
+    return out
 
 
 def split_key(task: Task) -> str:
-    """What the split hashes: the question of the task's base scenario (its own if none)."""
-    base = base_id(task)
-    source = _bases().get(base, task) if base else task
-    return _digest(list(question(_turns(source))[:1]))
+    """What the split hashes: the smallest content key of the task's group (a task from
+    outside the wheel is its own group)."""
+    keys = _keys(task)
+    groups = _groups()
+    found = next((groups[k] for k in keys if k in groups), None)
+    if found is None and base_id(task):
+        found = groups.get(f"id:{base_id(task)}")
+    return found or (min(keys) if keys else f"id:{task.id}")
 
 
 def _bucket(key: str) -> Split:
