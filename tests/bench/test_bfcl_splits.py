@@ -111,3 +111,15 @@ def test_unknown_split_and_id_are_clear_errors() -> None:
         split_of_id("simple_python_99999")
     with pytest.raises(ValueError, match="names no BFCL category"):
         split_of_id("nothing_1")
+
+
+def test_the_benchmark_guide_split_example_runs() -> None:
+    """docs/benchmark.md's python blocks run as written (the one under "Splits by content")."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "benchmark.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", doc, re.S)
+    assert any("split_of_id" in b for b in blocks)
+    for block in blocks:
+        exec(compile(block, "docs/benchmark.md", "exec"), {})
