@@ -137,7 +137,7 @@ def _groups() -> dict[str, str]:
     members: dict[str, list[str]] = {}
     for key in parent:
         members.setdefault(find(key), []).append(key)
-    out = {}
+    out: dict[str, str] = {}
     for keys in members.values():
         content = [k for k in keys if not k.startswith("id:")]
         rep = min(content) if content else min(keys)
