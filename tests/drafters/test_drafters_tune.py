@@ -321,6 +321,22 @@ def test_tuning_recipe_end_to_end_and_adapter_changes_outputs(tmp_path, smol_tok
         load_adapter(tiny(), tmp_path)
 
 
+def test_the_manifest_lists_the_content_digest_of_every_example_trained_on(tmp_path) -> None:
+    from spectool.drafters._tune import _data_summary
+
+    traces = tmp_path / "t.jsonl"
+    traces.write_text("x\n")
+    examples = [
+        TraceExample(REQUEST, CALLS, {"category": "a", "split": "train", "content": "d2"}),
+        TraceExample(REQUEST, CALLS, {"category": "a", "split": "train", "content": "d1"}),
+        TraceExample(REQUEST, CALLS, {"category": "b", "split": "train", "content": "d2"}),
+        TraceExample(REQUEST, CALLS, {"category": "b"}),  # recorded by an agent: no digest
+    ]
+    data = _data_summary(str(traces), examples)
+    assert data["content_hashes"] == ["d1", "d2"]
+    assert data["examples_by_category"] == {"a": 2, "b": 2} and data["splits"] == ["?", "train"]
+
+
 def test_loss_on_the_target_columns_equals_the_full_right_padded_loss(smol_tokenizer) -> None:
     """Left padding plus the output layer on the target columns only must train on exactly the
     loss the model's own right-padded forward computes (rows of different lengths, so a wrong
