@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Rebuild the shipped drafter adapter (spectool/drafters/data/adapter-smollm2-bfcl) from the
 # TRAIN split of BFCL: traces from ground truth, then LoRA tuning of the embedded SmolLM2.
-# Held out entirely (never seen): multi_turn_long_context (and every other BFCL category).
+# The split is by content (spectool_bench.bfcl._splits): no test task, nor a copy of one under
+# another id, is in the traces; the manifest lists every example's content digest.
 # About 35 min on the 2-core AVX-512 reference machine, both cores (2 epochs: 610 steps of 4
 # examples, bf16 autocast). Precision is auto: fp32 on a CPU without native bf16 (AVX2 only),
 # where a step costs more and the 58-min cap may end it early (the manifest records the steps).
+# On cores other jobs share, try --threads 1 (2026-11-26, load 6–7 on 2 cores: the first steps
+# ran at 0.05 examples/s with two threads, 0.25 with one: two threads wait on each other).
 # Usage: scripts/build-adapter.sh [OUT_DIR] [extra `drafters tune` options…]
 set -euo pipefail
 cd "$(dirname "$0")/.."

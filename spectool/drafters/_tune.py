@@ -116,10 +116,13 @@ def training_examples(
     category (and split) to choose, the second yields the chosen examples in file order. A
     trace file can be far larger than memory (``drafters tune`` once held every example of
     10 MB lines at once)."""
-    seen = [(str(ex.meta.get("category", "")), str(ex.meta.get("split", "?"))) for ex in iter_traces(path)]
+    seen = [
+        (str(ex.meta.get("category", "")), str(ex.meta.get("split", "?")), str(ex.meta.get("content") or ""))
+        for ex in iter_traces(path)
+    ]
     chosen = set(
         select_indices(
-            [c for c, _ in seen], max_examples=max_examples, max_per_category=max_per_category, seed=seed
+            [c for c, _, _ in seen], max_examples=max_examples, max_per_category=max_per_category, seed=seed
         )
     )
     cats = collections.Counter(seen[i][0] or "?" for i in chosen)
@@ -128,6 +131,9 @@ def training_examples(
         "sha256_16": _file_digest(path),
         "examples_by_category": dict(sorted(cats.items())),
         "splits": sorted({seen[i][1] for i in chosen}),
+        # the content digest of every example trained on (traces that record one), so a leakage
+        # check can hold the shipped traces against any held-out set
+        "content_hashes": sorted({seen[i][2] for i in chosen if seen[i][2]}),
     }
     return (ex for i, ex in enumerate(iter_traces(path)) if i in chosen), summary
 

@@ -14,7 +14,7 @@ from openai import AsyncOpenAI
 
 from spectool import ToolCall
 from spectool.cli import main
-from spectool_bench.bfcl._splits import split_of
+from spectool_bench.bfcl._splits import split_of_id
 from spectool_bench.bfcl._tasks import load_tasks
 from spectool_bench.bfcl._workload import ToolStats, build_toolbox, precomputed_output, task_output
 from spectool_bench.harness._agents import Setup, assign, run_agents
@@ -184,7 +184,7 @@ def test_cli_replay_with_eager_arm_and_auto_writes_the_headline_plot(tmp_path, c
     auto = runs[3]["samples_chosen"]
     assert sum(auto.values()) == runs[3]["steps"] and set(auto) <= {str(k) for k in range(10)}
     assert "λ chosen" in printed
-    assert all(split_of(t) == "test" for t in results["tasks"])
+    assert all(split_of_id(t) == "test" for t in results["tasks"])
     assert runs[0]["tool_latency_mean"] == pytest.approx(runs[0]["G_mean_s"], rel=0.35)  # T ≈ G
     assert (out / "time_saved_vs_alpha.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -239,7 +239,7 @@ async def test_speculator_records_each_request_and_the_calls_that_followed(tmp_p
 
 
 def test_bfcl_builder_replays_ground_truth_with_true_outputs() -> None:
-    from spectool_bench.bfcl._splits import split_of
+    from spectool_bench.bfcl._splits import split_of_id
     from spectool_bench.bfcl._tasks import load_tasks
     from spectool_bench.bfcl._traces import bfcl_examples, task_examples
 
@@ -252,7 +252,7 @@ def test_bfcl_builder_replays_ground_truth_with_true_outputs() -> None:
     assert sum(1 for m in later if m.get("role") == "tool") == len(truth) - 1
     assert all(not str(m["content"]).startswith("Error") for m in later if m.get("role") == "tool")
     single = list(bfcl_examples(["parallel"], "train", limit=3))
-    assert {split_of(ex.meta["task"]) for ex in single} == {"train"}
+    assert {split_of_id(ex.meta["task"]) for ex in single} == {"train"}
     first = [ex for ex in single if ex.meta["step"] == 0]
     assert all(len(ex.calls) >= 1 for ex in first)  # step 0 targets all of the task's calls
 
@@ -321,6 +321,22 @@ def test_tuning_recipe_end_to_end_and_adapter_changes_outputs(tmp_path, smol_tok
         load_adapter(tiny(), tmp_path)
 
 
+def test_the_manifest_lists_the_content_digest_of_every_example_trained_on(tmp_path) -> None:
+    from spectool.drafters._tune import _data_summary
+
+    traces = tmp_path / "t.jsonl"
+    traces.write_text("x\n")
+    examples = [
+        TraceExample(REQUEST, CALLS, {"category": "a", "split": "train", "content": "d2"}),
+        TraceExample(REQUEST, CALLS, {"category": "a", "split": "train", "content": "d1"}),
+        TraceExample(REQUEST, CALLS, {"category": "b", "split": "train", "content": "d2"}),
+        TraceExample(REQUEST, CALLS, {"category": "b"}),  # recorded by an agent: no digest
+    ]
+    data = _data_summary(str(traces), examples)
+    assert data["content_hashes"] == ["d1", "d2"]
+    assert data["examples_by_category"] == {"a": 2, "b": 2} and data["splits"] == ["?", "train"]
+
+
 def test_loss_on_the_target_columns_equals_the_full_right_padded_loss(smol_tokenizer) -> None:
     """Left padding plus the output layer on the target columns only must train on exactly the
     loss the model's own right-padded forward computes (rows of different lengths, so a wrong
@@ -371,13 +387,36 @@ def test_shipped_adapter_has_its_manifest_and_documented_command() -> None:
 
     path = shipped_adapter_path()
     manifest = adapter_manifest(path)
-    assert manifest["data"]["splits"] == ["train"]
-    cats = set(manifest["data"]["examples_by_category"])
-    assert "multi_turn_long_context" not in cats and {"simple_python", "multi_turn_base"} <= cats
+    assert {"simple_python", "multi_turn_base"} <= set(manifest["data"]["examples_by_category"])
     assert sum(f.stat().st_size for f in path.iterdir()) < 15 * 2**20
     script = (ROOT / "scripts" / "build-adapter.sh").read_text()
     assert "--split train" in script and "spectool.drafters._tune" in script
     assert "scripts/build-adapter.sh" in (ROOT / "docs" / "drafters.md").read_text()
+
+
+def test_shipped_adapter_traces_share_no_content_with_any_test_task(tmp_path) -> None:
+    """The leakage guard reads the shipped traces, not the manifest's claims: the file is the one
+    tuning read (its digest), every content hash the manifest lists is recomputed from it, and no
+    request in it has a content twin among the test-split tasks of any BFCL category."""
+    import gzip
+    import hashlib
+
+    from spectool.drafters._adapter import adapter_manifest, shipped_adapter_path
+    from spectool_bench.bfcl._splits import content_digest, in_split
+    from spectool_bench.bfcl._tasks import ALL_CATEGORIES, load_tasks
+    from spectool_bench.bfcl._twins import trace_twins
+
+    path = shipped_adapter_path()
+    data = adapter_manifest(path)["data"]
+    raw = gzip.decompress((path / "traces.jsonl.gz").read_bytes())
+    assert hashlib.sha256(raw).hexdigest()[:16] == data["sha256_16"]
+    (tmp_path / "traces.jsonl").write_bytes(raw)
+    traces = load_traces(tmp_path / "traces.jsonl")
+    recomputed = {content_digest(ex.request.messages, ex.request.tools) for ex in traces}
+    claimed = set(data["content_hashes"])
+    assert claimed and claimed <= recomputed
+    tests = [t for c in ALL_CATEGORIES for t in in_split(load_tasks(c), "test")]
+    assert trace_twins(tests, traces) == []
 
 
 def test_tune_cli_parses_its_options() -> None:

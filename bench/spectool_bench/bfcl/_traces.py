@@ -10,7 +10,8 @@ Each example is what a drafter would see at one step of the replay main model
   that one call. τ² tasks (categories ``tau2_<domain>``) the same way, on τ²'s tools and a fresh
   copy of the domain's database, split by τ²'s ``split_tasks.json``.
 
-Only tasks in ``split`` (:mod:`._splits`) are used: tune on ``train``, report on ``test``.
+Only tasks in ``split`` (:mod:`._splits`, by content) are used: tune on ``train``, report on
+``test``. Each example records ``meta["content"]``, the digest of its question and functions.
 
     python -m spectool_bench.bfcl._traces --split train --categories simple_python,multiple --out t.jsonl
 """
@@ -25,6 +26,7 @@ from typing import Any
 from spectool import DraftRequest, ToolCall, TraceExample, TraceRecorder
 
 from ..harness._workloads import open_world, split_tasks
+from ._splits import content_digest
 from ._tasks import MULTI_TURN_CATEGORIES, Task
 from ._workload import task_output
 
@@ -67,6 +69,7 @@ def task_examples(task: Task, split: str = "") -> Iterator[TraceExample]:
                 "turn": turn_no,
                 "step": i,
                 "speculable": _speculable(task, env, call),
+                "content": content_digest(messages, task.tools),  # what the adapter manifest lists
             }
             yield TraceExample(DraftRequest(messages=list(messages), tools=task.tools), target, meta)
             out = env.call(call) if env is not None else task_output(task, call)

@@ -61,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--split",
         choices=("train", "dev", "test", "all"),
         default="test",
-        help="BFCL: tasks by sha256(task id) bucket, train 0-59, dev 60-69, test 70-99; τ²: its own "
+        help="BFCL: tasks by content (spectool_bench.bfcl._splits), train, dev or test; τ²: its own "
         "split_tasks.json (train / test) (default test)",
     )
     ev.add_argument(

@@ -69,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latencies", type=_floats, help="mean tool latencies (s), e.g. 0,0.1,0.5")
     p.add_argument("--latency-cv", type=float, help="tool latency sd / mean (default 0.2)")
     p.add_argument("--samples", type=_lambdas, help="λ values, e.g. 1,3,auto (auto: chosen per request)")
-    p.add_argument("--split", choices=("train", "dev", "test", "all"), help="BFCL task split (by task id)")
+    p.add_argument("--split", choices=("train", "dev", "test", "all"), help="BFCL task split (by content)")
     p.add_argument("--tasks-per-category", type=int, help="first N tasks of each category (after --split)")
     p.add_argument(
         "--eager-arm",
