@@ -322,19 +322,23 @@ def test_tuning_recipe_end_to_end_and_adapter_changes_outputs(tmp_path, smol_tok
 
 
 def test_the_manifest_lists_the_content_digest_of_every_example_trained_on(tmp_path) -> None:
-    from spectool.drafters._tune import _data_summary
+    from spectool.drafters._tune import training_examples
 
     traces = tmp_path / "t.jsonl"
-    traces.write_text("x\n")
     examples = [
         TraceExample(REQUEST, CALLS, {"category": "a", "split": "train", "content": "d2"}),
         TraceExample(REQUEST, CALLS, {"category": "a", "split": "train", "content": "d1"}),
         TraceExample(REQUEST, CALLS, {"category": "b", "split": "train", "content": "d2"}),
         TraceExample(REQUEST, CALLS, {"category": "b"}),  # recorded by an agent: no digest
     ]
-    data = _data_summary(str(traces), examples)
+    traces.write_text("".join(json.dumps(ex.as_json()) + "\n" for ex in examples))
+    chosen, data = training_examples(str(traces))
     assert data["content_hashes"] == ["d1", "d2"]
     assert data["examples_by_category"] == {"a": 2, "b": 2} and data["splits"] == ["?", "train"]
+    # a subset trains on a subset: only the chosen examples' digests are listed
+    chosen, data = training_examples(str(traces), max_per_category=1, seed=0)
+    picked = [ex.meta.get("content") for ex in chosen]
+    assert data["content_hashes"] == sorted({c for c in picked if c})
 
 
 def test_loss_on_the_target_columns_equals_the_full_right_padded_loss(smol_tokenizer) -> None:
