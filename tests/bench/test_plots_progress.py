@@ -109,3 +109,15 @@ def test_progress_disabled_writes_nothing_but_counts():
     bar.step()
     bar.close()
     assert out.getvalue() == "" and bar.done == 1
+
+
+def test_drafters_eval_progress_goes_through_the_helper(monkeypatch):
+    from spectool_bench.drafters._eval import _progress_printer
+
+    out = FakeStderr()
+    monkeypatch.setattr("sys.stderr", out)
+    show = _progress_printer("history λ=1")
+    for done in (1, 2, 3):
+        show(done, 3)
+    last = out.getvalue().splitlines()[-1]
+    assert last.startswith("history λ=1:") and "3/3" in last and "task/s" in last
