@@ -28,6 +28,7 @@ from spectool.errors import ConfigError
 from ..bfcl._tasks import Task
 from ..bfcl._workload import task_output
 from ..harness._workloads import open_world, split_tasks
+from ..report._progress import Progress
 from ._metrics import StepScore, score_step, summarize
 
 __all__ = [
@@ -166,14 +167,16 @@ async def evaluate(
 
 
 def _progress_printer(label: str) -> Callable[[int, int], None]:
-    start = time.perf_counter()
-    last = [0.0]
+    """A :class:`Progress` bar over one arm's tasks (tasks done / total, rate, ETA)."""
+    bar: list[Progress] = []
 
     def show(done: int, total: int) -> None:
-        now = time.perf_counter() - start
-        if done == total or now - last[0] >= 2.0:
-            last[0] = now
-            print(f"  {label}: {done}/{total} tasks, {now:.0f} s", file=sys.stderr, flush=True)
+        if not bar:
+            bar.append(Progress(total, unit="task"))
+            bar[0].label = label
+        bar[0].step(done - bar[0].done)
+        if done >= total:
+            bar[0].close()
 
     return show
 

@@ -13,6 +13,7 @@ import anyio
 from spectool.errors import ConfigError
 
 from ..bfcl._tasks import Task
+from ..report._progress import Progress
 from ._agents import Setup, assign, run_agents
 from ._latency import Latency
 from ._metrics import PRICES, run_row
@@ -315,34 +316,6 @@ def _warm_up(tasks: list) -> None:
 
     for t in tasks:
         open_world(t)
-
-
-class Progress:
-    """A one-line progress bar on stderr (model steps done / expected)."""
-
-    def __init__(self, total: int, enabled: bool = True) -> None:
-        self.total, self.done, self.enabled, self.t0 = max(1, total), 0, enabled, time.perf_counter()
-        self.label = ""
-        self._shown = -1
-
-    def step(self) -> None:
-        self.done += 1
-        if not self.enabled:
-            return
-        frac = min(1.0, self.done / self.total)
-        tty = sys.stderr.isatty()
-        shown = int(frac * (100 if tty else 10))  # redraw per percent on a terminal, per 10% in logs
-        if shown == self._shown:
-            return
-        self._shown = shown
-        bar = "#" * int(30 * frac) + "." * (30 - int(30 * frac))
-        text = f"[{bar}] {100 * frac:5.1f}% {time.perf_counter() - self.t0:6.1f}s {self.label:<48}"
-        sys.stderr.write(f"\r{text}" if tty else f"{text}\n")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled and sys.stderr.isatty():
-            sys.stderr.write("\n")
 
 
 def run_plan(plan: Plan, progress: bool = True) -> dict[str, Any]:

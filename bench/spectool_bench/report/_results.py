@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,6 +13,9 @@ from spectool.errors import missing_extra
 
 __all__ = [
     "aggregate_throughput",
+    "hit_rate_figure",
+    "latency_figure",
+    "predicted_figure",
     "summary_table",
     "throughput_vs_agents_plot",
     "write_plots",
@@ -121,7 +125,23 @@ def write_results(results: Mapping[str, Any], out: Path) -> Path:
 
 
 def write_plots(runs: Sequence[Mapping[str, Any]], out: Path, title: str = "") -> list[Path]:
-    """Three PNGs: time saved vs tool latency; throughput vs hit rate (λ); measured vs predicted."""
+    """The PNGs: time saved vs α; time saved vs tool latency (only when some arm was run at
+    ≥ 2 latencies: one point is no curve); throughput vs hit rate (λ); measured vs predicted;
+    throughput vs agents (only with ≥ 2 agent counts)."""
+    plt = _pyplot()
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [saved_vs_alpha_plot(runs, out / "time_saved_vs_alpha.png", plt, title)]
+    fig = latency_figure(runs, plt, title)
+    if fig is not None:
+        paths.append(_save(fig, out / "time_saved_vs_latency.png", plt))
+    paths.append(_save(hit_rate_figure(runs, plt, title), out / "throughput_vs_hit_rate.png", plt))
+    paths.append(_save(predicted_figure(runs, plt, title), out / "measured_vs_predicted.png", plt))
+    if len({r["agents"] for r in runs}) > 1:
+        paths.append(throughput_vs_agents_plot(runs, out / "throughput_vs_agents.png", plt, title))
+    return paths
+
+
+def _pyplot() -> Any:
     try:
         import matplotlib
 
@@ -129,68 +149,90 @@ def write_plots(runs: Sequence[Mapping[str, Any]], out: Path, title: str = "") -
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise missing_extra("matplotlib", "bench") from exc
-    out.mkdir(parents=True, exist_ok=True)
-    spec = [r for r in runs if r["config"] != "baseline"]
-    paths = [saved_vs_alpha_plot(runs, out / "time_saved_vs_alpha.png", plt, title)]
+    return plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+
+def _title(head: str, title: str) -> str:
+    """The plot's name over the run's title, wrapped so that neither end is cut off."""
+    return "\n".join([head, *textwrap.wrap(title, 60)])
+
+
+def _arm(r: Mapping[str, Any]) -> str:
+    return f"{r['config']} · {r['drafter']}"
+
+
+def _legend(ax: Any, **kw: Any) -> None:
+    """A legend only when something is labelled (else matplotlib warns "No artists…")."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kw)
+
+
+def latency_figure(runs: Sequence[Mapping[str, Any]], plt: Any, title: str = "") -> Any | None:
+    """Time saved against mean tool latency, one line per series with ≥ 2 latencies; None if none."""
     series: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in spec:
-        series[f"{r['config']} · {r['drafter']} · λ={r['samples']} · M={r['agents']}"][
-            r["tool_latency_mean"]
-        ].append(r["time_saved_pct"])
+    for r in runs:
+        if r["config"] != "baseline":
+            name = f"{_arm(r)} · λ={r['samples']} · M={r['agents']}"
+            series[name][r["tool_latency_mean"]].append(r["time_saved_pct"])
+    series = {k: v for k, v in series.items() if len(v) >= 2}
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for name, pts in sorted(series.items()):
         xs = sorted(pts)
         ax.plot(xs, [sum(pts[x]) / len(pts[x]) for x in xs], marker="o", label=name)
     ax.axhline(0, color="grey", lw=0.8)
-    ax.set(
-        xlabel="mean tool latency (s)",
-        ylabel="time saved per agent (%)",
-        title=f"Time saved vs tool latency {title}",
-    )
-    ax.legend(fontsize=6)
-    paths.append(_save(fig, out / "time_saved_vs_latency.png", plt))
+    ax.set(xlabel="mean tool latency (s)", ylabel="time saved per agent (%)")
+    ax.set_title(_title("Time saved vs tool latency", title), fontsize=9)
+    _legend(ax, fontsize=6)
+    return fig
 
+
+def hit_rate_figure(runs: Sequence[Mapping[str, Any]], plt: Any, title: str = "") -> Any:
+    """Per-agent throughput against hit rate; colour = arm (config · drafter), text = λ."""
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for r in spec:
-        ax.scatter(r["hit_rate"], r["throughput_tok_s"], s=18)
-        ax.annotate(
-            f"λ={r['samples']}",
-            (r["hit_rate"], r["throughput_tok_s"]),
-            fontsize=6,
-            xytext=(3, 2),
-            textcoords="offset points",
-        )
+    palette = plt.get_cmap("tab10")
+    arms = sorted({_arm(r) for r in runs if r["config"] != "baseline"})
+    for i, arm in enumerate(arms):
+        pts = [r for r in runs if r["config"] != "baseline" and _arm(r) == arm]
+        xs, ys = [r["hit_rate"] for r in pts], [r["throughput_tok_s"] for r in pts]
+        ax.scatter(xs, ys, s=18, color=palette(i % 10), label=arm)
+        for r, x, y in zip(pts, xs, ys, strict=True):
+            ax.annotate(f"λ={r['samples']}", (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
     for r in runs:
         if r["config"] == "baseline":
             ax.axhline(r["throughput_tok_s"], color="grey", lw=0.5, ls=":")
-    ax.set(
-        xlabel="hit rate α",
-        ylabel="throughput per agent (generated tok/s)",
-        title=f"Throughput vs hit rate (dotted: baselines) {title}",
-    )
-    paths.append(_save(fig, out / "throughput_vs_hit_rate.png", plt))
+    ax.set(xlabel="hit rate α", ylabel="throughput per agent (gen. tok/s)")
+    ax.set_title(_title("Throughput vs hit rate (dotted: baselines)", title), fontsize=9)
+    _legend(ax, fontsize=7)
+    return fig
 
-    fig, ax = plt.subplots(figsize=(5, 5))
-    predicted = [r for r in spec if r.get("predicted_speedup") is not None]
+
+def predicted_figure(runs: Sequence[Mapping[str, Any]], plt: Any, title: str = "") -> Any:
+    """Measured against predicted speedup, each point labelled arm · λ, with the y = x line."""
+    fig, ax = plt.subplots(figsize=(5.5, 5.5))
+    predicted = [r for r in runs if r["config"] != "baseline" and r.get("predicted_speedup") is not None]
     xs = [r["predicted_speedup"] for r in predicted]
     ys = [r["measured_speedup"] for r in predicted]
-    ax.scatter(xs, ys, s=18)
+    palette = plt.get_cmap("tab10")
+    arms = sorted({_arm(r) for r in predicted})
+    for i, arm in enumerate(arms):
+        pts = [(x, y) for r, x, y in zip(predicted, xs, ys, strict=True) if _arm(r) == arm]
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=18, color=palette(i % 10), label=arm)
+    for r, x, y in zip(predicted, xs, ys, strict=True):
+        ax.annotate(f"λ={r['samples']}", (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
     lo, hi = min(xs + ys + [1.0]) * 0.98, max(xs + ys + [1.0]) * 1.02
     ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="measured = predicted")
     ax.plot([lo, hi], [0.95 * lo, 0.95 * hi], ":", color="grey", lw=0.8, label="0.95 × predicted")
     ax.set(
         xlabel="predicted speedup (client: Eq. 2; engine: Eq. 4/Eq. 6)",
         ylabel="measured speedup",
-        title=f"Measured vs predicted {title}",
         xlim=(lo, hi),
         ylim=(lo, hi),
     )
-    ax.legend(fontsize=7)
-    paths.append(_save(fig, out / "measured_vs_predicted.png", plt))
-    if len({r["agents"] for r in runs}) > 1:
-        paths.append(throughput_vs_agents_plot(runs, out / "throughput_vs_agents.png", plt, title))
-    return paths
+    ax.set_title(_title("Measured vs predicted", title), fontsize=9)
+    _legend(ax, fontsize=7)
+    return fig
 
 
 def aggregate_throughput(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[int, float]]:
@@ -219,7 +261,7 @@ def throughput_vs_agents_plot(
         title=f"Throughput vs agents\n{title}".strip(),
     )
     ax.title.set_fontsize(9)
-    ax.legend(fontsize=7)
+    _legend(ax, fontsize=7)
     return _save(fig, path, plt)
 
 
@@ -287,7 +329,7 @@ def saved_vs_alpha_plot(runs: Sequence[Mapping[str, Any]], path: Path, plt: Any,
         xlim=(-0.03, 1.03),
         title=title or "Time saved against hit rate: measured points, model curves",
     )
-    ax.legend(fontsize=6.5, loc="upper left")
+    _legend(ax, fontsize=6.5, loc="upper left")
     return _save(fig, path, plt)
 
 
