@@ -167,14 +167,16 @@ def _with_world(
     return with_mcp_tools(assignment, world.schemas), setup, prestep
 
 
-async def _reference_pass(args: argparse.Namespace, assignment: list, setup: Setup, statuses: _Statuses):
+async def _reference_pass(
+    args: argparse.Namespace, assignment: list, setup: Setup, statuses: _Statuses, counts: FaultCounts
+):
     """The pass without speculation (RSS sampled as in a soak pass): the transcripts and
     world state to match."""
     rss: list[tuple[float, float]] = []
     stop = anyio.Event()
     async with _world(args) as world, anyio.create_task_group() as tg:
         tasks, setup, prestep = _with_world(world, assignment, setup, "off")
-        tg.start_soon(_sample_rss, rss, stop, time.perf_counter(), "reference pass", statuses, FaultCounts())
+        tg.start_soon(_sample_rss, rss, stop, time.perf_counter(), "reference pass", statuses, counts)
         results, errors, scripted = await _agents(tasks, setup, prestep)
         stop.set()
         state = world.notes.state() if world is not None else {}
@@ -268,6 +270,7 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
             tools_hook=faulty_tools(ref_counts),
         ),
         ref_statuses,
+        ref_counts,
     )
     if any(ref_errors):
         raise RuntimeError(f"the reference pass failed: {next(e for e in ref_errors if e)}")
