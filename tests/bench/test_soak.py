@@ -344,3 +344,18 @@ def test_the_soak_wiring_offers_the_mcp_tools_and_runs_the_models_mcp_call(eager
     assert ["m", "from the model", 2] in state["writes"]  # one per agent, not more
     tool_msgs = [m for m in results[0].transcript[0] if m.get("role") == "tool"]
     assert [m["content"] for m in tool_msgs] == ["saved m"]
+
+
+def test_eager_defaults_to_speculable_and_mcp_to_on():
+    import argparse
+
+    from spectool_bench.soak import _cli
+
+    parser = argparse.ArgumentParser()
+    _cli.add_arguments(parser)
+    args = parser.parse_args([])
+    assert (args.eager, args.mcp) == ("speculable", True)
+    args = parser.parse_args(["--eager", "all", "--no-mcp"])
+    assert (args.eager, args.mcp) == ("all", False)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--eager", "sometimes"])

@@ -230,10 +230,12 @@ async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base
             tg.start_soon(restart)
         results, errors, scripted = await _agents(tasks, setup, prestep)
         stop.set()
-        await anyio.sleep(args.settle)  # speculative runs still in flight get their timeout to finish
+        wall = time.perf_counter() - t0
+        # speculative runs still in flight get their timeout to finish, and a late early write
+        # must land before the world state is read
+        await anyio.sleep(args.settle)
         state = world.notes.state() if world is not None else {}
-    run = PassRun(results, errors, scripted, state)
-    return run, statuses, rss, marks, time.perf_counter() - t0
+    return PassRun(results, errors, scripted, state), statuses, rss, marks, wall
 
 
 def _base(args: argparse.Namespace, main: Any) -> dict[str, Any]:
