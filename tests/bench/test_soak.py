@@ -307,8 +307,6 @@ def test_the_soak_wiring_offers_the_mcp_tools_and_runs_the_models_mcp_call(eager
     scripted model standing in for the embedded one (no weights here): the model is offered
     the MCP tools, its streamed ``notes_write`` runs once per agent through spectool (eager
     ``all`` included), and the pre-step ran for every agent."""
-    import types
-
     import anyio
 
     from spectool.testing import ScriptedModel, call, say
@@ -317,6 +315,7 @@ def test_the_soak_wiring_offers_the_mcp_tools_and_runs_the_models_mcp_call(eager
     from spectool_bench.bfcl._tasks import load_tasks
     from spectool_bench.harness._agents import Setup, assign
     from spectool_bench.soak import _cli
+    from spectool_bench.soak._mcp import pass_world, with_world
 
     model = ScriptedModel([call("notes_write", key="m", text="from the model"), say("done")])
     tasks = in_split(load_tasks("simple_python"), "test")[:2]
@@ -331,8 +330,8 @@ def test_the_soak_wiring_offers_the_mcp_tools_and_runs_the_models_mcp_call(eager
     )
 
     async def one_pass():
-        async with _cli._world(types.SimpleNamespace(mcp=True)) as world:
-            assignment, s, prestep = _cli._with_world(world, assign(tasks, 2, 1), setup, eager)
+        async with pass_world(True) as world:
+            assignment, s, prestep = with_world(world, assign(tasks, 2, 1), setup, eager)
             results, errors, scripted = await _cli._agents(assignment, s, prestep)
             return results, errors, scripted, world.notes.state()
 

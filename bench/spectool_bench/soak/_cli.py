@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import functools
 import json
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +51,7 @@ from . import _report as soak_report
 from ._compare import PassRun, compare
 from ._faults import FaultCounts, FaultyDrafter, disconnecting_clients, faulty_tools
 from ._leak import DEFAULT_MAX_LEAK_PCT, judge, rss_mb, run_passes, settled_rss_mb
-from ._mcp import McpWorld, mcp_world, with_mcp_tools
+from ._mcp import Prestep, pass_world, with_world
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -95,9 +93,6 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(e) for e in exc.exceptions)
     return f"{type(exc).__name__}: {exc}"
-
-
-Prestep = Callable[[int], Awaitable[list[Any]]]
 
 
 async def _agents(
@@ -146,27 +141,6 @@ async def _sample_rss(
             await stop.wait()
 
 
-@asynccontextmanager
-async def _world(args: argparse.Namespace) -> AsyncIterator[McpWorld | None]:
-    """A pass's MCP server (fresh state), or None with ``--no-mcp``."""
-    if not args.mcp:
-        yield None
-        return
-    async with mcp_world() as world:
-        yield world
-
-
-def _with_world(
-    world: McpWorld | None, assignment: list, setup: Setup, eager: str
-) -> tuple[list, Setup, Prestep | None]:
-    """The pass's tasks, setup and pre-step with the MCP tools added (unchanged without)."""
-    if world is None:
-        return assignment, setup, None
-    setup = dataclasses.replace(setup, tools_hook=world.hook(setup.tools_hook))
-    prestep = functools.partial(world.prestep, setup.make_client, eager=eager)
-    return with_mcp_tools(assignment, world.schemas), setup, prestep
-
-
 async def _reference_pass(
     args: argparse.Namespace, assignment: list, setup: Setup, statuses: _Statuses, counts: FaultCounts
 ):
@@ -174,8 +148,8 @@ async def _reference_pass(
     world state to match."""
     rss: list[tuple[float, float]] = []
     stop = anyio.Event()
-    async with _world(args) as world, anyio.create_task_group() as tg:
-        tasks, setup, prestep = _with_world(world, assignment, setup, "off")
+    async with pass_world(args.mcp) as world, anyio.create_task_group() as tg:
+        tasks, setup, prestep = with_world(world, assignment, setup, "off")
         tg.start_soon(_sample_rss, rss, stop, time.perf_counter(), "reference pass", statuses, counts)
         results, errors, scripted = await _agents(tasks, setup, prestep)
         stop.set()
@@ -213,8 +187,8 @@ async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base
             await anyio.to_thread.run_sync(main.restart_http, 1.0)
             counts.restarts += 1
 
-    async with _world(args) as world, anyio.create_task_group() as tg:
-        tasks, setup, prestep = _with_world(world, assignment, setup, args.eager)
+    async with pass_world(args.mcp) as world, anyio.create_task_group() as tg:
+        tasks, setup, prestep = with_world(world, assignment, setup, args.eager)
         tg.start_soon(sample)
         tg.start_soon(
             functools.partial(

@@ -13,9 +13,10 @@ scripted pre-step (read, write, read of its own note) through a spectool session
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,10 +24,14 @@ from spectool import Toolbox, ToolSpec
 from spectool.errors import ConfigError
 
 from ..bfcl._tasks import Task
+from ..harness._agents import Setup
 
 __all__ = [
     "McpWorld",
     "NotesServer",
+    "Prestep",
+    "pass_world",
+    "with_world",
     "mcp_world",
     "run_scripted",
     "scripted_calls",
@@ -176,3 +181,27 @@ async def run_scripted(spec: Any, agent: int) -> list[Any]:
     for message in scripted_calls(agent):
         out.extend(m.get("content") for m in await spec.run_tool_calls(message))
     return out
+
+
+Prestep = Callable[[int], Awaitable[list[Any]]]
+
+
+@asynccontextmanager
+async def pass_world(enabled: bool) -> AsyncIterator[McpWorld | None]:
+    """A pass's MCP server (fresh state), or None with ``--no-mcp``."""
+    if not enabled:
+        yield None
+        return
+    async with mcp_world() as world:
+        yield world
+
+
+def with_world(
+    world: McpWorld | None, assignment: list, setup: Setup, eager: str
+) -> tuple[list, Setup, Prestep | None]:
+    """The pass's tasks, setup and pre-step with the MCP tools added (unchanged without)."""
+    if world is None:
+        return assignment, setup, None
+    setup = dataclasses.replace(setup, tools_hook=world.hook(setup.tools_hook))
+    prestep = functools.partial(world.prestep, setup.make_client, eager=eager)
+    return with_mcp_tools(assignment, world.schemas), setup, prestep
