@@ -51,7 +51,16 @@ def test_a_tiny_soak_loses_and_changes_nothing(tmp_path, capsys):
     assert [p["rss_end_mb"] for p in report["passes"]] == ends and len(ends) == 2
     assert all(0 < end <= report["peak_rss_mb"] for end in ends)
     assert report["rss_leak"] is None and "at least 4" in report["rss_leak_note"]
-    assert "transcripts lost / changed" in capsys.readouterr().out
+    # eager dispatch on (the default) and the MCP server's tools among the agents' tools: every
+    # agent's scripted write is in the reference world state, and no soak pass changed it
+    assert report["eager"] == "speculable" and report["mcp"] is True
+    assert (
+        report["changed_world_states"] == 0 and [p["world_changed"] for p in report["passes"]] == [False] * 2
+    )
+    written = {k for k, _, _ in report["reference_world_state"]["writes"]}
+    assert {"agent-0", "agent-1", "agent-2"} <= written
+    printed = capsys.readouterr().out
+    assert "transcripts lost / changed" in printed and "world states changed" in printed
 
 
 def test_a_lost_agent_is_reported_by_the_errors_inside_its_task_group():
@@ -184,3 +193,168 @@ def test_the_soak_fails_on_a_leak_and_reports_the_series(monkeypatch, tmp_path, 
         printed = capsys.readouterr().out
         assert "RSS at the end of each pass (collected)" in printed
         assert ("LEAK" in printed) is leak
+
+
+async def _mcp_pass(tamper=None, *, eager: str = "off", agents: int = 2):
+    """One pass of a fake workload (no model: the agents' transcripts are given) whose
+    scripted MCP pre-step runs for real: a real MCP server in memory, spectool's session over a
+    real OpenAI client that is never contacted (the pre-step sends no model request).
+    ``tamper(world, agent)`` runs before an agent's pre-step: what a broken pass would do."""
+    from openai import AsyncOpenAI
+
+    from spectool_bench.harness._agents import AgentResult
+    from spectool_bench.soak._compare import PassRun
+    from spectool_bench.soak._mcp import mcp_world
+
+    def make_client():
+        return AsyncOpenAI(api_key="EMPTY", base_url="http://127.0.0.1:9/v1", max_retries=0)
+
+    async with mcp_world() as world:
+        scripted = []
+        for i in range(agents):
+            if tamper is not None:
+                await tamper(world, i)
+            scripted.append(await world.prestep(make_client, i, eager=eager))
+        state = world.notes.state()
+    results = [
+        AgentResult(agent=i, transcript=[[{"role": "user", "content": f"task {i}"}]]) for i in range(agents)
+    ]
+    return PassRun(results, [""] * agents, scripted, state)
+
+
+def _spec(world, name):
+    return next(s for s in world.specs if s.name == name)
+
+
+@pytest.mark.parametrize("eager", ["speculable", "all"])
+def test_the_mcp_pre_step_reads_its_write_and_a_faithful_pass_changes_nothing(eager):
+    import anyio
+
+    from spectool_bench.soak._compare import compare
+
+    ref = anyio.run(_mcp_pass)
+    assert ref.scripted[0] == ["(no note)", "saved agent-0", "soak note of agent 0"]
+    assert ref.state["writes"] == [
+        ["agent-0", "soak note of agent 0", 1],
+        ["agent-1", "soak note of agent 1", 1],
+    ]
+    verdict = compare(ref, anyio.run(lambda: _mcp_pass(eager=eager)), [1, 1])
+    assert (verdict.lost, verdict.changed, verdict.world_changed) == ([], [], False)
+
+
+def test_the_mcp_tools_carry_the_servers_effects():
+    import anyio
+
+    from spectool import Effect
+
+    async def effects():
+        from spectool_bench.soak._mcp import mcp_world
+
+        async with mcp_world() as world:
+            return {s.name: s.effect for s in world.specs}, [t["function"]["name"] for t in world.schemas]
+
+    by_name, offered = anyio.run(effects)
+    assert by_name == {"notes_read": Effect.READ_ONLY, "notes_write": Effect.MUTATING}
+    assert offered == ["notes_read", "notes_write"]
+
+
+def test_a_pass_that_runs_the_mcp_write_twice_or_early_changes_the_world_state():
+    """Negative controls of the world-state comparison: each tampering flips it."""
+    import anyio
+
+    from spectool_bench.soak._compare import compare
+
+    ref = anyio.run(_mcp_pass)
+
+    async def twice(world, agent):  # the write ran once more than the transcript says
+        if agent == 1:
+            await _spec(world, "notes_write").fn(key="agent-1", text="soak note of agent 1")
+
+    async def early_draft(world, agent):  # an early write with arguments the final call lacks
+        if agent == 0:
+            await _spec(world, "notes_write").fn(key="agent-0", text="drafted")
+
+    async def early_final(world, agent):  # the final call's write, run before the read
+        if agent == 0:
+            await _spec(world, "notes_write").fn(key="agent-0", text="soak note of agent 0")
+
+    verdict = compare(ref, anyio.run(lambda: _mcp_pass(twice)), [1, 1])
+    assert verdict.world_changed and verdict.lost == []
+    verdict = compare(ref, anyio.run(lambda: _mcp_pass(early_draft)), [1, 1])
+    assert verdict.world_changed and verdict.changed == [0]  # its first read saw the draft
+    # the same write early leaves the same writes behind, but twice; once it replaces the
+    # final call, the transcript shows it: the pre-step's first read saw the note
+    verdict = compare(ref, anyio.run(lambda: _mcp_pass(early_final)), [1, 1])
+    assert verdict.world_changed and verdict.changed == [0]
+
+
+def test_a_changed_transcript_or_a_lost_agent_is_counted_apart_from_the_world():
+    import anyio
+
+    from spectool_bench.soak._compare import compare
+
+    ref = anyio.run(_mcp_pass)
+    run = anyio.run(_mcp_pass)
+    run.results[1].transcript[0][0]["content"] = "another answer"
+    run.errors[0] = "ValueError: cut"
+    verdict = compare(ref, run, [1, 1])
+    assert (verdict.lost, verdict.changed, verdict.world_changed) == ([0], [1], False)
+
+
+@pytest.mark.parametrize("eager", ["off", "all"])
+def test_the_soak_wiring_offers_the_mcp_tools_and_runs_the_models_mcp_call(eager):
+    """The soak's own pass wiring (``_with_world`` + ``_agents``, the real harness) against a
+    scripted model standing in for the embedded one (no weights here): the model is offered
+    the MCP tools, its streamed ``notes_write`` runs once per agent through spectool (eager
+    ``all`` included), and the pre-step ran for every agent."""
+    import anyio
+
+    from spectool.testing import ScriptedModel, call, say
+    from spectool.testing._socket import openai_client
+    from spectool_bench.bfcl._splits import in_split
+    from spectool_bench.bfcl._tasks import load_tasks
+    from spectool_bench.harness._agents import Setup, assign
+    from spectool_bench.soak import _cli
+    from spectool_bench.soak._mcp import pass_world, with_world
+
+    model = ScriptedModel([call("notes_write", key="m", text="from the model"), say("done")])
+    tasks = in_split(load_tasks("simple_python"), "test")[:2]
+    setup = Setup(
+        make_client=lambda: openai_client(model),
+        model="scripted",
+        stream=True,
+        max_turns=1,
+        max_steps_per_turn=2,
+        eager=eager,
+        request_options={"stream": True},
+    )
+
+    async def one_pass():
+        async with pass_world(True) as world:
+            assignment, s, prestep = with_world(world, assign(tasks, 2, 1), setup, eager)
+            results, errors, scripted = await _cli._agents(assignment, s, prestep)
+            return results, errors, scripted, world.notes.state()
+
+    results, errors, scripted, state = anyio.run(one_pass)
+    assert errors == ["", ""]
+    offered = {t["function"]["name"] for t in model.requests[0]["tools"]}
+    assert {"notes_read", "notes_write"} <= offered
+    assert [s[2] for s in scripted] == ["soak note of agent 0", "soak note of agent 1"]
+    assert ["m", "from the model", 2] in state["writes"]  # one per agent, not more
+    tool_msgs = [m for m in results[0].transcript[0] if m.get("role") == "tool"]
+    assert [m["content"] for m in tool_msgs] == ["saved m"]
+
+
+def test_eager_defaults_to_speculable_and_mcp_to_on():
+    import argparse
+
+    from spectool_bench.soak import _cli
+
+    parser = argparse.ArgumentParser()
+    _cli.add_arguments(parser)
+    args = parser.parse_args([])
+    assert (args.eager, args.mcp) == ("speculable", True)
+    args = parser.parse_args(["--eager", "all", "--no-mcp"])
+    assert (args.eager, args.mcp) == ("all", False)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--eager", "sometimes"])

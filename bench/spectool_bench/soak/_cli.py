@@ -9,14 +9,19 @@ passes of the same agents over the same BFCL test-split tasks (greedy, streamed,
    that raises, hangs and returns garbage; clients that open streams and drop them; and the
    HTTP server restarted mid-run (open connections cut; agents re-send the cut request).
 
+With ``--mcp`` (default) every pass gets a fresh in-process MCP server (:mod:`._mcp`) whose
+read and write tools join each task's tools, and each agent first runs a scripted read, write,
+read through spectool; the server's state after a pass is its *world state*, compared with the
+reference pass's. ``--eager`` (default ``speculable``) sets eager dispatch in the soak passes.
+
 The soak pass runs ``--passes`` times (default 4). Reported: transcripts lost (an agent that
 did not finish) or changed (≠ the reference, call ids aside), asyncio tasks and threads left
 after the passes, the process's RSS (client and server share it here) at the end of each pass
 once its work is done and collected, and that series' least-squares slope per pass
 (:mod:`._leak`), responses with a 5xx status, and how many faults of each kind were injected.
-Exit status 1 when anything was lost or changed, a 5xx came back, or the slope is above
-``--max-leak-pct``. Both passes run under the same
-concurrency on the same engine, so a changed transcript is speculation's doing, not batching's.
+Exit status 1 when anything was lost or changed (a transcript or a world state), a 5xx came
+back, or the slope is above ``--max-leak-pct``. Both passes run under the same concurrency on
+the same engine, so a changed transcript is speculation's doing, not batching's.
 
     spectool soak --agents 32 --tasks-per-agent 4 --out soak-out
 """
@@ -42,10 +47,11 @@ from ..bfcl._splits import in_split
 from ..bfcl._tasks import load_tasks
 from ..harness._agents import AgentResult, Setup, _run_agent, assign
 from ..harness._latency import Latency
-from ..harness._metrics import _same
 from . import _report as soak_report
+from ._compare import PassRun, compare
 from ._faults import FaultCounts, FaultyDrafter, disconnecting_clients, faulty_tools
 from ._leak import DEFAULT_MAX_LEAK_PCT, judge, rss_mb, run_passes, settled_rss_mb
+from ._mcp import Prestep, pass_world, with_world
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -89,13 +95,19 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-async def _agents(assignment: Sequence[Sequence[Any]], setup: Setup) -> tuple[list[AgentResult], list[str]]:
-    """Run every agent; one agent's failure is recorded (a lost transcript), not fatal."""
+async def _agents(
+    assignment: Sequence[Sequence[Any]], setup: Setup, prestep: Prestep | None = None
+) -> tuple[list[AgentResult], list[str], list[list[Any]]]:
+    """Run every agent (its scripted MCP pre-step first); one agent's failure is recorded (a
+    lost transcript), not fatal. Returns the results, errors and pre-step outputs."""
     results = [AgentResult(agent=i) for i in range(len(assignment))]
     errors = [""] * len(assignment)
+    scripted: list[list[Any]] = [[] for _ in assignment]
 
     async def one(i: int) -> None:
         try:
+            if prestep is not None:
+                scripted[i] = await prestep(i)
             await _run_agent(i, assignment[i], setup, results[i])
         except Exception as exc:  # noqa: BLE001 - the report names it
             errors[i] = _describe(exc)[:600]
@@ -103,7 +115,7 @@ async def _agents(assignment: Sequence[Sequence[Any]], setup: Setup) -> tuple[li
     async with anyio.create_task_group() as tg:
         for i in range(len(assignment)):
             tg.start_soon(one, i)
-    return results, errors
+    return results, errors, scripted
 
 
 async def _sample_rss(
@@ -129,15 +141,20 @@ async def _sample_rss(
             await stop.wait()
 
 
-async def _reference_pass(assignment: list, setup: Setup, statuses: _Statuses, counts: FaultCounts):
-    """The pass without speculation (RSS sampled as in a soak pass): the transcripts to match."""
+async def _reference_pass(
+    args: argparse.Namespace, assignment: list, setup: Setup, statuses: _Statuses, counts: FaultCounts
+):
+    """The pass without speculation (RSS sampled as in a soak pass): the transcripts and
+    world state to match."""
     rss: list[tuple[float, float]] = []
     stop = anyio.Event()
-    async with anyio.create_task_group() as tg:
+    async with pass_world(args.mcp) as world, anyio.create_task_group() as tg:
+        tasks, setup, prestep = with_world(world, assignment, setup, "off")
         tg.start_soon(_sample_rss, rss, stop, time.perf_counter(), "reference pass", statuses, counts)
-        results, errors = await _agents(assignment, setup)
+        results, errors, scripted = await _agents(tasks, setup, prestep)
         stop.set()
-    return results, errors, rss
+        state = world.notes.state() if world is not None else {}
+    return results, errors, scripted, state, rss
 
 
 async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base: dict, counts: FaultCounts):
@@ -154,6 +171,7 @@ async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base
         engine_options={"base_url": main.base_url},
         request_retries=8,
         tools_hook=faulty_tools(counts),
+        eager=args.eager,
     )
     rss: list[tuple[float, float]] = []
     marks: list[tuple[float, str]] = []
@@ -169,9 +187,8 @@ async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base
             await anyio.to_thread.run_sync(main.restart_http, 1.0)
             counts.restarts += 1
 
-    results: list[AgentResult] = []
-    errors: list[str] = []
-    async with anyio.create_task_group() as tg:
+    async with pass_world(args.mcp) as world, anyio.create_task_group() as tg:
+        tasks, setup, prestep = with_world(world, assignment, setup, args.eager)
         tg.start_soon(sample)
         tg.start_soon(
             functools.partial(
@@ -185,9 +202,14 @@ async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base
         )
         if args.restart_after > 0:
             tg.start_soon(restart)
-        results, errors = await _agents(assignment, setup)
+        results, errors, scripted = await _agents(tasks, setup, prestep)
         stop.set()
-    return results, errors, statuses, rss, marks, time.perf_counter() - t0
+        wall = time.perf_counter() - t0
+        # speculative runs still in flight get their timeout to finish, and a late early write
+        # must land before the world state is read
+        await anyio.sleep(args.settle)
+        state = world.notes.state() if world is not None else {}
+    return PassRun(results, errors, scripted, state), statuses, rss, marks, wall
 
 
 def _base(args: argparse.Namespace, main: Any) -> dict[str, Any]:
@@ -215,7 +237,8 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
     ref_statuses = _Statuses()
     ref_counts = FaultCounts()
     _say(f"reference pass: {len(tasks)} test tasks over {len(assignment)} agents, no speculation, no faults")
-    reference, ref_errors, ref_rss = await _reference_pass(
+    reference, ref_errors, ref_scripted, ref_state, ref_rss = await _reference_pass(
+        args,
         assignment,
         Setup(
             **base,
@@ -227,27 +250,32 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
     )
     if any(ref_errors):
         raise RuntimeError(f"the reference pass failed: {next(e for e in ref_errors if e)}")
+    ref_run = PassRun(reference, ref_errors, ref_scripted, ref_state)
     ref_end_mb = settled_rss_mb()
     counts = FaultCounts()
     lost: list[int] = []
     changed: list[int] = []
+    worlds_changed: list[int] = []
     last: dict[str, Any] = {}  # the last pass's results, for the report
 
     async def one_pass(k: int) -> dict[str, Any]:
         _say(
-            f"soak pass {k + 1}/{args.passes}: engine-side speculation under drafter/tool faults, "
-            "dropped streams, a restart"
+            f"soak pass {k + 1}/{args.passes}: engine-side speculation (eager {args.eager}, "
+            f"MCP {'on' if args.mcp else 'off'}) under drafter/tool faults, dropped streams, a restart"
         )
-        results, errors, statuses, rss, marks, wall = await _soak_pass(args, main, assignment, base, counts)
-        await anyio.sleep(args.settle)  # speculative runs still in flight get their timeout to finish
-        lost_k = [i for i, e in enumerate(errors) if e or len(results[i].transcript) != len(assignment[i])]
-        changed_k = [
-            i for i in range(len(results)) if i not in lost_k and not _same(reference[i], results[i])
-        ]
-        lost.extend(lost_k)
-        changed.extend(changed_k)
-        last.update(results=results, errors=errors, statuses=statuses, rss=rss, marks=marks, wall=wall)
-        return soak_report.pass_summary(lost_k, changed_k, statuses, rss, wall)
+        run, statuses, rss, marks, wall = await _soak_pass(args, main, assignment, base, counts)
+        verdict = compare(ref_run, run, [len(a) for a in assignment])
+        lost.extend(verdict.lost)
+        changed.extend(verdict.changed)
+        if verdict.world_changed:
+            worlds_changed.append(k)
+            _say(f"soak pass {k + 1}: the MCP server's state differs from the reference pass's")
+        last.update(
+            results=run.results, errors=run.errors, statuses=statuses, rss=rss, marks=marks, wall=wall
+        )
+        summary = soak_report.pass_summary(verdict.lost, verdict.changed, statuses, rss, wall)
+        summary["world_changed"] = verdict.world_changed
+        return summary
 
     # RSS is read after each pass's work is done and collected: the series a leak would raise
     passes, end_mb = await run_passes(args.passes, one_pass)
@@ -276,6 +304,9 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
     report["reference_peak_rss_mb"] = round(max((v for _, v in ref_rss), default=0.0), 1)
     report.update(judge(end_mb, args.max_leak_pct))
     report["server_errors_5xx"] = sum(p["server_errors_5xx"] for p in passes)
+    report["eager"], report["mcp"] = args.eager, args.mcp
+    report["changed_world_states"] = len(worlds_changed)
+    report["reference_world_state"] = ref_state
     return report
 
 
@@ -298,7 +329,12 @@ def run(args: argparse.Namespace) -> int:
     soak_report.print_report(report)
     png = None if args.no_plot else soak_report.plot(report, args.out)
     print(f"wrote {args.out / 'results.json'}" + (f" and {png}" if png else ""))
-    bad = report["lost_transcripts"] or report["changed_transcripts"] or report["server_errors_5xx"]
+    bad = (
+        report["lost_transcripts"]
+        or report["changed_transcripts"]
+        or report.get("changed_world_states")
+        or report["server_errors_5xx"]
+    )
     return 1 if bad or report["rss_leak"] else 0
 
 
@@ -326,6 +362,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_LEAK_PCT,
         help="end-of-pass RSS slope, in %% of the first pass's per pass, above which the soak "
         f"fails (default {DEFAULT_MAX_LEAK_PCT:g})",
+    )
+    p.add_argument(
+        "--eager",
+        choices=("off", "speculable", "all"),
+        default="speculable",
+        help="eager dispatch in the soak passes (default speculable, the wrapper's default: "
+        "read-only and pure calls start while the response streams; 'all' also starts mutating "
+        "calls once the stream ends, which is only safe when every streamed response's calls "
+        "are executed — the soak checks that the world state says so)",
+    )
+    p.add_argument(
+        "--mcp",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="an in-process MCP server's read and write tools among the agents' tools, a "
+        "scripted read/write/read per agent through spectool, and its state compared with the "
+        "reference pass's (default on)",
     )
     p.add_argument("--quick", action="store_true", help="4 agents × 2 tasks")
     p.add_argument("--no-plot", action="store_true")

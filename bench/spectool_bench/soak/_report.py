@@ -72,6 +72,11 @@ def print_report(report: dict[str, Any]) -> None:
     verdict = {True: "LEAK", False: "ok", None: report.get("rss_leak_note") or "not judged"}[leak]
     rows = [
         ("transcripts lost / changed", f"{report['lost_transcripts']} / {report['changed_transcripts']}"),
+        (
+            "world states changed (MCP server vs reference)",
+            f"{report.get('changed_world_states', 0)} of {len(report.get('passes', ()))} passes"
+            + ("" if report.get("mcp", True) else " (--no-mcp)"),
+        ),
         ("asyncio tasks / threads left", f"{report['asyncio_tasks_left']} / {report['threads_left']}"),
         ("peak RSS (client + server)", f"{report['peak_rss_mb']:.0f} MB"),
         (
