@@ -1,7 +1,9 @@
 """Print the requirements of the named extras of pyproject.toml, one per line, with the
 project's own extras (``spectool[local]``) expanded and ``--exclude NAME`` left out.
 ``--project DIR`` adds the dependencies of another distribution of this repository (``bench``),
-less spectool itself (its extras are expanded as above).
+less spectool itself (its extras are expanded as above) and less the repository's other
+distributions (``spectool-mcp`` …): those are not on an index; the set-up installs them from
+their folders.
 
     python scripts/requirements.py all dev --exclude xgrammar
     python scripts/requirements.py --project bench --exclude xgrammar
@@ -38,8 +40,18 @@ def requirements(extras: list[str], exclude: set[str], projects: list[str] = ())
                 todo += own.group(1).split(",")
             else:
                 out.append(req)
-    name = lambda r: re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower()  # noqa: E731
-    return sorted({r for r in out if name(r) not in exclude})
+    name = lambda r: re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower().replace("_", "-")  # noqa: E731
+    return sorted({r for r in out if name(r) not in exclude | _local_distributions(root)})
+
+
+def _local_distributions(root: Path) -> set[str]:
+    """Names of the distributions this repository builds from its own folders."""
+    folders = [root / "bench", *sorted((root / "integrations").glob("*"))]
+    return {
+        tomllib.loads((f / "pyproject.toml").read_text())["project"]["name"].lower().replace("_", "-")
+        for f in folders
+        if (f / "pyproject.toml").is_file()
+    }
 
 
 def main() -> None:
