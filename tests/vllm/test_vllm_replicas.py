@@ -24,7 +24,8 @@ import pytest
 
 from .helpers import chat_body, final_call
 
-pytestmark = pytest.mark.vllm
+# Opt-in (deselected by pyproject addopts): `pytest -m replicas tests/vllm/test_vllm_replicas.py`.
+pytestmark = [pytest.mark.vllm, pytest.mark.replicas]
 
 ROOT = Path(__file__).resolve().parents[2]
 
