@@ -24,8 +24,8 @@ import pytest
 
 from .helpers import chat_body, final_call
 
-# Opt-in (deselected by pyproject addopts): `pytest -m replicas tests/vllm/test_vllm_replicas.py`.
-pytestmark = [pytest.mark.vllm, pytest.mark.replicas]
+# Opt-in (deselected by pyproject addopts): `pytest -m extra_server tests/vllm`.
+pytestmark = [pytest.mark.vllm, pytest.mark.extra_server]
 
 ROOT = Path(__file__).resolve().parents[2]
 
