@@ -30,3 +30,16 @@ settings.load_profile(os.environ.get("SPECTOOL_HYPOTHESIS", "ci"))
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _no_exec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``spectool serve --backend vllm`` replaces its process with vLLM's (``os.execve``). Called
+    in-process by a test that meant to pass ``--print-command``, it replaced pytest itself: the
+    run ended with vLLM's exit status and no report. Here such a slip fails one test instead."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a test tried to replace the pytest process (exec {args[:2]!r})")
+
+    for name in ("execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp", "execlpe"):
+        monkeypatch.setattr(os, name, refuse)

@@ -27,7 +27,8 @@ def _free_port() -> int:
 
 
 def _printed(capsys, *argv: str) -> list[str]:
-    assert cli_main(["serve", "--backend", "vllm", *argv, "--print-command"]) == 0
+    # before the words: after a "--" in them it would be one of vLLM's flags, not ours
+    assert cli_main(["serve", "--backend", "vllm", "--print-command", *argv]) == 0
     return capsys.readouterr().out.split()
 
 
@@ -197,7 +198,10 @@ def test_every_serve_command_in_docs_vllm_parses(capsys):
     assert any("--tool-call-parser" in w for w in serve) and module
     for words in serve:
         cmd = _printed(capsys, *[w for w in words[2:] if w not in ("--backend", "vllm")])
-        assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+        # several API processes or DP ranks start through our launcher, which runs vLLM's serve
+        launcher = "--api-server-count" in words or "--data-parallel-size" in words
+        wanted = "spectool_serving.vllm._launch" if launcher else "vllm.entrypoints.openai.api_server"
+        assert cmd[1:3] == ["-m", wanted]
     for words in module:
         rest = words[words.index("spectool_serving.vllm.serve") + 1 :]
         assert serve_main(["--print-command", *[w for w in rest if w != "--print-command"]]) == 0
