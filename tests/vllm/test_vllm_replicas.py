@@ -24,8 +24,7 @@ import pytest
 
 from .helpers import chat_body, final_call
 
-# Opt-in (deselected by pyproject addopts): `pytest -m extra_server tests/vllm`.
-pytestmark = [pytest.mark.vllm, pytest.mark.extra_server]
+pytestmark = pytest.mark.vllm
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,9 +16,7 @@ import pytest
 
 from .helpers import chat_body
 
-# Opt-in (deselected by pyproject addopts): `pytest -m extra_server tests/vllm`; its own server beside the
-# suite's vLLM server was where clean-clone runs on 24 GiB died.
-pytestmark = [pytest.mark.vllm, pytest.mark.extra_server]
+pytestmark = pytest.mark.vllm
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG = ROOT / "out" / "vllm-serve-real.log"
