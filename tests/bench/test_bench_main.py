@@ -184,6 +184,10 @@ def test_cli_replay_with_eager_arm_and_auto_writes_the_headline_plot(tmp_path, c
     auto = runs[3]["samples_chosen"]
     assert sum(auto.values()) == runs[3]["steps"] and set(auto) <= {str(k) for k in range(10)}
     assert "λ chosen" in printed
+    # the time budget is checked per section: each says how long it took
+    walls = results["section_wall_s"]
+    assert list(walls) == ["headline"] and 0 < walls["headline"] <= results["wall_s"]
+    assert f"(headline {walls['headline']:.0f} s)" in printed
     assert all(split_of_id(t) == "test" for t in results["tasks"])
     assert runs[0]["tool_latency_mean"] == pytest.approx(runs[0]["G_mean_s"], rel=0.35)  # T ≈ G
     assert (out / "time_saved_vs_alpha.png").read_bytes()[:4] == b"\x89PNG"
