@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._quiet import quiet_peft_wrap
 from .._traces import TraceExample, iter_traces
 from ..errors import ConfigError
 from ._compact import COMPACT_FORMAT_VERSION, compact_prompt_ids, compact_target
@@ -222,7 +223,8 @@ def _lora(model: Any, rank: int, alpha: float, dropout: float) -> Any:
         target_modules=targets,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, config)
+    with quiet_peft_wrap():
+        return get_peft_model(model, config)
 
 
 @contextlib.contextmanager
