@@ -18,7 +18,7 @@ traces=$(mktemp -t spectool-traces-XXXX.jsonl)
 "$py" -m spectool_bench.bfcl._traces --split train --speculable-only --first-step-only \
   --categories simple_python,multiple,live_simple,live_multiple,parallel,parallel_multiple,multi_turn_base \
   --out "$traces"
-"$py" -m spectool.drafters._tune --traces "$traces" --out "$out" \
+"$py" -m spectool.drafters.tune --traces "$traces" --out "$out" \
   --max-per-category 300 --epochs 2 --rank 16 --lr 1e-3 --batch-size 4 --max-tokens 640 \
   --threads 2 --max-minutes 58 "$@"
 gzip -nc "$traces" > "$out/traces.jsonl.gz" && rm -f "$traces"

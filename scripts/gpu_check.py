@@ -25,40 +25,29 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 TIE = 0.02  # logit margin under which a greedy step of a random model is a coin flip
+_SHAPE_KEYS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "rope_theta",
+)
 SHAPES = {
-    # SmolLM2-135M's shape
-    "smollm2-135m": dict(
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        rope_theta=100000.0,
-    ),
-    # Llama 3.2 1B's shape (its vocabulary replaced by the carried tokenizer's)
-    "llama-1b": dict(
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=16,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        rope_theta=500000.0,
-    ),
-    # --dry-run
-    "tiny": dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        rope_theta=10000.0,
-    ),
+    name: dict(zip(_SHAPE_KEYS, values))
+    for name, values in {
+        "smollm2-135m": (576, 1536, 30, 9, 3, 100000.0),  # SmolLM2-135M's shape
+        # Llama 3.2 1B's shape (its vocabulary replaced by the carried tokenizer's)
+        "llama-1b": (2048, 8192, 16, 32, 8, 500000.0),
+        "tiny": (64, 128, 2, 4, 2, 10000.0),  # --dry-run
+    }.items()
 }
 PROMPTS = [
     "Summarize: the council approved a new library with three floors and a cafe.",
@@ -199,6 +188,15 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _timed(device: str, work: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    """(what ``work(*args, **kwargs)`` returns, its seconds), the device drained before and after."""
+    _sync(device)
+    t0 = time.perf_counter()
+    result = work(*args, **kwargs)
+    _sync(device)
+    return result, time.perf_counter() - t0
+
+
 def check_throughput(shape: str, tok: Any, fmt: Any, device: str, n: int, streams: list[int]) -> list[dict]:
     rows = []
     model = _model(shape, len(tok), torch.bfloat16 if device.startswith("cuda") else torch.float32, device)
@@ -208,20 +206,17 @@ def check_throughput(shape: str, tok: Any, fmt: Any, device: str, n: int, stream
             _sequence(engine, [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], n) for i in range(b)
         ]
         prompts = [list(s.tokens) for s in seqs]
-        _sync(device)
-        t0 = time.perf_counter()
-        made = sum(len(o) for o in _run(engine, seqs))
-        _sync(device)
-        t_engine = time.perf_counter() - t0
+        outs, t_engine = _timed(device, _run, engine, seqs)
+        made = sum(len(o) for o in outs)
         width = max(len(p) for p in prompts)
         ids = torch.full((b, width), engine.eos_id, dtype=torch.long)
         mask = torch.zeros(b, width, dtype=torch.long)
         for i, p in enumerate(prompts):
             ids[i, width - len(p) :], mask[i, width - len(p) :] = torch.tensor(p), 1
-        _sync(device)
-        t0 = time.perf_counter()
         with torch.no_grad():
-            out = model.generate(
+            out, t_hf = _timed(
+                device,
+                model.generate,
                 ids.to(device),
                 attention_mask=mask.to(device),
                 max_new_tokens=n,
@@ -229,8 +224,6 @@ def check_throughput(shape: str, tok: Any, fmt: Any, device: str, n: int, stream
                 do_sample=False,
                 pad_token_id=engine.eos_id,
             )
-        _sync(device)
-        t_hf = time.perf_counter() - t0
         hf_made = b * (out.shape[1] - width)
         rows.append(
             dict(

@@ -1,7 +1,7 @@
 """spectool: speculative tool calling for LLM agents."""
 
 from ._auto import AutoSamples
-from ._cache import CacheCounters, Outcome, ToolCache
+from ._cache import ToolCache
 from ._engine_client import resolved_messages
 from ._loop import AgentResult, run_agent
 from ._observe import Observer, add_observer, remove_observer
@@ -13,6 +13,7 @@ from ._openai import (
     SpeculativeStream,
     speculative,
 )
+from ._outcome import CacheCounters, Outcome
 from ._speculator import DraftCounters, Speculator, Turn
 from ._sync import SyncSpeculator
 from ._sync_openai import SyncSpeculativeOpenAI, SyncSpeculativeStream, speculative_sync

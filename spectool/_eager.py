@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import anyio
 
-from ._cache import Outcome
+from ._outcome import Outcome
 from ._speculator import Speculator, _depends_on
 from ._tools import Effect
 from ._types import ToolCall

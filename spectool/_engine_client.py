@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from ._cache import Outcome
+from ._outcome import Outcome
 from ._types import ToolCall
 from ._wire import format_output
 

@@ -12,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from ._cache import Outcome
+    from ._outcome import Outcome
     from ._tools import ToolSpec
     from ._types import DraftRequest, ToolCall
 

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 import anyio.lowlevel
 
 from ._auto import AutoSamples
-from ._cache import CacheCounters, Outcome, ToolCache
+from ._cache import ToolCache
 from ._eager import EagerBatch, StreamWatcher, eager_policy
 from ._estimates import shared_estimator
 from ._options import check_client, check_options
+from ._outcome import CacheCounters, Outcome
 from ._speculator import Speculator
 from ._tools import Toolbox
 from ._types import Drafter, ToolCall

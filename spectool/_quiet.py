@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["quiet_loading"]
+__all__ = ["quiet_loading", "quiet_peft_wrap"]
 
 
 @contextmanager
@@ -40,6 +40,23 @@ def quiet_loading() -> Iterator[None]:
         hf_logging.set_verbosity(level)
         if bars:
             hf_logging.enable_progress_bar()
+
+
+@contextmanager
+def quiet_peft_wrap() -> Iterator[None]:
+    """Around peft's wrapping of a model (tuning, loading an adapter).
+
+    peft reads transformers' deprecated ``is_gradient_checkpointing`` whatever its caller does;
+    only that one FutureWarning is dropped (by message), so nothing of the user's is hidden.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message="`is_gradient_checkpointing` is deprecated",
+            category=FutureWarning,
+            module="transformers",
+        )
+        yield
 
 
 @contextmanager

@@ -21,9 +21,10 @@ from typing import Any
 import anyio
 
 from ._auto import DEFAULT_RUN_COST_S, AutoSamples
-from ._cache import CacheCounters, OnComplete, Outcome, ToolCache, foreign_cancellation
+from ._cache import ToolCache
 from ._observe import hooks as _observe
 from ._options import check_options
+from ._outcome import CacheCounters, OnComplete, Outcome, foreign_cancellation
 from ._tools import Effect, Toolbox, ToolSpec
 from ._types import Drafter, DraftRequest, ToolCall
 from .drafters._named import resolve_drafter

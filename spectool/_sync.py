@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._cache import CacheCounters, Outcome
+from ._outcome import CacheCounters, Outcome
 from ._speculator import Speculator, Turn
 from ._tools import Toolbox
 from ._types import Drafter, ToolCall

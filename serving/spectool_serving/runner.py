@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from spectool.hf_compat import cache_keyword, output_cache
+
 __all__ = ["Runner"]
 
 
@@ -61,11 +63,11 @@ class Runner:
             else:
                 out = self.model(
                     input_ids=torch.tensor([token_ids], device=self.device),
-                    past_key_values=cache,
+                    **{cache_keyword(self.model): cache},
                     use_cache=True,
                     logits_to_keep=keep,
                 )
-                logits, cache = out.logits, out.past_key_values
+                logits, cache = out.logits, output_cache(out)
         return (logits[0, -1] if keep == 1 else logits[0]).float(), cache
 
     def forward(
@@ -90,7 +92,7 @@ class Runner:
                 input_ids=input_ids.to(self.device),
                 position_ids=position_ids.to(self.device),
                 attention_mask=mask,
-                past_key_values=cache,
+                **{cache_keyword(self.model): cache},
                 use_cache=True,
             )
         return out.logits.float()

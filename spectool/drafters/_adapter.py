@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .._quiet import quiet_peft_wrap
 from ..errors import ConfigError
 
 __all__ = ["SHIPPED_ADAPTER", "adapter_manifest", "load_adapter", "shipped_adapter_path"]
@@ -53,7 +54,8 @@ def load_adapter(model: Any, path: str | os.PathLike[str] | None = None, *, merg
     except ImportError as exc:
         raise ConfigError("loading a drafter adapter needs peft: pip install 'spectool[tune]'") from exc
     try:
-        tuned = PeftModel.from_pretrained(model, str(folder))
+        with quiet_peft_wrap():
+            tuned = PeftModel.from_pretrained(model, str(folder))
     except (ValueError, RuntimeError, KeyError, OSError) as exc:  # shape mismatch: another base model
         raise ConfigError(f"cannot apply adapter {folder} to this model: {exc}") from exc
     tuned.eval()

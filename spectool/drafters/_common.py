@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._types import ToolCall
 from ..keys import canonical_key
 
 __all__ = [
+    "UNPARSED",
     "assistant_calls",
     "call_key",
     "dedupe",
+    "function_calls",
     "message_text",
     "tool_schemas",
     "with_known_tools",
@@ -78,9 +80,13 @@ def message_text(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False, default=str)
 
 
-def assistant_calls(message: Mapping[str, Any]) -> list[ToolCall]:
-    """The tool calls of an assistant message in Chat Completions shape (bad ones skipped)."""
-    calls = []
+#: :func:`function_calls`' arguments where the JSON text does not parse.
+UNPARSED: Any = object()
+
+
+def function_calls(message: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], str, Any]]:
+    """``(entry, name, arguments)`` of each named entry of a Chat Completions message's
+    ``tool_calls``; JSON-text arguments decoded (empty: ``{}``; not JSON: :data:`UNPARSED`)."""
     for tc in message.get("tool_calls") or ():
         fn = tc.get("function") if isinstance(tc, Mapping) else None
         if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
@@ -90,7 +96,14 @@ def assistant_calls(message: Mapping[str, Any]) -> list[ToolCall]:
             try:
                 args = json.loads(args) if args.strip() else {}
             except json.JSONDecodeError:
-                continue
-        if isinstance(args, Mapping):
-            calls.append(ToolCall(fn["name"], dict(args), tc.get("id")))
-    return calls
+                args = UNPARSED
+        yield tc, fn["name"], args
+
+
+def assistant_calls(message: Mapping[str, Any]) -> list[ToolCall]:
+    """The tool calls of an assistant message in Chat Completions shape (bad ones skipped)."""
+    return [
+        ToolCall(name, dict(args), tc.get("id"))
+        for tc, name, args in function_calls(message)
+        if isinstance(args, Mapping)
+    ]

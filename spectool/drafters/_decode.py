@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..hf_compat import cache_keyword
 from ._row_limits import StringGuard, repeats_a_call
 
 __all__ = ["DecodeStats", "PrefixCache", "decode_rows"]
@@ -110,7 +111,9 @@ def _crop(cache: Any, length: int) -> None:
 def _forward(model: Any, cache: Any, tokens: list[int], stats: DecodeStats) -> Any:
     import torch
 
-    out = model(input_ids=torch.tensor([tokens]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=torch.tensor([tokens]), **{cache_keyword(model): cache}, use_cache=True, logits_to_keep=1
+    )
     stats.forwards += 1
     return out.logits[0, -1].float()
 

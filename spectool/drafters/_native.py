@@ -17,7 +17,7 @@ from typing import Any
 
 from .._types import DraftRequest
 from ..errors import ConfigError
-from ._common import message_text
+from ._common import UNPARSED, function_calls, message_text
 
 __all__ = ["CALL_CLOSE", "CALL_OPEN", "native_grammar", "native_messages", "native_prompt_ids"]
 
@@ -32,18 +32,10 @@ def native_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     for m in messages:
         role = "system" if m.get("role") == "developer" else str(m.get("role") or "user")
         msg: dict[str, Any] = {"role": role, "content": message_text(m.get("content"))}
-        calls = []
-        for tc in m.get("tool_calls") or ():
-            fn = tc.get("function") if isinstance(tc, Mapping) else None
-            if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-                continue
-            args: Any = fn.get("arguments") or {}
-            if isinstance(args, str):
-                try:
-                    args = json.loads(args) if args.strip() else {}
-                except json.JSONDecodeError:
-                    args = {}
-            calls.append({"type": "function", "function": {"name": fn["name"], "arguments": args}})
+        calls = [
+            {"type": "function", "function": {"name": name, "arguments": {} if args is UNPARSED else args}}
+            for _, name, args in function_calls(m)
+        ]
         if calls:
             msg["tool_calls"] = calls
         out.append(msg)

@@ -1,166 +1,40 @@
-"""``spectool drafters tune``: LoRA-tune the local drafter on drafting traces.
+"""The tuning recipe: LoRA on the local drafter, loss on the call tokens of each example.
 
-Each trace example (:mod:`spectool._traces`) is rendered in the compact drafter format
-(:mod:`._compact`) — the very prompt the drafter later sees — followed by the calls as the
-grammar lets the drafter write them. The loss covers the call tokens only (prompt tokens are
-labelled -100). Batches group examples of similar length so little padding is computed. The
-output folder holds a peft adapter (fp16 weights) and ``manifest.json``: base model, data,
-split, command, options, loss curve and time. torch/transformers/peft load lazily.
-
-    python -m spectool.drafters._tune --traces train.jsonl --out adapter/ --epochs 1
+Examples come encoded from :mod:`._tune_data` (prompt tokens labelled -100, so the loss covers
+the call tokens only). Batches group examples of similar length so little padding is computed.
+:func:`save_adapter` writes a peft adapter (fp16 weights) and its ``manifest.json``; the command
+is :mod:`spectool.drafters.tune`. torch/transformers/peft load lazily.
 """
 
 from __future__ import annotations
 
-import argparse
-import collections
 import contextlib
-import hashlib
 import json
 import math
 import random
-import shlex
-import shutil
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .._traces import TraceExample, iter_traces
+from .._quiet import quiet_peft_wrap
+from .._traces import TraceExample
 from ..errors import ConfigError
-from ._compact import COMPACT_FORMAT_VERSION, compact_prompt_ids, compact_target
+from ._tune_data import IGNORE, Encoded, encode_example, encode_fitting, select_examples, training_examples
 
 __all__ = [
+    "IGNORE",
     "Encoded",
-    "add_arguments",
     "encode_example",
-    "resolve_precision",
-    "run",
+    "encode_fitting",
+    "save_adapter",
     "select_examples",
+    "training_examples",
     "tune",
 ]
 
-IGNORE = -100
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@dataclass(frozen=True)
-class Encoded:
-    """One training example: token ids and labels (-100 on the prompt)."""
-
-    input_ids: list[int]
-    labels: list[int]
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(1 for x in self.labels if x == IGNORE)
-
-
-def encode_example(tokenizer: Any, example: TraceExample) -> Encoded:
-    """Prompt (compact format, exactly as drafting renders it) + target, prompt masked."""
-    prompt = compact_prompt_ids(tokenizer, example.request)
-    eos = tokenizer.eos_token or ""
-    target = list(
-        tokenizer(compact_target(example.calls, example.request.tools, eos), add_special_tokens=False)[
-            "input_ids"
-        ]
-    )
-    return Encoded(prompt + target, [IGNORE] * len(prompt) + target)
-
-
-def select_examples(
-    examples: Sequence[TraceExample],
-    *,
-    max_examples: int | None = None,
-    max_per_category: int | None = None,
-    seed: int = 0,
-) -> list[TraceExample]:
-    """A seeded, shuffled subset: at most ``max_per_category`` per ``meta.category``, then
-    ``max_examples`` in all (categories interleaved by the shuffle)."""
-    cats = [str(ex.meta.get("category", "")) for ex in examples]
-    chosen = select_indices(cats, max_examples=max_examples, max_per_category=max_per_category, seed=seed)
-    return [examples[i] for i in chosen]
-
-
-def select_indices(
-    categories: Sequence[str],
-    *,
-    max_examples: int | None = None,
-    max_per_category: int | None = None,
-    seed: int = 0,
-) -> list[int]:
-    """:func:`select_examples` on positions: which examples (by their ``meta.category``) a
-    seeded shuffle keeps, so a trace file can be chosen from without holding its examples."""
-    rng = random.Random(seed)
-    pool = list(range(len(categories)))
-    rng.shuffle(pool)
-    if max_per_category:
-        seen: collections.Counter[str] = collections.Counter()
-        kept = []
-        for i in pool:
-            if seen[categories[i]] < max_per_category:
-                seen[categories[i]] += 1
-                kept.append(i)
-        pool = kept
-    return pool[:max_examples] if max_examples else pool
-
-
-def training_examples(
-    path: str, *, max_examples: int | None = None, max_per_category: int | None = None, seed: int = 0
-) -> tuple[Iterator[TraceExample], dict[str, Any]]:
-    """The chosen examples of a trace file, streamed, and the data summary for the manifest.
-
-    Two passes over the file, one line in memory at a time: the first reads each line's
-    category (and split) to choose, the second yields the chosen examples in file order. A
-    trace file can be far larger than memory (``drafters tune`` once held every example of
-    10 MB lines at once)."""
-    seen = [
-        (str(ex.meta.get("category", "")), str(ex.meta.get("split", "?")), str(ex.meta.get("content") or ""))
-        for ex in iter_traces(path)
-    ]
-    chosen = set(
-        select_indices(
-            [c for c, _, _ in seen], max_examples=max_examples, max_per_category=max_per_category, seed=seed
-        )
-    )
-    cats = collections.Counter(seen[i][0] or "?" for i in chosen)
-    summary = {
-        "traces": str(path),
-        "sha256_16": _file_digest(path),
-        "examples_by_category": dict(sorted(cats.items())),
-        "splits": sorted({seen[i][1] for i in chosen}),
-        # the content digest of every example trained on (traces that record one), so a leakage
-        # check can hold the shipped traces against any held-out set
-        "content_hashes": sorted({seen[i][2] for i in chosen if seen[i][2]}),
-    }
-    return (ex for i, ex in enumerate(iter_traces(path)) if i in chosen), summary
-
-
-def _file_digest(path: str) -> str | None:
-    if not Path(path).is_file():
-        return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()[:16]
-
-
-def encode_fitting(
-    tokenizer: Any, examples: Iterable[TraceExample], max_tokens: int
-) -> tuple[list[Encoded], int]:
-    """Encode examples as they come, keeping those of at most ``max_tokens`` tokens; returns
-    them and how many were dropped. Holds one example at a time beside what it keeps."""
-    kept, dropped = [], 0
-    for ex in examples:
-        enc = encode_example(tokenizer, ex)
-        if len(enc.input_ids) > max_tokens:
-            dropped += 1
-        else:
-            kept.append(enc)
-    return kept, dropped
 
 
 def _batches(encoded: list[Encoded], batch_size: int, rng: random.Random) -> list[list[Encoded]]:
@@ -222,7 +96,8 @@ def _lora(model: Any, rank: int, alpha: float, dropout: float) -> Any:
         target_modules=targets,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, config)
+    with quiet_peft_wrap():
+        return get_peft_model(model, config)
 
 
 @contextlib.contextmanager
@@ -350,126 +225,3 @@ def save_adapter(peft_model: Any, out_dir: str | Path, manifest: dict[str, Any])
         json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
     return out
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--traces", required=True, help="trace JSONL (spectool drafters traces, or recorded)")
-    parser.add_argument("--out", required=True, help="output folder for the adapter + manifest.json")
-    parser.add_argument("--model", default="embedded", help="base model (default: the embedded SmolLM2)")
-    parser.add_argument("--epochs", type=float, default=1.0)
-    parser.add_argument("--rank", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=5e-4)
-    parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--max-examples", type=int, default=None)
-    parser.add_argument("--max-per-category", type=int, default=None)
-    parser.add_argument("--max-tokens", type=int, default=768, help="drop longer examples")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument(
-        "--precision",
-        choices=("auto", "bf16", "fp32"),
-        default="auto",
-        help="compute precision of the forward/backward (weights stay fp32); auto: bf16 where the "
-        "CPU computes it natively (AVX-512), else fp32 (an AVX2-only CPU runs bf16 ~20x slower)",
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--max-minutes",
-        type=float,
-        default=None,
-        help="stop after this much training time (the manifest records the steps done)",
-    )
-
-
-def resolve_precision(precision: str) -> str:
-    """``auto`` → ``bf16`` where oneDNN computes bf16 natively (AVX-512 and up), else ``fp32``.
-
-    On an AVX2-only CPU a bf16 training step of SmolLM2 took 96 s against 4.4 s in fp32 (batch
-    of 4, ~140 tokens, two threads): without native support bf16 is a slow path, not a saving."""
-    if precision != "auto":
-        return precision
-    import torch
-
-    return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
-
-
-def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from ..embedded import load_causal_lm
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    path = args.traces
-    if path in ("-", "/dev/stdin") or path.startswith("/dev/fd/"):
-        # a pipe or process substitution can be read once only: keep a copy beside the adapter
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        copy = Path(args.out) / "traces.jsonl"
-        with copy.open("wb") as dst:  # streamed: a trace file may not fit in memory
-            if path == "-":
-                shutil.copyfileobj(sys.stdin.buffer, dst)
-            else:
-                with open(path, "rb") as src:
-                    shutil.copyfileobj(src, dst)
-        path = str(copy)
-    examples, data = training_examples(
-        path, max_examples=args.max_examples, max_per_category=args.max_per_category, seed=args.seed
-    )
-    precision = resolve_precision(args.precision)
-    source = None if args.model in ("", "embedded") else args.model
-    model, tokenizer = load_causal_lm(source, dtype="float32")
-    digest = _model_digest(model)  # before LoRA layers are injected
-    chosen = sum(data["examples_by_category"].values())
-    print(f"tuning on {chosen} examples from {path}", file=sys.stderr, flush=True)
-    peft_model, report = tune(
-        model,
-        tokenizer,
-        examples,
-        epochs=args.epochs,
-        rank=args.rank,
-        lr=args.lr,
-        batch_size=args.batch_size,
-        max_tokens=args.max_tokens,
-        seed=args.seed,
-        bf16=precision == "bf16",
-        max_seconds=args.max_minutes * 60 if args.max_minutes else None,
-    )
-    manifest = {
-        "format": "spectool-drafter-adapter",
-        "compact_format_version": COMPACT_FORMAT_VERSION,
-        "base_model": getattr(model.config, "_name_or_path", "") or str(args.model),
-        "base_model_source": args.model,
-        "base_model_digest": digest,
-        "data": data,
-        "command": "spectool drafters tune "
-        + " ".join(shlex.quote(a) for a in sys.argv[1:] if a not in ("drafters", "tune")),
-        "options": {k: v for k, v in vars(args).items() if k not in ("func", "handler")},
-        "torch_threads": torch.get_num_threads(),
-        "precision": precision,
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        **report,
-    }
-    save_adapter(peft_model, args.out, manifest)
-    print(
-        f"saved adapter to {args.out} ({report['seconds']:.0f} s, {report['examples']} examples)",
-        file=sys.stderr,
-    )
-    return 0
-
-
-def _model_digest(model: Any) -> str:
-    """A short fingerprint of the base weights (an adapter only fits the weights it was tuned on)."""
-    h = hashlib.sha256()
-    for name, p in sorted(model.state_dict().items())[:8]:
-        h.update(name.encode())
-        h.update(p.detach().float().flatten()[:256].numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="spectool drafters tune", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

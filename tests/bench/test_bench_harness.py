@@ -204,12 +204,12 @@ def test_a_main_model_with_a_prefix_cache_is_warmed_before_each_baseline(monkeyp
     monkeypatch.setattr(_sweep, "_make_client", lambda plan, replay, base_url: object)
     monkeypatch.setattr(_sweep, "_warm_up", lambda tasks: None)
     monkeypatch.setattr(_sweep, "_warm_main", nothing)
-    monkeypatch.setattr(_sweep, "_warm_drafters", nothing)
+    monkeypatch.setattr(_sweep, "warm_drafters", nothing)
     monkeypatch.setattr(_sweep, "_expected_steps", lambda plan, tasks: 1)
     monkeypatch.setattr(_sweep, "expected_call_G", lambda tasks, rates: 1.0)
     monkeypatch.setattr(_sweep, "run_agents", fake_run_agents)
     monkeypatch.setattr(_sweep, "run_row", lambda meta, *a, **k: dict(meta))
-    monkeypatch.setattr(_sweep, "_drafters", lambda plan, name, tasks, seed: [(object, name)])
+    monkeypatch.setattr(_sweep, "drafter_arms", lambda plan, name, tasks, seed: [(object, name)])
     plan = _sweep.Plan(
         main="embedded",
         backend=backend,

@@ -215,12 +215,12 @@ def test_quick_runs_the_headline_then_tau2_then_the_embedded_engine():
 
 def test_the_tuned_arm_appears_when_the_adapter_is_shipped(tmp_path, monkeypatch):
     from spectool.drafters import _adapter
-    from spectool_bench.harness import _sweep
+    from spectool_bench.harness import _arms, _sweep
 
     assert _sweep.headline_drafters()[0] == "history"
     (tmp_path / "adapter_config.json").write_text("{}")
     monkeypatch.setattr(_adapter, "shipped_adapter_path", lambda: tmp_path)
-    monkeypatch.setattr(_sweep, "_SHARED", {})
+    monkeypatch.setattr(_arms, "_SHARED", {})
     assert _sweep.headline_drafters() == ("history", "tuned")
-    factory, label = _sweep._drafter(headline_plan(), "tuned")
+    factory, label = _arms._drafter(headline_plan(), "tuned")
     assert label.startswith("tuned") and factory() is factory()  # one loaded model for every agent

@@ -149,3 +149,26 @@ def test_native_prompt_on_a_model_whose_template_ignores_tools_is_a_config_error
     drafter = LocalDrafter((tiny_llama_for(tok, seed=1), tok), LocalDrafterOptions(prompt="native"))
     with pytest.raises(ConfigError, match="native"):
         anyio.run(drafter.propose, DraftRequest(CONVO, TOOLS, 1))
+
+
+def test_native_messages_and_assistant_calls_read_tool_calls_each_their_way():
+    """One reader of ``tool_calls`` serves both: the template gets every named call (arguments it
+    cannot parse as ``{}``), the drafters' evidence only calls with object arguments."""
+    from spectool.drafters._common import assistant_calls
+
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "a", "function": {"name": "add", "arguments": '{"a": 1}'}},
+            {"id": "b", "function": {"name": "add", "arguments": "{not json"}},
+            {"id": "c", "function": {"name": "add", "arguments": ""}},
+            {"id": "d", "function": {"name": "add", "arguments": "[1, 2]"}},
+            {"id": "e", "function": {"arguments": "{}"}},  # no name: skipped by both
+            "not a call",
+        ],
+    }
+    (native,) = native_messages([message])
+    assert [c["function"]["arguments"] for c in native["tool_calls"]] == [{"a": 1}, {}, {}, [1, 2]]
+    calls = assistant_calls(message)
+    assert [(c.id, dict(c.arguments)) for c in calls] == [("a", {"a": 1}), ("c", {})]

@@ -394,7 +394,7 @@ def test_shipped_adapter_has_its_manifest_and_documented_command() -> None:
     assert {"simple_python", "multi_turn_base"} <= set(manifest["data"]["examples_by_category"])
     assert sum(f.stat().st_size for f in path.iterdir()) < 15 * 2**20
     script = (ROOT / "scripts" / "build-adapter.sh").read_text()
-    assert "--split train" in script and "spectool.drafters._tune" in script
+    assert "--split train" in script and "-m spectool.drafters.tune " in script
     assert "scripts/build-adapter.sh" in (ROOT / "docs" / "drafters.md").read_text()
 
 
@@ -426,7 +426,7 @@ def test_shipped_adapter_traces_share_no_content_with_any_test_task(tmp_path) ->
 def test_tune_cli_parses_its_options() -> None:
     import argparse
 
-    from spectool.drafters._tune import add_arguments
+    from spectool.drafters.tune import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -455,7 +455,7 @@ def test_precision_auto_follows_what_the_cpu_computes_natively(monkeypatch) -> N
     """bf16 only where oneDNN has it natively: an AVX2-only CPU runs a bf16 step ~20x slower."""
     import torch
 
-    from spectool.drafters._tune import resolve_precision
+    from spectool.drafters.tune import resolve_precision
 
     assert resolve_precision("fp32") == "fp32" and resolve_precision("bf16") == "bf16"
     for native, expected in ((True, "bf16"), (False, "fp32")):
@@ -492,9 +492,10 @@ def test_a_tuned_drafter_drafts_without_importing_the_tuning_code() -> None:
         "options = LocalDrafterOptions(max_new_tokens=24)\n"
         "d = LocalDrafter('embedded', options, adapter=shipped_adapter_path())\n"
         "calls = anyio.run(d.propose, DraftRequest([{'role': 'user', 'content': 'add 2'}], tools, 1))\n"
-        "late = {m for m in sys.modules if m.endswith('drafters._tune') or m.split('.')[0] == 'trl'}\n"
+        "tuning = ('drafters._tune', 'drafters._tune_data', 'drafters.tune')\n"
+        "late = {m for m in sys.modules if m.endswith(tuning) or m.split('.')[0] == 'trl'}\n"
         "if len(sys.argv) > 1: import spectool.drafters._tune\n"
-        "late |= {m for m in sys.modules if m.endswith('drafters._tune')}\n"
+        "late |= {m for m in sys.modules if m.endswith(tuning)}\n"
         "print(json.dumps([len(d.last_texts), sorted(late)]))\n"
     )
     for control in (False, True):
@@ -508,4 +509,5 @@ def test_a_tuned_drafter_drafts_without_importing_the_tuning_code() -> None:
         rows, imported = json.loads(out.stdout.strip().splitlines()[-1])
         assert rows == 1
         # the control imports it on purpose: the check sees a tuning import when there is one
-        assert imported == (["spectool.drafters._tune"] if control else [])
+        want = ["spectool.drafters._tune", "spectool.drafters._tune_data"] if control else []
+        assert imported == want

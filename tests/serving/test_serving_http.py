@@ -301,7 +301,7 @@ def test_engine_client_posts_and_degrades(live, app):
     endpoint (plain FastAPI app) where it must switch itself off."""
     from fastapi import FastAPI
 
-    from spectool._cache import Outcome
+    from spectool import Outcome
     from spectool._engine_client import EngineClient, resolved_messages
     from spectool._types import ToolCall
 

@@ -9,30 +9,14 @@ import uuid
 
 import httpx
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 20}},
-            "required": ["city"],
-        },
-    },
-}
+from spectool_bench.vllm import _workload as workload
+
+WEATHER = workload.TOOL
 
 
 def chat_body(question: str, **extra) -> dict:
-    return {
-        "model": "smollm2",
-        "messages": [{"role": "user", "content": question}],
-        "tools": [WEATHER],
-        "tool_choice": "required",
-        "max_tokens": 40,
-        "temperature": 0,
-        **extra,
-    }
+    """The bench workload's request, for the served name ``smollm2`` and at most 40 tokens."""
+    return workload.chat_body(question, **{"model": "smollm2", "max_tokens": 40, **extra})
 
 
 def stream_and_post(

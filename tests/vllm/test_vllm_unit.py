@@ -125,6 +125,40 @@ def test_ngram_arm_is_stock_vllm_with_its_own_proposer_and_its_summary(tmp_path)
     assert s["geomean"] == pytest.approx((1.5 * 0.6) ** 0.5) and s["identical"] is False
 
 
+def test_both_benches_start_their_arms_one_by_one_and_close_them_all(tmp_path, monkeypatch):
+    """start_arms (shared by the overhead and n-gram benches) with a fake server: a real one
+    is a vLLM process (minutes); the fake has VllmServer's constructor and context protocol."""
+    from contextlib import ExitStack
+
+    import spectool_serving.vllm.serve as serve
+    from spectool_bench.vllm._overhead import start_arms
+
+    events: list[tuple[str, str]] = []
+
+    class FakeServer:
+        def __init__(self, cmd, *, port, env, log_path, start_timeout) -> None:
+            self.cmd, self.url, self.log = cmd, f"http://127.0.0.1:{port}", log_path
+
+        def __enter__(self):
+            events.append(("up", self.log))
+            return self
+
+        def __exit__(self, *exc) -> None:
+            events.append(("down", self.log))
+
+    monkeypatch.setattr(serve, "VllmServer", FakeServer)
+    said: list[str] = []
+    with ExitStack() as stack:
+        urls = start_arms(
+            stack, {"ar": "stock", "ngram": "ngram"}, dtype="float32", out=tmp_path, say=said.append
+        )
+        assert list(urls) == ["ar", "ngram"] and len(set(urls.values())) == 2
+        assert [e for e, _ in events] == ["up", "up"]
+    logs = [str(tmp_path / "ar-server.log"), str(tmp_path / "ngram-server.log")]
+    assert events == [("up", logs[0]), ("up", logs[1]), ("down", logs[1]), ("down", logs[0])]
+    assert "--speculative-config" in said[1] and "--speculative-config" not in said[0]
+
+
 class _CharTokenizer:
     """One token per character: drafts and model output compare as text (a fake; the real
     proposer loads the served model's tokenizer, which needs its files)."""

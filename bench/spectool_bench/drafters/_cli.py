@@ -7,7 +7,7 @@
     spectool drafters tune --traces train.jsonl --out adapter/
 
 ``eval`` prints a table and writes ``results.json`` (one row per drafter × category × split × λ)
-and ``drafter_eval.png`` into ``--out``. ``tune`` is :mod:`spectool.drafters._tune`.
+and ``drafter_eval.png`` into ``--out``. ``tune`` is :mod:`spectool.drafters.tune`.
 """
 
 from __future__ import annotations

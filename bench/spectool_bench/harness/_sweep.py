@@ -1,11 +1,15 @@
-"""The experiment grid: paired baseline/speculative runs over agents × latency × drafter × λ."""
+"""The experiment grid: paired baseline/speculative runs over agents × latency × drafter × λ.
+
+What to run is a :class:`._plans.Plan`; the drafter arms come from :mod:`._arms`. The plans and
+``tuned_adapter`` are re-exported here, where the command and tests have always found them.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict
 from typing import Any
 
 import anyio
@@ -15,9 +19,19 @@ from spectool.errors import ConfigError
 from ..bfcl._tasks import Task
 from ..report._progress import Progress
 from ._agents import Setup, assign, run_agents
+from ._arms import drafter_arms, warm_drafters
 from ._latency import Latency
-from ._metrics import PRICES, run_row
-from ._oracle import OracleDrafter
+from ._metrics import run_row
+from ._plans import (
+    Plan,
+    full_plan,
+    headline_drafters,
+    headline_plan,
+    quick_plan,
+    replay_plan,
+    tau2_plan,
+    tuned_adapter,
+)
 from ._replay import ReplayModel, TokenRates
 from ._workloads import skipped
 
@@ -33,163 +47,6 @@ __all__ = [
     "tau2_plan",
     "tuned_adapter",
 ]
-
-
-@dataclass
-class Plan:
-    categories: tuple[str, ...] = ("multi_turn_base",)
-    tasks_per_agent: int = 1
-    agents: tuple[int, ...] = (1, 4)
-    latencies: tuple[float, ...] = (0.5, 1.5)
-    latency_cv: float = 0.2
-    samples: tuple[int | str, ...] = (1, 3)  # λ values; "auto" lets the speculator choose per request
-    configs: tuple[str, ...] = ("client",)
-    drafters: tuple[str, ...] = ("oracle", "history")
-    repeats: int = 1
-    seed: int = 0
-    oracle_alphas: tuple[float, ...] = (0.8,)
-    oracle_delay: float = 0.05
-    main: str = "replay"  # replay | endpoint | embedded
-    base_url: str | None = None
-    model: str = "replay"
-    task_ids: tuple[str, ...] | None = None  # pick these tasks (in this order) instead of the first ones
-    max_turns: int | None = None  # user turns per task
-    max_steps_per_turn: int = 20  # model messages per user turn
-    max_tokens: int | None = None  # per model message (request option)
-    tool_choice: str | None = None  # request option: auto / required
-    threads: int | None = None  # torch threads of the embedded engine (None: torch's default)
-    backend: str = "torch"  # embedded main model on: torch (in-process engine) | vllm (see _backend.py)
-    dtype: str = "float32"  # embedded main model weights (fp32: O2 verification stays lossless)
-    drafter_base_url: str | None = None
-    drafter_model: str | None = None
-    rates: TokenRates = field(default_factory=TokenRates)
-    prices: dict[str, float] = field(default_factory=lambda: dict(PRICES))
-    #: run an arm with eager dispatch alone (no drafter) and give every drafter arm eager dispatch
-    #: too, so its saving over that arm is the drafter's own
-    eager_arm: bool = False
-    timeline: bool = True  # record one task alone, plain and sped up, for turn_timeline.png
-    split: str | None = None  # keep only tasks of this split (train / dev / test)
-    tasks_per_category: int | None = None  # first N tasks of each category (after the split)
-    latency_matches_G: bool = False  # tool latency mean = the replay model's mean seconds per call step
-    calibration_tokens: int = 1024  # embedded engine: prompt-length difference φ is timed over
-    sample_cost: float = (
-        0.05  # samples="auto": one draft sample's price (and the run it may waste), in seconds
-    )
-    title: str = ""
-    section: str = "headline"  # where results.json keeps this plan's runs (headline | tau2 | embedded)
-
-
-def quick_plan() -> Plan:
-    """The main job's second part: the embedded SmolLM2 engine as main model, end to end.
-
-    It shows the whole path on a real model — drafts, the client cache, the engine's tool cache
-    (``mode="engine"``), lossless transcripts, the engine model's prediction — not a drafter's
-    skill: a 135M main model rarely makes BFCL's calls, so no drafter predicts them. One agent,
-    one short single-turn task of the test split, ≤ 2 model messages (``tool_choice="required"``:
-    the 135M model rarely calls a tool on its own), ≤ 48 tokens each, greedy; history λ = 1;
-    baseline vs client-side vs engine-side. One torch thread: the agent, tools and HTTP share the
-    process, and on a busy 2-core box two OpenMP threads spin-wait; ``--threads 2`` on an idle one."""
-    return Plan(
-        main="embedded",
-        model="smollm2",
-        categories=("simple_python",),
-        split="test",
-        tasks_per_category=1,
-        agents=(1,),
-        threads=1,
-        latencies=(1.0,),
-        samples=(1,),
-        drafters=("history",),
-        configs=("client", "engine"),
-        max_turns=1,
-        max_steps_per_turn=2,
-        max_tokens=48,
-        calibration_tokens=384,
-        tool_choice="required",
-        title="Embedded engine end to end (SmolLM2-135M-Instruct as main model, CPU)",
-        section="embedded",
-    )
-
-
-def headline_drafters() -> tuple[str, ...]:
-    """history beside the tuned drafter where its adapter is shipped, else beside the untuned local."""
-    return ("history", "tuned") if tuned_adapter() is not None else ("history", "local")
-
-
-def headline_plan() -> Plan:
-    """The main job's headline: real drafters on BFCL test-split tasks no tuning saw.
-
-    The main model is the replay of BFCL's ground truth standing in for a strong remote model
-    (it makes the right calls; its speed is stated: 0.4 s per request + prompt at 4000 tok/s +
-    output at 30 tok/s, G ≈ 1.5–2 s per call step). Tool latency T = the mean G of a call step
-    (T ≈ G, where the model says speculation pays most). One agent, so a local drafter's model is
-    not shared between agents. Arms: the sequential baseline; eager dispatch alone; each drafter at
-    λ = 1 and λ = "auto" with eager dispatch on (their "vs eager" column is the drafter's own)."""
-    return Plan(
-        main="replay",
-        model="replay",
-        categories=("simple_python", "multiple", "parallel", "live_simple"),
-        split="test",
-        tasks_per_category=2,
-        agents=(1,),
-        tasks_per_agent=8,
-        latency_matches_G=True,
-        latency_cv=0.1,
-        samples=(1, "auto"),
-        drafters=headline_drafters(),
-        eager_arm=True,
-        rates=TokenRates(prefill_tok_s=4000.0, decode_tok_s=30.0, overhead_s=0.4),
-        title="Headline: real drafters, BFCL test split, replay main model (T ≈ G)",
-    )
-
-
-def tau2_plan() -> Plan:
-    """The main job's τ² section: airline and retail test tasks (τ²'s own split), gold actions
-    replayed one call per response on the domain's real database, READ tools speculable.
-
-    The drafter is mined (the history drafter seeded with patterns mined from the train split's
-    replays, e.g. user → their reservations) at λ = 1, beside eager dispatch alone: more tasks
-    for fewer arms (history predicts almost nothing here: ``--drafters history,mined``). A τ² task
-    makes 3–5 calls, so the replay's clock is a fast hosted model's (0.1 s per request, output at
-    120 tok/s: G ≈ 0.3 s per call step, T ≈ G), stated in the output; the drafter's g (ms) is
-    the same real time either way."""
-    return replace(
-        headline_plan(),
-        categories=("tau2_airline", "tau2_retail"),
-        tasks_per_category=6,
-        tasks_per_agent=12,
-        drafters=("mined",),
-        samples=(1,),
-        rates=TokenRates(prefill_tok_s=16000.0, decode_tok_s=120.0, overhead_s=0.1),
-        timeline=False,
-        title="τ²-bench: airline + retail test tasks (τ²'s split), real tools and database, replay model",
-        section="tau2",
-    )
-
-
-def replay_plan() -> Plan:
-    """The controlled experiment on the replay model (``--main replay``): M ∈ {1, 4}."""
-    return Plan()
-
-
-def full_plan() -> Plan:
-    """The paper's grid on the embedded engine: M ∈ {1, 8, 32}, 32 tasks each, λ ∈ {1,3,5,7,9},
-    both sweeps, 5 repeats, client- and engine-side (days on a 2-core CPU; meant for a GPU box
-    or ``--main endpoint``)."""
-    return Plan(
-        main="embedded",
-        model="smollm2",
-        tasks_per_agent=32,
-        agents=(1, 8, 32),
-        latencies=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0),
-        samples=(1, 3, 5, 7, 9),
-        repeats=5,
-        drafters=("history", "local"),
-        configs=("client", "engine"),
-        max_steps_per_turn=4,
-        max_tokens=128,
-        tool_choice="required",
-    )
 
 
 def _make_client(plan: Plan, replay: ReplayModel | None, base_url: str | None) -> Callable[[], Any]:
@@ -235,64 +92,6 @@ def _select_tasks(plan: Plan) -> list:
     if missing:
         raise ConfigError(f"unknown BFCL task id(s) {missing} in categories {list(plan.categories)}")
     return [by_id[i] for i in plan.task_ids]
-
-
-def _drafters(plan: Plan, name: str, tasks: list, seed: int) -> list[tuple[Callable[[], Any], str]]:
-    """(factory, label) per drafter variant; the oracle has one variant per α."""
-    if name == "oracle":
-        return [
-            (_oracle(tasks, a, plan.oracle_delay, seed), OracleDrafter(tasks, a, plan.oracle_delay).label)
-            for a in plan.oracle_alphas
-        ]
-    return [_drafter(plan, name)]
-
-
-def _oracle(tasks: list, alpha: float, delay: float, seed: int) -> Callable[[], Any]:
-    return lambda: OracleDrafter(tasks, alpha, delay, seed=seed)
-
-
-_SHARED: dict[str, tuple[Callable[[], Any], str]] = {}
-
-
-def _drafter(plan: Plan, name: str) -> tuple[Callable[[], Any], str]:
-    from spectool import drafters
-
-    if name == "history":
-        return (lambda: drafters.HistoryDrafter()), "history"
-    if name == "mined":  # the history drafter seeded with the train split's replays
-        from ..drafters._eval import train_traces
-
-        traces = [t for c in plan.categories for t in train_traces(c)]
-        return (lambda: drafters.HistoryDrafter.from_traces(traces)), "mined(train split)"
-    if name in _SHARED:  # one loaded model per process: warm-up and every arm share it
-        return _SHARED[name]
-    if name == "local":
-        shared = drafters.LocalDrafter()  # one loaded model for all agents
-        _SHARED[name] = (lambda: shared), "local(embedded SmolLM2)"
-        return _SHARED[name]
-    if name == "tuned":
-        from spectool.drafters import shipped_adapter_path
-
-        tuned = drafters.LocalDrafter(adapter=shipped_adapter_path())  # ConfigError if missing
-        _SHARED[name] = (lambda: tuned), "tuned(SmolLM2 + LoRA)"
-        return _SHARED[name]
-    if name == "endpoint":
-        if not plan.drafter_base_url or not plan.drafter_model:
-            raise ConfigError("the endpoint drafter needs --drafter-base-url and --drafter-model")
-        return (
-            lambda: drafters.EndpointDrafter(model=plan.drafter_model, base_url=plan.drafter_base_url)
-        ), f"endpoint({plan.drafter_model})"
-    raise ConfigError(f"unknown drafter {name!r} (oracle, history, mined, local, tuned, endpoint)")
-
-
-def tuned_adapter() -> Any:
-    """The shipped LoRA adapter of the tuned drafter, or None where this checkout has none."""
-    from spectool.drafters import shipped_adapter_path
-
-    try:
-        return shipped_adapter_path()
-    except ConfigError:  # the adapter's folder is missing from this installation
-        return None
 
 
 def expected_call_G(tasks: list, rates: TokenRates) -> float:
@@ -404,26 +203,6 @@ async def _warm_main(make_client: Callable[[], Any], plan: Plan, task: Any) -> N
             pass
 
 
-async def _warm_drafters(plan: Plan, tasks: list) -> None:
-    """One draft per drafter before any timed run (a local model loads and compiles its grammar
-    here, not in the first timed draft), on a train-split task: nothing a timed run will ask."""
-    from spectool import DraftRequest
-
-    from ._workloads import split_tasks
-
-    warm = (split_tasks(tasks[0].category, "train") or tasks)[0]
-    request = DraftRequest(messages=[dict(m) for m in warm.turns[0]], tools=list(warm.tools), samples=1)
-    for name in plan.drafters:
-        if name == "oracle":
-            continue
-        for factory, _ in _drafters(plan, name, tasks, plan.seed):
-            with anyio.move_on_after(120):
-                try:
-                    await factory().propose(request)
-                except Exception:  # noqa: BLE001 - a failing drafter is measured as such later
-                    pass
-
-
 async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibration: Any) -> dict[str, Any]:
     tasks = _select_tasks(plan)
     replay = ReplayModel(tasks, plan.rates) if plan.main == "replay" else None
@@ -433,7 +212,7 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
     )
     _warm_up(tasks[: max(plan.agents) * plan.tasks_per_agent])
     await _warm_main(make_client, plan, tasks[0])
-    await _warm_drafters(plan, tasks)
+    await warm_drafters(plan, tasks)
     bar = Progress(_expected_steps(plan, tasks), progress)
     engine = "vLLM + spectool plugins" if plan.backend == "vllm" else "spectool serving engine"
     r = plan.rates
@@ -498,7 +277,7 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
                         )
                     )
                 for name, (factory, label) in (
-                    (n, v) for n in plan.drafters for v in _drafters(plan, n, tasks, seed)
+                    (n, v) for n in plan.drafters for v in drafter_arms(plan, n, tasks, seed)
                 ):
                     # the oracle ignores λ: one run at the first λ
                     for lam in plan.samples if name != "oracle" else plan.samples[:1]:
@@ -557,7 +336,7 @@ async def _record_timelines(
     TimelineRecorder, for the picture of one turn (``turn_timeline.png``)."""
     from ..report._timeline import TimelineRecorder
 
-    arms = [v for n in plan.drafters for v in _drafters(plan, n, list(tasks), plan.seed)]
+    arms = [v for n in plan.drafters for v in drafter_arms(plan, n, list(tasks), plan.seed)]
     if not arms:
         return None
     factory, label = arms[0]

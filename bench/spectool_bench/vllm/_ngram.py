@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from ._overhead import NGRAM, arm_command, free_port
+from ._overhead import NGRAM, start_arms
 
 __all__ = ["ARMS", "decode_once", "main", "summarize"]
 
@@ -68,8 +68,6 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
-    from spectool_serving.vllm.serve import VllmServer
-
     from ..decode._tree import load_prompts
 
     out = Path(a.out)
@@ -77,16 +75,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     items = load_prompts(a.quick)
     rows: list[dict[str, Any]] = []
     with ExitStack() as stack:
-        urls = {}
-        for arm in ARMS:
-            port = free_port()
-            cmd, env = arm_command("ngram" if arm == "ngram" else "stock", port=port, dtype=a.dtype)
-            _say(f"{arm}: starting")
-            urls[arm] = stack.enter_context(
-                VllmServer(
-                    cmd, port=port, env=env, log_path=str(out / f"{arm}-server.log"), start_timeout=900
-                )
-            ).url
+        urls = start_arms(stack, {"ar": "stock", "ngram": "ngram"}, dtype=a.dtype, out=out, say=_say)
         for arm in ARMS:  # untimed warm-up
             decode_once(urls[arm], items[0]["messages"], 8)
         for k, item in enumerate(items):

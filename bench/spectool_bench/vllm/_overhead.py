@@ -21,6 +21,7 @@ import socket
 import statistics
 import sys
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -28,7 +29,16 @@ from typing import Any
 
 import httpx
 
-__all__ = ["ARMS", "NGRAM", "arm_command", "free_port", "main", "measure_streams", "summarize"]
+__all__ = [
+    "ARMS",
+    "NGRAM",
+    "arm_command",
+    "free_port",
+    "main",
+    "measure_streams",
+    "start_arms",
+    "summarize",
+]
 
 ARMS = ("stock", "spectool")
 #: ``--arms`` may add ``no-o2``: spectool's plugins loaded, O2 off (no speculative config), which
@@ -61,6 +71,25 @@ def arm_command(arm: str, *, port: int, dtype: str, model: str = "embedded") -> 
         model, port=port, dtype=dtype, o2=arm == "spectool", spectool_plugins=plugins, extra=extra
     )
     return cmd, server_env(plugins=plugins)
+
+
+def start_arms(
+    stack: ExitStack, arms: Mapping[str, str], *, dtype: str, out: Path, say: Callable[[str], None]
+) -> dict[str, str]:
+    """Start a server per arm (``name -> kind`` of :func:`arm_command`), each closed by ``stack``,
+    its log in ``out/<name>-server.log``; returns each arm's URL."""
+    from spectool_serving.vllm.serve import VllmServer
+
+    urls = {}
+    for name, kind in arms.items():  # one after the other: two starts at once would fight for both cores
+        port = free_port()
+        cmd, env = arm_command(kind, port=port, dtype=dtype)
+        say(f"{name}: starting ({' '.join(cmd[3:])})")
+        server = VllmServer(
+            cmd, port=port, env=env, log_path=str(out / f"{name}-server.log"), start_timeout=900
+        )
+        urls[name] = stack.enter_context(server).url
+    return urls
 
 
 def _one_stream(client: httpx.Client, model: str, i: int, tokens: int) -> tuple[float, int]:
@@ -170,8 +199,6 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
-    from spectool_serving.vllm.serve import VllmServer
-
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     streams = [int(s) for s in a.streams.split(",")]
@@ -180,17 +207,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--arms must include {ARMS} and may add {OPTIONAL_ARMS}, got {a.arms!r}")
     samples: list[dict[str, Any]] = []
     with ExitStack() as stack:
-        urls = {}
-        for arm in arms:  # one after the other: two starts at once would fight for both cores
-            port = free_port()
-            cmd, env = arm_command(arm, port=port, dtype=a.dtype)
-            _say(f"{arm}: starting ({' '.join(cmd[3:])})")
-            server = stack.enter_context(
-                VllmServer(
-                    cmd, port=port, env=env, log_path=str(out / f"{arm}-server.log"), start_timeout=900
-                )
-            )
-            urls[arm] = server.url
+        urls = start_arms(stack, {arm: arm for arm in arms}, dtype=a.dtype, out=out, say=_say)
         for arm in arms:  # untimed warm-up: first requests pay one-off allocation
             measure_streams(urls[arm], "smollm2", 2, 8)
         for r in range(a.rounds):

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["CITIES", "MODES", "TOOL", "decode_rate", "o2_counts", "o2_rejections", "turn"]
+__all__ = ["CITIES", "MODES", "TOOL", "chat_body", "decode_rate", "o2_counts", "o2_rejections", "turn"]
 
 CITIES = ["Paris", "Rome", "Berlin", "Madrid", "Vienna", "Oslo", "Lisbon", "Prague"]
 MODES = ("baseline", "client", "engine")
@@ -44,16 +44,21 @@ TOOL = {
 NO_O3 = {"x-spectool-o3": "off"}  # vLLM: no continuation on plain requests (the torch engine needs no header)
 
 
-def _body(model: str, city: str, **kw) -> dict:
+def chat_body(question: str, *, model: str = "smollm2", max_tokens: int = 48, **kw: Any) -> dict:
+    """A greedy request that forces a :data:`TOOL` call (the vLLM tests send it too)."""
     return {
         "model": model,
-        "messages": [{"role": "user", "content": f"What is the weather in {city}?"}],
+        "messages": [{"role": "user", "content": question}],
         "tools": [TOOL],
         "tool_choice": "required",
-        "max_tokens": 48,
+        "max_tokens": max_tokens,
         "temperature": 0,
         **kw,
     }
+
+
+def _body(model: str, city: str, **kw: Any) -> dict:
+    return chat_body(f"What is the weather in {city}?", model=model, **kw)
 
 
 def _tool(args: dict, latency: float) -> str:
