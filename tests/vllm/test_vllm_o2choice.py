@@ -50,6 +50,9 @@ def test_bad_inputs_are_refused_clearly():
         ratio_at(0)
     with pytest.raises(ValueError, match="--o2 must be one of"):
         choose_o2("sometimes", O2Expectation(streams=1))
+    for bad in ({"streams": 0}, {"streams": 1, "hit_rate": -0.1}, {"streams": 1, "response_tokens": 0}):
+        with pytest.raises(ValueError, match="expected"):
+            O2Expectation(**bad)  # type: ignore[arg-type]
 
 
 def test_the_tax_between_measured_points_is_interpolated_and_clamped_outside():
@@ -114,6 +117,17 @@ def test_a_measured_tax_can_replace_the_shipped_one(capsys, tmp_path):
     assert "--speculative-config" in free and "costs 0 %" in why
     with pytest.raises(SystemExit):
         _printed(capsys, *base, "--o2-tax", "8=0.9")
+
+
+def test_bad_expectations_on_the_command_line_are_clear_errors(capsys, tmp_path):
+    for bad, says in (
+        (["--o2-streams", "0"], "streams must be >= 1, got 0"),
+        (["--o2-hit-rate", "-1"], "hit rate must be >= 0, got -1"),
+        (["--max-num-seqs", "lots"], "--max-num-seqs must be a whole number, got 'lots'"),
+    ):
+        argv = ["serve", "--backend", "vllm", "--print-command", "--model", str(tmp_path), *bad]
+        assert cli_main(argv) == 1
+        assert says in capsys.readouterr().err
 
 
 def test_no_o2_still_means_off(capsys, tmp_path):

@@ -131,6 +131,14 @@ class O2Expectation:
     gain: HitGain = HitGain()
     tax: tuple[TaxPoint, ...] = MEASURED_TAX
 
+    def __post_init__(self) -> None:
+        if self.streams < 1:
+            raise ValueError(f"expected streams must be >= 1, got {self.streams}")
+        if not self.hit_rate >= 0:
+            raise ValueError(f"expected hit rate must be >= 0, got {self.hit_rate}")
+        if not self.response_tokens > 0:
+            raise ValueError(f"expected response tokens must be > 0, got {self.response_tokens}")
+
 
 @dataclass(frozen=True)
 class O2Choice:

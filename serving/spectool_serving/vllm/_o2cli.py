@@ -86,15 +86,17 @@ def o2_choice(args: argparse.Namespace, vllm_flags: Sequence[str]) -> O2Choice:
         return default if value is None else value
 
     mode = "off" if opt("no_o2", False) or opt("no_tool_cache", False) else opt("o2", "auto")
-    streams = opt("o2_streams", None) or _max_num_seqs(vllm_flags) or VLLM_DEFAULT_MAX_NUM_SEQS
-    expect = O2Expectation(
-        streams=streams,
-        hit_rate=opt("o2_hit_rate", DEFAULT_HIT_RATE),
-        response_tokens=opt("o2_response_tokens", DEFAULT_RESPONSE_TOKENS),
-        gain=HitGain(draft_tokens=opt("num_draft_tokens", 8)),
-        tax=tuple(opt("o2_tax", MEASURED_TAX)),
-    )
+    streams = opt("o2_streams", None)
+    if streams is None:
+        streams = _max_num_seqs(vllm_flags) or VLLM_DEFAULT_MAX_NUM_SEQS
     try:
+        expect = O2Expectation(
+            streams=streams,
+            hit_rate=opt("o2_hit_rate", DEFAULT_HIT_RATE),
+            response_tokens=opt("o2_response_tokens", DEFAULT_RESPONSE_TOKENS),
+            gain=HitGain(draft_tokens=opt("num_draft_tokens", 8)),
+            tax=tuple(opt("o2_tax", MEASURED_TAX)),
+        )
         return choose_o2(mode, expect)
     except ValueError as exc:
-        raise ConfigError(f"O2 choice: {exc}") from exc
+        raise ConfigError(f"--o2 auto: {exc}") from exc
