@@ -11,6 +11,8 @@ import logging
 
 from spectool.errors import ConfigError, missing_extra
 
+from .vllm._o2cli import add_o2_arguments
+
 #: ``spectool`` parses this command with ``parse_known_args`` and hands the rest over as
 #: ``args._unknown``: vLLM's own flags under ``--backend vllm``, an error otherwise.
 PASS_UNKNOWN_ARGS = True
@@ -69,6 +71,7 @@ def add_arguments(p: argparse.ArgumentParser, *, positional: bool = True) -> Non
         default=None,
         help="vllm backend: max_tokens of a request that sets none (default 2048; 0: vLLM's own)",
     )
+    add_o2_arguments(p)
 
 
 def _vllm_args(args: argparse.Namespace) -> argparse.Namespace:

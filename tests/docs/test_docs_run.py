@@ -48,6 +48,7 @@ EXPECT = {
     ],
     "langchain.md": [r"Sunny in Paris\. \d+\nSunny in Paris\."],
     "quickstart.md": [r"'hits': 1"],
+    "vllm.md": [r"(?m)^0\.34$", r"O2 on \(--o2 auto\): at 8 streams O2 costs 7 %"],
 }
 
 # pages whose blocks load the real embedded model: run with `-m model` by their own test

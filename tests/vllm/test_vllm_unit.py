@@ -247,6 +247,19 @@ def test_the_no_o2_arm_loads_the_plugins_without_a_speculative_path(tmp_path):
     assert "plugins, O2 off" in table([row])
 
 
+def test_the_overhead_bench_prints_the_tax_as_serve_takes_it():
+    """``--o2 auto`` on another machine uses that machine's bench: the printed pairs parse."""
+    from spectool_bench.vllm._overhead import summarize, tax_arg
+    from spectool_serving.vllm._o2choice import TaxPoint, parse_tax
+
+    samples = [
+        {"arm": arm, "streams": n, "tok_s": tok_s * n, "ttft_median_s": 0.1}
+        for n, ratio in ((1, 0.95), (8, 0.9))
+        for arm, tok_s in (("stock", 50.0), ("spectool", 50.0 * ratio))
+    ]
+    assert parse_tax(tax_arg(summarize(samples))) == (TaxPoint(1, 0.95), TaxPoint(8, 0.9))
+
+
 def test_proposer_does_no_per_row_work_while_nothing_is_cached(monkeypatch):
     """O2's cost when nothing hits: no row lookup, no decode, until an entry is posted."""
     import types

@@ -38,6 +38,7 @@ __all__ = [
     "measure_streams",
     "start_arms",
     "summarize",
+    "tax_arg",
 ]
 
 ARMS = ("stock", "spectool")
@@ -154,6 +155,11 @@ def summarize(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def tax_arg(rows: list[dict[str, Any]]) -> str:
+    """The measured O2 tax as ``spectool serve --backend vllm --o2-tax`` takes it."""
+    return ",".join(f"{r['streams']}:{r['tok_s_ratio']:.3f}" for r in rows if r.get("tok_s_ratio"))
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     out = [
         "| streams | stock tok/s | spectool tok/s | ratio | stock TTFT s | spectool TTFT s |",
@@ -234,6 +240,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     }
     (out / "results.json").write_text(json.dumps(results, indent=1))
     print(table(rows))
+    print(f"for --o2 auto on this machine: spectool serve --backend vllm --o2-tax {tax_arg(rows)}")
     if not a.no_plot:
         print(f"wrote {plot(rows, out / 'vllm-overhead.png')}")
     print(f"wrote {out / 'results.json'}")

@@ -18,7 +18,8 @@ Pieces and where vLLM loads them:
 * ``--speculative-config '{"method": "custom_class", "model":
   "spectool_serving.vllm.proposer.ToolCacheProposer", ...}'``: O2.
 
-:func:`serve` (``spectool serve --backend vllm``) starts vLLM's OpenAI server with all four.
+:func:`serve` (``spectool serve --backend vllm``) starts vLLM's OpenAI server with all four;
+whether O2 is among them is decided at start by :func:`choose_o2` (``--o2 auto|on|off``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,34 @@ from typing import Any
 from spectool.errors import ConfigError
 
 from ._compat import SUPPORTED_VLLM, check_vllm_version
+from ._o2choice import (
+    MEASURED_TAX,
+    HitGain,
+    O2Choice,
+    O2Expectation,
+    TaxPoint,
+    break_even_hit_rate,
+    choose_o2,
+    parse_tax,
+    ratio_at,
+)
 
-__all__ = ["SUPPORTED_VLLM", "check_vllm_version", "endpoint_plugin", "register", "serve"]
+__all__ = [
+    "MEASURED_TAX",
+    "SUPPORTED_VLLM",
+    "HitGain",
+    "O2Choice",
+    "O2Expectation",
+    "TaxPoint",
+    "break_even_hit_rate",
+    "check_vllm_version",
+    "choose_o2",
+    "endpoint_plugin",
+    "parse_tax",
+    "ratio_at",
+    "register",
+    "serve",
+]
 
 
 def register() -> bool:

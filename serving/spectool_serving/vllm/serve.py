@@ -25,6 +25,7 @@ from spectool.errors import ConfigError
 from spectool.settings import settings
 
 from .._serve_cli import LOG_LEVELS
+from ._o2cli import add_o2_arguments, o2_choice
 
 __all__ = ["VllmServer", "add_arguments", "build_command", "run", "vllm_env_missing", "vllm_python"]
 
@@ -221,7 +222,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 (float32: lossless checks)")
     p.add_argument("--num-draft-tokens", type=int, default=8)
-    p.add_argument("--no-o2", action="store_true", help="no tool-cache proposer")
+    p.add_argument("--no-o2", action="store_true", help="no tool-cache proposer (--o2 off)")
+    add_o2_arguments(p)
     p.add_argument("--compile", action="store_true", help="let vLLM compile (slow start) instead of eager")
     p.add_argument("--tool-call-parser", default="hermes", help="hermes for SmolLM2/Qwen, xlam for xLAM-2")
     p.add_argument("--chat-template", default=None)
@@ -265,13 +267,15 @@ def run(args: argparse.Namespace) -> int:
         from .._bind import check_free
 
         check_free(host, port)  # fail in a second, not after converting and loading the model
+    choice = o2_choice(args, extra)
+    print(f"spectool serve: {choice.reason}", file=sys.stderr, flush=True)
     cmd = build_command(
         opt("model") or "embedded",
         port=port,
         host=host,
         dtype=opt("dtype", "auto"),
         num_draft_tokens=opt("num_draft_tokens", 8),
-        o2=not (opt("no_o2") or opt("no_tool_cache")),
+        o2=choice.on,
         eager=not opt("compile"),
         tool_parser=opt("tool_call_parser") or "hermes",
         chat_template=opt("chat_template"),
