@@ -90,8 +90,14 @@ def _json_type(value: Any) -> str:
 
 
 _NO = object()  # "this type cannot take the value", distinct from a coerced None
-_INT_TEXT = re.compile(r"-?[0-9]{1,4000}")
+_INT_TEXT = re.compile(r"-?[0-9]{1,4000}(\.0{1,300})?")  # pydantic's int takes "1.0" (as 1)
 _FLOAT_TEXT = re.compile(r"-?[0-9]{1,300}(\.[0-9]{1,300})?([eE][+-]?[0-9]{1,3})?")
+# pydantic's float takes these (any case): the tool gets the float, so the key must too
+_NON_FINITE = {
+    **dict.fromkeys(("inf", "+inf", "infinity", "+infinity"), math.inf),
+    **dict.fromkeys(("-inf", "-infinity"), -math.inf),
+    **dict.fromkeys(("nan", "+nan", "-nan"), math.nan),
+}
 _TRUE, _FALSE = {"1", "on", "t", "true", "y", "yes"}, {"0", "off", "f", "false", "n", "no"}
 
 
@@ -107,15 +113,17 @@ def _coerce(value: Any, target: str) -> Any:
         if kind == "number" and math.isfinite(value) and value.is_integer() and abs(value) < _INT64:
             return int(value)  # pydantic refuses integral floats outside int64 (1e20 for int)
         if kind == "string" and _INT_TEXT.fullmatch(value):
-            return int(value)
+            return int(value.partition(".")[0])
     elif target == "number":
         if kind in ("integer", "boolean"):
             try:
                 return float(value)
             except OverflowError:  # pydantic refuses an int beyond float range too
                 return _NO
-        if kind == "string" and _FLOAT_TEXT.fullmatch(value) and math.isfinite(float(value)):
-            return float(value)
+        if kind == "string" and _FLOAT_TEXT.fullmatch(value):
+            return float(value)  # "1e400" is inf to pydantic too
+        if kind == "string" and value.lower() in _NON_FINITE:
+            return _NON_FINITE[value.lower()]
     elif target == "boolean":
         if kind in ("integer", "number") and value in (0, 1):
             return bool(value)
