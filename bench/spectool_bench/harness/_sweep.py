@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import anyio
@@ -203,6 +203,34 @@ async def _warm_main(make_client: Callable[[], Any], plan: Plan, task: Any) -> N
             pass
 
 
+def _main_label(plan: Plan, tasks: list) -> str:
+    """What the main model is, as the results state it."""
+    engine = "vLLM + spectool plugins" if plan.backend == "vllm" else "spectool serving engine"
+    r = plan.rates
+    return {
+        "replay": f"replay of {_truth_name(tasks)} standing in for a remote model (token-rate clock: "
+        f"{r.overhead_s:g} s per request + prompt at {r.prefill_tok_s:g} tok/s + output at "
+        f"{r.decode_tok_s:g} tok/s; G ≈ {expected_call_G(tasks, r):.2f} s per call step)",
+        "embedded": f"embedded ({engine}, SmolLM2-135M-Instruct, CPU)",
+    }.get(plan.main, f"endpoint({plan.model})")
+
+
+@dataclass
+class _Cell:
+    """One cell of the grid (a repeat, an agent count M, a tool latency T): what its arms share."""
+
+    plan: Plan
+    tasks: list
+    assignment: list
+    latency: Latency
+    meta: dict[str, Any]  # the baseline row's labels; each arm overrides its own
+    common: dict[str, Any]  # Setup's fields shared by every arm
+    truth: Any  # the independent run without speculation that ``same`` compares with
+    calibration: Any
+    base_url: str | None
+    bar: Progress
+
+
 async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibration: Any) -> dict[str, Any]:
     tasks = _select_tasks(plan)
     replay = ReplayModel(tasks, plan.rates) if plan.main == "replay" else None
@@ -214,14 +242,7 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
     await _warm_main(make_client, plan, tasks[0])
     await warm_drafters(plan, tasks)
     bar = Progress(_expected_steps(plan, tasks), progress)
-    engine = "vLLM + spectool plugins" if plan.backend == "vllm" else "spectool serving engine"
-    r = plan.rates
-    main_label = {
-        "replay": f"replay of {_truth_name(tasks)} standing in for a remote model (token-rate clock: "
-        f"{r.overhead_s:g} s per request + prompt at {r.prefill_tok_s:g} tok/s + output at "
-        f"{r.decode_tok_s:g} tok/s; G ≈ {expected_call_G(tasks, r):.2f} s per call step)",
-        "embedded": f"embedded ({engine}, SmolLM2-135M-Instruct, CPU)",
-    }.get(plan.main, f"endpoint({plan.model})")
+    main_label = _main_label(plan, tasks)
     common: dict[str, Any] = {  # Setup's fields shared by every arm
         "make_client": make_client,
         "model": plan.model,
@@ -232,7 +253,6 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
         "request_options": _request_options(plan),
     }
     latencies = (round(expected_call_G(tasks, plan.rates), 3),) if plan.latency_matches_G else plan.latencies
-    eager = "speculable" if plan.eager_arm else False
     rows: list[dict[str, Any]] = []
     for repeat in range(plan.repeats):
         seed = plan.seed + repeat
@@ -247,9 +267,6 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
             plain = {**common, "make_client": truth_client, "on_step": None}
             truth = await run_agents(assignment, Setup(latency=Latency(0.0), **plain))
             for mean in latencies:
-                latency = Latency(mean, plan.latency_cv, seed=seed)
-                bar.label = f"baseline M={m} T={mean}s"
-                base, base_cpu = await _timed_cpu(run_agents(assignment, Setup(latency=latency, **common)))
                 meta = {
                     "config": "baseline",
                     "agents": m,
@@ -260,57 +277,11 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
                     "seed": seed,
                     "repeat": repeat,
                 }
-                rows.append(run_row(meta, base, base, plan.prices, calibration, truth=truth))
-                ref = None
-                if plan.eager_arm:
-                    bar.label = f"eager dispatch alone M={m} T={mean}s"
-                    ref = await run_agents(assignment, Setup(latency=latency, eager="speculable", **common))
-                    rows.append(
-                        run_row(
-                            {**meta, "config": "eager", "drafter": "none (eager dispatch)"},
-                            base,
-                            ref,
-                            plan.prices,
-                            calibration,
-                            reference=ref,
-                            truth=truth,
-                        )
-                    )
-                for name, (factory, label) in (
-                    (n, v) for n in plan.drafters for v in drafter_arms(plan, n, tasks, seed)
-                ):
-                    # the oracle ignores λ: one run at the first λ
-                    for lam in plan.samples if name != "oracle" else plan.samples[:1]:
-                        for config in plan.configs:
-                            bar.label = f"{config} {label} λ={lam} M={m} T={mean}s"
-                            setup = Setup(
-                                drafter=factory,
-                                samples=lam,
-                                latency=latency,
-                                mode=config,
-                                eager=eager,
-                                sample_cost=plan.sample_cost,
-                                engine_options={"base_url": base_url} if config == "engine" else {},
-                                **common,
-                            )
-                            spec, cpu = await _timed_cpu(run_agents(assignment, setup))
-                            rows.append(
-                                run_row(
-                                    {
-                                        **meta,
-                                        "config": config + ("+eager" if eager else ""),
-                                        "samples": lam,
-                                        "drafter": label,
-                                        **_drafter_cpu(cpu, base_cpu, spec),
-                                    },
-                                    base,
-                                    spec,
-                                    plan.prices,
-                                    calibration,
-                                    reference=ref,
-                                    truth=truth,
-                                )
-                            )
+                latency = Latency(mean, plan.latency_cv, seed=seed)
+                cell = _Cell(
+                    plan, tasks, assignment, latency, meta, common, truth, calibration, base_url, bar
+                )
+                rows += await _cell_rows(cell)
     bar.close()
     timelines = await _record_timelines(plan, tasks, common, latencies[0]) if plan.timeline else None
     out = {
@@ -327,6 +298,55 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
     if timelines is not None:
         out["timelines"] = timelines
     return out
+
+
+async def _cell_rows(cell: _Cell) -> list[dict[str, Any]]:
+    """The cell's rows: the sequential baseline, eager dispatch alone (if planned), then every
+    drafter × λ × config, each compared with the baseline (and with eager dispatch alone)."""
+    plan, meta, where = cell.plan, cell.meta, f"M={cell.meta['agents']} T={cell.meta['tool_latency_mean']}s"
+    cell.bar.label = f"baseline {where}"
+    base, base_cpu = await _timed_cpu(run_agents(cell.assignment, Setup(latency=cell.latency, **cell.common)))
+    rows = [run_row(meta, base, base, plan.prices, cell.calibration, truth=cell.truth)]
+    ref = None
+    if plan.eager_arm:
+        cell.bar.label = f"eager dispatch alone {where}"
+        ref = await run_agents(
+            cell.assignment, Setup(latency=cell.latency, eager="speculable", **cell.common)
+        )
+        eager_meta = {**meta, "config": "eager", "drafter": "none (eager dispatch)"}
+        rows.append(
+            run_row(eager_meta, base, ref, plan.prices, cell.calibration, reference=ref, truth=cell.truth)
+        )
+    eager = "speculable" if plan.eager_arm else False
+    seed = meta["seed"]
+    for name, (factory, label) in (
+        (n, v) for n in plan.drafters for v in drafter_arms(plan, n, cell.tasks, seed)
+    ):
+        for lam in plan.samples if name != "oracle" else plan.samples[:1]:  # the oracle ignores λ
+            for config in plan.configs:
+                cell.bar.label = f"{config} {label} λ={lam} {where}"
+                setup = Setup(
+                    drafter=factory,
+                    samples=lam,
+                    latency=cell.latency,
+                    mode=config,
+                    eager=eager,
+                    sample_cost=plan.sample_cost,
+                    engine_options={"base_url": cell.base_url} if config == "engine" else {},
+                    **cell.common,
+                )
+                spec, cpu = await _timed_cpu(run_agents(cell.assignment, setup))
+                arm = {
+                    **meta,
+                    "config": config + ("+eager" if eager else ""),
+                    "samples": lam,
+                    "drafter": label,
+                    **_drafter_cpu(cpu, base_cpu, spec),
+                }
+                rows.append(
+                    run_row(arm, base, spec, plan.prices, cell.calibration, reference=ref, truth=cell.truth)
+                )
+    return rows
 
 
 async def _record_timelines(
