@@ -55,3 +55,22 @@ def test_a_corrupted_verifier_is_detected(model, reference, monkeypatch):
     monkeypatch.setattr(TreeVerifier, "forward", lying)
     res = decode(model, [PROMPT], 60, "unispec", g=12, gate=False)
     assert res.outputs != reference
+
+
+def test_calibration_sees_every_step_even_where_a_gate_would_stop_drafting(model, monkeypatch):
+    """τ(g) is measured per step; a gate that turned drafting off would leave it no steps
+    (or only the ones where drafting paid). Calibration drafts every step."""
+    import importlib
+
+    from spectool_serving.tree.calibrate import measure_tau
+    from spectool_serving.tree.gate import DraftGate
+
+    class Never(DraftGate):  # the gate's decision forced: drafting never pays
+        def should_draft(self) -> bool:
+            return False
+
+    # the module, not the package's re-exported function of the same name
+    monkeypatch.setattr(importlib.import_module("spectool_serving.tree.decode"), "DraftGate", Never)
+    assert decode(model, [PROMPT], 12, "unispec", g=4).plain_steps == 12  # the patch bites
+    tau = measure_tau(model, [PROMPT], [1, 4], 12)
+    assert tau[0] == pytest.approx(1.0) and tau[1] > 1.0
