@@ -186,7 +186,14 @@ def _run_engine(
     for pol in TREE_POLICIES:
         res = decode(model, prompts, n, pol, g=cal.g_star, eos=eos, cast=CastShaper(table))
         rec["methods"][pol] = _record(
-            res.outputs, res.total_s, refs, tau=res.tau, draft=res.mean_draft, verify_s=res.verify_s
+            res.outputs,
+            res.total_s,
+            refs,
+            tau=res.tau,
+            draft=res.mean_draft,
+            verify_s=res.verify_s,
+            plain_steps=res.plain_steps,  # steps the draft gate decoded without drafting
+            steps=res.steps,
         )
 
 

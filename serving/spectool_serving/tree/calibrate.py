@@ -194,7 +194,8 @@ def measure_tau(
             for g in gs:
                 lens[g].append(truncated_path_len(tree, path, g))
 
-        decode(model, [p], max_new_tokens, "unispec", g=max(gs), eos=eos, on_step=on_step)
+        # every step drafted: τ(g) must see each step, not only those a draft gate lets through
+        decode(model, [p], max_new_tokens, "unispec", g=max(gs), eos=eos, on_step=on_step, gate=False)
         per_prompt.append([float(np.mean(lens[g])) for g in gs])
     return pooled_tau(per_prompt)
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .accept import greedy_tree_accept, sample_tree_accept
+from .gate import DraftGate
 from .tree import DraftTree
 from .unispec import ContextIndex, NGramStore, TopG, TreeDrafter
 from .verifier import TreeVerifier
@@ -35,6 +36,7 @@ class DecodeResult:
     verify_s: float = 0.0  # time in tree forwards
     draft_s: float = 0.0
     total_s: float = 0.0
+    plain_steps: int = 0  # steps the gate decoded without drafting (probes included)
 
     @property
     def tau(self) -> float:
@@ -100,19 +102,32 @@ def decode(
     eos: int | set[int] | None = None,
     generator: torch.Generator | None = None,
     on_step: Any = None,
+    gate: bool = True,
 ) -> DecodeResult:
     """Decode ``max_new_tokens`` per prompt with ``policy``; returns outputs and metrics.
 
     ``cast`` (a :class:`~.cast.CastShaper`) shapes the ``cast``/``both`` trees, and its cost
     table also pads every forward to the cheapest width that holds the tree (CPU math
-    libraries change kernels with the row count).
+    libraries change kernels with the row count). ``gate``: a :class:`~.gate.DraftGate`
+    turns drafting off while plain steps deliver more tokens per second.
     """
     from ..backends import verify_kernels
 
     t_start = time.perf_counter()
     with verify_kernels(model):  # once for the whole loop rather than per forward
         res = _decode(
-            model, prompts, max_new_tokens, policy, drafter, g, cast, temperature, eos, generator, on_step
+            model,
+            prompts,
+            max_new_tokens,
+            policy,
+            drafter,
+            g,
+            cast,
+            temperature,
+            eos,
+            generator,
+            on_step,
+            gate,
         )
     res.total_s = time.perf_counter() - t_start
     return res
@@ -130,6 +145,7 @@ def _decode(
     eos: int | set[int] | None,
     generator: torch.Generator | None,
     on_step: Any,
+    gate: bool,
 ) -> DecodeResult:
     stops = {eos} if isinstance(eos, int) else set(eos or ())
     if drafter is None and policy != "ar":
@@ -143,20 +159,15 @@ def _decode(
     outs: list[list[int]] = [[] for _ in prompts]
     done = [False] * len(prompts)
     res = DecodeResult(outs)
+    gated = DraftGate() if gate and drafter is not None else None
     while not all(done):
         t0 = time.perf_counter()
-        if drafter is None:
-            trees = [DraftTree.root(s.seq[-1]) for s in seqs]
+        drafting = drafter is not None and (gated is None or gated.should_draft())
+        if drafter is not None and drafting:
+            left = [max_new_tokens - len(o) for o in outs]
+            trees = _draft(drafter, seqs, done, left, verifier.length, cast is not None)
         else:
-            if cast is not None and hasattr(drafter.shaper, "begin_step"):
-                drafter.shaper.begin_step(len(prompts), verifier.length)
-            trees = [DraftTree.root(s.seq[-1]) if d else drafter.draft(s) for s, d in zip(seqs, done)]
-            if len(trees) > 1 and hasattr(drafter.shaper, "batch_width"):
-                live = [b for b, d in enumerate(done) if not d]  # a fixed batch: see batch_width
-                w = drafter.shaper.batch_width(
-                    [trees[b] for b in live], [max_new_tokens - len(outs[b]) for b in live]
-                )
-                trees = [t.top(w) for t in trees]
+            trees = [DraftTree.root(s.seq[-1]) for s in seqs]
         t1 = time.perf_counter()
         width = max(len(t) for t in trees)
         if table is not None:
@@ -168,7 +179,7 @@ def _decode(
         if drafter is not None:
             _store_update(drafter, logits, trees, [s.seq[-2] for s in seqs])
             for t, p, d in zip(trees, paths, done):
-                if not d:
+                if not d and drafting:  # a plain step tests no edge: nothing to learn
                     drafter.learn(t, p)
                     if hasattr(drafter.shaper, "observe"):
                         drafter.shaper.observe(t, p)
@@ -177,8 +188,10 @@ def _decode(
         res.steps += 1
         res.verify_s += t2 - t1
         res.draft_s += t1 - t0
-        if drafter is not None and hasattr(drafter.shaper, "note_overhead"):
+        if drafter is not None and drafting and hasattr(drafter.shaper, "note_overhead"):
             drafter.shaper.note_overhead(time.perf_counter() - t0 - (t2 - t1))
+        res.plain_steps += drafter is not None and not drafting
+        emitted = len(res.accepted)
         for b, (t, p) in enumerate(zip(trees, paths)):
             if done[b]:
                 continue
@@ -191,7 +204,23 @@ def _decode(
                 if tok in stops or len(outs[b]) >= max_new_tokens:
                     done[b] = True
                     break
+        if gated is not None:
+            gated.observe(drafting, sum(res.accepted[emitted:]), time.perf_counter() - t0)
     return res
+
+
+def _draft(
+    drafter: TreeDrafter, seqs: list[ContextIndex], done: list[bool], left: list[int], ctx: int, cast: bool
+) -> list[DraftTree]:
+    """One tree per row (a bare root for finished rows), cut to one width for a batch."""
+    if cast and hasattr(drafter.shaper, "begin_step"):
+        drafter.shaper.begin_step(len(seqs), ctx)
+    trees = [DraftTree.root(s.seq[-1]) if d else drafter.draft(s) for s, d in zip(seqs, done)]
+    if len(trees) > 1 and hasattr(drafter.shaper, "batch_width"):
+        live = [b for b, d in enumerate(done) if not d]  # a fixed batch: see batch_width
+        w = drafter.shaper.batch_width([trees[b] for b in live], [left[b] for b in live])
+        trees = [t.top(w) for t in trees]
+    return trees
 
 
 def _accept(

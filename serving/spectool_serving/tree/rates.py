@@ -4,9 +4,10 @@ A draft node's score multiplies its parent's score by the probability that its e
 accepted given the parent was. Raw signals differ in kind: a store edge carries the
 verifier's probability from the last time its parent token was scored (in another context),
 a context edge only the length of the suffix match that proposed it. Each *kind* of edge
-(its ``source`` tag: ``s<bin>`` store, ``n<bin>`` next-next, ``c<n>`` first token of a context
-match of length n, ``cc`` a context continuation) gets a Beta-smoothed hit rate learned from
-every tested edge — one whose parent was accepted — so scores stay calibrated per prompt.
+(its ``source`` tag: ``s<bin>`` store, ``n<bin>`` next-next, ``c<b>`` first token of a
+context match whose length falls in bucket b, ``cc<b>`` a continuation of such a match) gets
+a Beta-smoothed hit rate learned from every tested edge — one whose parent was accepted — so
+scores stay calibrated per prompt.
 With calibrated scores, the sum over the verified nodes is the expected number of accepted
 drafts, which is what the cost-aware shaping trades against measured forward cost.
 """
@@ -31,7 +32,10 @@ def _default_priors() -> dict[str, float]:
     mid = (np.arange(BINS) + 0.5) / BINS
     priors = {f"s{b}": float(p) for b, p in enumerate(mid)}
     priors |= {f"n{b}": float(p) * 0.5 for b, p in enumerate(mid)}  # two steps away: weaker
-    priors |= {"c1": 0.3, "c2": 0.5, "c3": 0.6, "c4": 0.7, "cc": 0.8}
+    # context edges by match-length bucket (see .suffix): first token, then continuation
+    first = {1: 0.3, 2: 0.5, 3: 0.6, 4: 0.7, 6: 0.75, 8: 0.8, 12: 0.85, 16: 0.85, 24: 0.9, 32: 0.9}
+    priors |= {f"c{b}": p for b, p in first.items()}
+    priors |= {f"cc{b}": (0.8 if b <= 4 else 0.9) for b in first}
     return priors
 
 

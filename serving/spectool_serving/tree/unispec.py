@@ -3,8 +3,9 @@
 * ``NGramStore``: one-to-one store of shape [V, k] (next-token ids + confidences) and a
   next-next store (token -> candidates two positions later), both overwritten from the
   verifier's top-k at every tree node it scores.
-* ``ContextIndex``: suffix matches of the sequence against itself (prompt + output), so text
-  the model copies (summaries, RAG answers) is drafted as chains, scored by learned rates.
+* ``ContextIndex`` (:class:`.suffix.SuffixIndex`): the longest earlier matches of the
+  current suffix (prompt + output), so text the model copies (summaries, RAG answers, tool
+  calls' JSON) is drafted as chains, scored by rates learned per match length.
 * ``TreeDrafter``: first level = store[x_t] ⊕ next-next[x_{t-1}] ⊕ context chains; expand
   level by level keeping the top-k by cumulative confidence, dropping nodes below ``r``;
   a ``Shaper`` (top-g* here, CAST in :mod:`.cast`) decides breadth, depth and final size.
@@ -18,10 +19,14 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from .rates import AcceptanceRates, conf_bin
+from .suffix import SuffixIndex, match_bucket
 from .tree import DraftTree
 
 if TYPE_CHECKING:
     import torch
+
+# the drafter's view of a sequence; one name for the serving policy and the decoding loop
+ContextIndex = SuffixIndex
 
 __all__ = ["ContextIndex", "NGramStore", "Shaper", "TopG", "TreeDrafter"]
 
@@ -55,38 +60,6 @@ class NGramStore:
         _, ids, conf = row_stats(logits, self.k)
         # on a GPU the top-k stays on the device: the store lives on the host
         self.update(np.asarray(tokens), np.asarray(parents), ids.cpu().numpy(), conf.cpu().numpy())
-
-
-class ContextIndex:
-    """n-gram → positions of what followed it, over one growing token sequence."""
-
-    def __init__(self, tokens: list[int], max_n: int = 4) -> None:
-        self.seq: list[int] = []
-        self.max_n = max_n
-        self._index: dict[tuple[int, ...], list[int]] = {}
-        self.extend(tokens)
-
-    def extend(self, tokens: list[int]) -> None:
-        for t in tokens:
-            self.seq.append(int(t))
-            end = len(self.seq)
-            for n in range(1, self.max_n + 1):
-                if end - 1 - n >= 0:  # n-gram ending just before the new token -> its position
-                    self._index.setdefault(tuple(self.seq[end - 1 - n : end - 1]), []).append(end - 1)
-
-    def continuations(self, depth: int, branches: int) -> list[tuple[int, list[int]]]:
-        """Up to ``branches`` distinct (match length n, following tokens) pairs, longest n first."""
-        out: list[tuple[int, list[int]]] = []
-        seen: set[tuple[int, ...]] = set()
-        for n in range(min(self.max_n, len(self.seq)), 0, -1):
-            for pos in reversed(self._index.get(tuple(self.seq[-n:]), [])):
-                cont = tuple(self.seq[pos : pos + depth])
-                if cont and cont not in seen:
-                    seen.add(cont)
-                    out.append((n, list(cont)))
-                    if len(out) >= branches:
-                        return out
-        return out
 
 
 class Shaper(Protocol):
@@ -197,12 +170,13 @@ class TreeDrafter:
         return added
 
     def _add_context(self, tree: DraftTree, where: dict, seq: ContextIndex) -> None:
-        cont_rate = self.rates.rate("cc")
         for n, cont in seq.continuations(self.ctx_depth, self.ctx_branches):
+            b = match_bucket(n)  # a longer match is likelier to go on copying: rates per bucket
+            first, cont_rate = self.rates.rate(f"c{b}"), self.rates.rate(f"cc{b}")
             parent, cum = 0, 1.0
             for j, tok in enumerate(cont):
-                src = f"c{n}" if j == 0 else "cc"
-                cum *= self.rates.rate(src) if j == 0 else cont_rate
+                src = f"c{b}" if j == 0 else f"cc{b}"
+                cum *= first if j == 0 else cont_rate
                 node = where.get((parent, tok))
                 if node is None:
                     node = tree.add(parent, tok, cum, src)

@@ -1,0 +1,59 @@
+"""DraftGate: drafting stops where plain steps deliver more tokens per second, and resumes."""
+
+from __future__ import annotations
+
+import pytest
+
+from spectool_serving.tree.gate import DraftGate
+
+
+def _run(gate: DraftGate, steps: int, drafted: tuple[int, float], plain: tuple[int, float]) -> list[bool]:
+    """Feed ``steps`` steps whose outcome depends only on their kind; the decisions made."""
+    seen = []
+    for _ in range(steps):
+        d = gate.should_draft()
+        seen.append(d)
+        gate.observe(d, *(drafted if d else plain))
+    return seen
+
+
+def test_drafting_that_pays_stays_on_with_rare_plain_probes():
+    gate = DraftGate(probe_every=12)
+    seen = _run(gate, 120, drafted=(3, 1.3), plain=(1, 1.0))
+    assert gate.on
+    plain = seen.count(False)
+    assert 1 <= plain <= 120 // 48 + 1  # a clear win (2.3x): re-measured every 48 steps
+    narrow = _run(DraftGate(probe_every=12), 120, drafted=(3, 2.5), plain=(1, 1.0))
+    assert 120 // 12 - 1 <= narrow.count(False) <= 120 // 12 + 1  # 1.2x: every 12 steps
+
+
+def test_drafting_that_does_not_pay_is_stopped_and_probed_with_growing_backoff():
+    gate = DraftGate(first_backoff=4, max_backoff=32)
+    seen = _run(gate, 200, drafted=(1, 1.3), plain=(1, 1.0))
+    assert not gate.on
+    assert seen[:3] == [True, True, False]  # the first plain probe comes early
+    off = seen[4:]
+    probes = [i for i, d in enumerate(off) if d]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps == sorted(gaps) and gaps[-1] == 33  # back-off doubles up to max_backoff
+    assert seen.count(True) < 15
+
+
+def test_drafting_resumes_when_it_pays_again():
+    gate = DraftGate(first_backoff=2)
+    _run(gate, 30, drafted=(1, 1.5), plain=(1, 1.0))
+    assert not gate.on
+    _run(gate, 40, drafted=(6, 1.3), plain=(1, 1.0))  # the text turned copy-heavy
+    assert gate.on
+
+
+def test_noise_within_the_margin_keeps_drafting_on():
+    gate = DraftGate(margin=0.9)
+    _run(gate, 60, drafted=(1, 1.05), plain=(1, 1.0))  # 5 % slower: within the margin
+    assert gate.on
+
+
+@pytest.mark.parametrize("kw", [{"alpha": 0.0}, {"probe_every": 1}, {"first_backoff": 0}])
+def test_bad_settings_are_refused(kw):
+    with pytest.raises(ValueError):
+        DraftGate(**kw)
