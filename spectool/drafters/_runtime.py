@@ -77,6 +77,8 @@ def _unsupported(options: LocalDrafterOptions, adapter: Any) -> list[str]:
         out.append("copy_bias > 0")
     if not options.constrained:
         out.append("constrained=False")
+    if options.dtype != "auto":  # a transformers knob: llama.cpp runs the GGUF's own quantization
+        out.append(f"dtype={options.dtype!r}")
     return out
 
 

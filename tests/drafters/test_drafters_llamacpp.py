@@ -81,6 +81,7 @@ def test_auto_with_the_package_takes_llama_cpp_only_where_it_can_run(monkeypatch
     assert LocalDrafter("some/hf-model").runtime == "transformers"
     assert LocalDrafter(None, LocalDrafterOptions(min_confidence=0.5)).runtime == "transformers"
     assert LocalDrafter(None, LocalDrafterOptions(diversity="beam")).runtime == "transformers"
+    assert LocalDrafter(None, LocalDrafterOptions(dtype="bfloat16")).runtime == "transformers"
     assert LocalDrafter(None, LocalDrafterOptions(runtime="transformers")).runtime == "transformers"
 
 
@@ -91,6 +92,7 @@ def test_auto_with_the_package_takes_llama_cpp_only_where_it_can_run(monkeypatch
         (None, {"diversity": "beam"}, "diversity='beam'"),
         (None, {"min_confidence": 0.3}, "min_confidence"),
         (None, {"copy_bias": 1.0}, "copy_bias"),
+        (None, {"dtype": "int8"}, "dtype='int8'"),
     ],
 )
 def test_explicit_llama_cpp_refuses_what_it_cannot_do(monkeypatch, model, options, said):
