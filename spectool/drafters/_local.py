@@ -106,7 +106,7 @@ class LocalDrafter:
     async def load(self) -> LocalModel | LlamaModel:
         """Load (once, shared between drafters) in a worker thread; safe to call early."""
         if self._loaded is None and self.runtime == "llama.cpp":
-            self._loaded = await anyio.to_thread.run_sync(_load_gguf, self._source)
+            self._loaded = await anyio.to_thread.run_sync(_load_gguf, self._source, self.options.threads)
         if self._loaded is None:
             self._loaded = await anyio.to_thread.run_sync(
                 load_shared, self._source, self.options.dtype, self.adapter
@@ -309,10 +309,10 @@ def _answer_key(text: str, schemas: Mapping[str, Mapping[str, Any]]) -> str | No
     return "\x1e".join(call_key(c, schemas) for c in calls) if calls else None
 
 
-def _load_gguf(source: Any) -> LlamaModel:
+def _load_gguf(source: Any, threads: int) -> LlamaModel:
     from ._llamacpp import gguf_source, load_llama
 
     gguf = gguf_source(source)
     if gguf is None:  # choose_runtime let only GGUF sources through
         raise ConfigError(f"the llama.cpp runtime loads GGUF files; {source!r} is none")
-    return load_llama(gguf)
+    return load_llama(gguf, threads)

@@ -60,6 +60,8 @@ def no_llama_cpp(monkeypatch):
 def test_runtime_is_validated():
     with pytest.raises(ConfigError, match="runtime must be 'transformers', 'llama.cpp' or 'auto'"):
         LocalDrafterOptions(runtime="llamacpp")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="threads must be an integer ≥ 0"):
+        LocalDrafterOptions(threads=-1)
 
 
 def test_explicit_llama_cpp_without_the_package_names_the_setup_step(no_llama_cpp):

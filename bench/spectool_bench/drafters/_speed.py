@@ -141,11 +141,17 @@ def _hit(calls: list[ToolCall], truth: ToolCall, tools: Mapping[str, Mapping[str
     )
 
 
+def _threads(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """``--threads`` for a llama.cpp configuration too (torch's is set process-wide in main)."""
+    return {**config, "threads": args.threads} if config.get("runtime") == "llama.cpp" else config
+
+
 async def _run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     names = args.configs.split(",")
     drafters = {
         name: LocalDrafter(
-            args.model, LocalDrafterOptions(max_new_tokens=args.max_new_tokens, **CONFIGS[name])
+            args.model,
+            LocalDrafterOptions(max_new_tokens=args.max_new_tokens, **_threads(CONFIGS[name], args)),
         )
         for name in names
     }
@@ -189,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--configs", default="new,new-beam", help=f"comma list of {', '.join(CONFIGS)}")
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch and llama.cpp threads (0: their defaults, every core)"
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     if args.threads:
