@@ -30,7 +30,7 @@ if ! ls "$cache"/llama_cpp_python-"$version"-*.whl >/dev/null 2>&1; then
     done
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    echo "setup: building llama-cpp-python $version for this CPU ($isa); ~15 min on 2 cores" >&2
+    echo "setup: building llama-cpp-python $version for this CPU ($isa): ~9 CPU-minutes (36 min wall on a busy 2-core machine)" >&2
     "${pip[@]}" download "llama-cpp-python==$version" --no-deps --no-binary :all: -d "$tmp"
     start=$(date +%s)
     # the runtime needs libllama + ggml only: no multimodal library, tools, tests or examples

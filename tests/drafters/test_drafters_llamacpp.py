@@ -75,8 +75,19 @@ def test_auto_without_the_package_falls_back_to_transformers(no_llama_cpp):
     assert LocalDrafter("qwen2.5-coder-0.5b").runtime == "transformers"
 
 
+def test_auto_follows_the_measured_table(monkeypatch):
+    """As measured (docs/drafters.md, base × runtime) no base drafts faster on llama.cpp, so
+    "auto" keeps transformers even where llama_cpp is installed."""
+    monkeypatch.setattr(_runtime, "llama_available", lambda: True)
+    assert _runtime.LLAMA_CPP_BASES == frozenset()
+    assert LocalDrafter(None).runtime == "transformers"
+    assert LocalDrafter("qwen2.5-coder-0.5b").runtime == "transformers"
+
+
 def test_auto_with_the_package_takes_llama_cpp_only_where_it_can_run(monkeypatch):
     monkeypatch.setattr(_runtime, "llama_available", lambda: True)
+    # a base measured faster on llama.cpp (none is today: see the test above)
+    monkeypatch.setattr(_runtime, "LLAMA_CPP_BASES", frozenset({"embedded", "qwen2.5-coder-0.5b"}))
     assert LocalDrafter(None).runtime == "llama.cpp"
     assert LocalDrafter("qwen2.5-coder-0.5b").runtime == "llama.cpp"
     # an HF folder, a gate, a beam, an adapter: only transformers does these, so auto keeps it
