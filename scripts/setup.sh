@@ -12,7 +12,13 @@ kernels=(setup.py serving/spectool_serving/backends/_kernel_sources.py serving/s
 want=$(cat pyproject.toml bench/pyproject.toml $(ls integrations/*/pyproject.toml 2>/dev/null) "${kernels[@]}" \
     scripts/setup.sh scripts/requirements.py \
     | sha256sum | cut -c1-16)
+# Opt-in: the llama.cpp runtime (spectool[llamacpp]) builds from its sdist, ~9 CPU-minutes
+# the first time on a CPU kind, then installs from the wheel cached per CPU (seconds).
+llamacpp() {
+    if [ "${SPECTOOL_LLAMACPP:-0}" = "1" ]; then bash scripts/build_llamacpp.sh .venv/bin/python; fi
+}
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    llamacpp
     exit 0
 fi
 
@@ -48,4 +54,5 @@ done
 "${pip[@]}" install -e "integrations/langchain[openai,test]"
 "${pip[@]}" install -e "integrations/mcp[langchain]"
 echo "$want" > "$stamp"
+llamacpp
 echo "setup: done" >&2

@@ -6,7 +6,9 @@ the model's own chat template with ``tools=`` (:mod:`._native`: Qwen's ``<tool_c
 Rows decode under a grammar of the offered tools with :mod:`._decode` (prefix KV reuse,
 jump-forward over schema-forced tokens, early stop; λ rows as forks of the greedy row or as
 samples) or :mod:`._beam` (a beam of width λ: distinct guesses by sequence log-probability).
-A confidence gate drops a draft whose best row is unlikely. Generation runs in a worker thread,
+A confidence gate drops a draft whose best row is unlikely. With ``runtime="llama.cpp"``
+(:mod:`._runtime` chooses) the GGUF runs as shipped through llama-cpp-python (:mod:`._llamacpp`):
+same prompt ids, the same schema as a GBNF grammar, the same parser. Generation runs in a worker thread,
 serialized per model, and stops at its next forward when the caller is cancelled (the
 speculator's timeout). How it drafts is one :class:`~._options.LocalDrafterOptions`.
 torch/transformers load lazily; tuning (:mod:`._tune`) is never imported here.
@@ -19,7 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -41,6 +43,10 @@ from ._loading import (
     with_adapter,
 )
 from ._options import LocalDrafterOptions, from_keywords
+from ._runtime import choose_runtime
+
+if TYPE_CHECKING:
+    from ._llamacpp import LlamaModel
 
 __all__ = ["DEFAULT_LOCAL_MODEL", "LocalDrafter", "LocalModel"]
 
@@ -70,8 +76,10 @@ class LocalDrafter:
             options = from_keywords(options, old_keywords)
         options = options or LocalDrafterOptions()
         self.options = options.resolved(tuned=adapter is not None)
+        #: "transformers" or "llama.cpp", settled here (a ConfigError if the choice cannot run)
+        self.runtime = choose_runtime(self.options, model, adapter)
         self._source = model
-        self._loaded: LocalModel | None = None
+        self._loaded: LocalModel | LlamaModel | None = None
         self.adapter = adapter
         if isinstance(model, tuple):
             given = with_adapter(model[0], adapter) if adapter is not None else model[0]
@@ -95,14 +103,16 @@ class LocalDrafter:
             out["version"] = self.compact_version
         return out
 
-    async def load(self) -> LocalModel:
+    async def load(self) -> LocalModel | LlamaModel:
         """Load (once, shared between drafters) in a worker thread; safe to call early."""
+        if self._loaded is None and self.runtime == "llama.cpp":
+            self._loaded = await anyio.to_thread.run_sync(_load_gguf, self._source, self.options.threads)
         if self._loaded is None:
             self._loaded = await anyio.to_thread.run_sync(
                 load_shared, self._source, self.options.dtype, self.adapter
             )
-        if self.options.copy_bias:  # the token-text table (~0.3 s once per tokenizer) off the first draft
-            loaded = self._loaded
+        loaded = self._loaded
+        if self.options.copy_bias and isinstance(loaded, LocalModel):  # the token-text table (~0.3 s)
             await anyio.to_thread.run_sync(token_table, loaded.tokenizer, output_width(loaded.model))
         return self._loaded
 
@@ -113,12 +123,17 @@ class LocalDrafter:
         loaded = await self.load()
         stop = threading.Event()
         try:
-            texts = await anyio.to_thread.run_sync(
-                self._decode, loaded, request, stop, abandon_on_cancel=True
-            )
+            if isinstance(loaded, LocalModel):
+                texts = await anyio.to_thread.run_sync(
+                    self._decode, loaded, request, stop, abandon_on_cancel=True
+                )
+            else:
+                texts = await anyio.to_thread.run_sync(
+                    self._decode_llama, loaded, request, stop, abandon_on_cancel=True
+                )
         except (DrafterError, ConfigError):
             raise
-        except Exception as exc:  # torch/xgrammar failures become drafter failures
+        except Exception as exc:  # torch/xgrammar/llama.cpp failures become drafter failures
             raise DrafterError(f"local drafter failed: {type(exc).__name__}: {exc}") from exc
         finally:
             stop.set()  # cancelled or done: a still-running decode stops at its next forward
@@ -145,7 +160,7 @@ class LocalDrafter:
         bodies = compact_tools(request, max_tools=self.options.max_tools)
         return [{"type": "function", "function": b} for b in bodies]
 
-    def token_ids(self, loaded: LocalModel, request: DraftRequest) -> list[int]:
+    def token_ids(self, loaded: LocalModel | LlamaModel, request: DraftRequest) -> list[int]:
         """The drafting prompt's token ids for this drafter's ``prompt`` format."""
         if self.options.prompt == "native":
             from ._native import native_prompt_ids
@@ -184,6 +199,41 @@ class LocalDrafter:
             self.last_generate_cpu_s = time.thread_time() - cpu
         # native tags (<tool_call>) are added tokens: keep them, the parser reads them
         texts = [loaded.tokenizer.decode(r, skip_special_tokens=not native) for r in rows_out]
+        self.last_texts = texts
+        return texts
+
+    def _decode_llama(self, loaded: LlamaModel, request: DraftRequest, stop: threading.Event) -> list[str]:
+        """The llama.cpp runtime: the same prompt ids, the schema as GBNF, λ rows (row 0 greedy)."""
+        from ._llamacpp import draft_texts, grammar_text
+
+        opts = self.options
+        grammar = grammar_text(
+            self.draft_tools(request),
+            native=opts.prompt == "native",
+            max_calls=int(opts.max_calls),
+            max_string_length=opts.max_string_length,  # type: ignore[arg-type]
+        )
+        self.last_stats = None  # no row log-probabilities on this runtime (no gate: _runtime)
+        with loaded.lock:
+            if stop.is_set():
+                return []
+            ids = self.token_ids(loaded, request)
+            # process CPU time: llama.cpp computes in its own thread pool as well as this thread
+            start, cpu = time.perf_counter(), time.process_time()
+            texts = draft_texts(
+                loaded,
+                ids,
+                grammar,
+                rows=max(1, int(request.samples)) if opts.temperature > 0 else 1,
+                temperature=opts.temperature,
+                top_p=opts.top_p,
+                greedy_first=opts.greedy_first,
+                max_new_tokens=opts.max_new_tokens,
+                reuse=opts.prefix_cache,
+                stop=stop,
+            )
+            self.last_generate_s = time.perf_counter() - start
+            self.last_generate_cpu_s = time.process_time() - cpu
         self.last_texts = texts
         return texts
 
@@ -257,3 +307,12 @@ def _answer_key(text: str, schemas: Mapping[str, Mapping[str, Any]]) -> str | No
     """Canonical name of a drafted answer: its calls' keys in order (None: no offered call)."""
     calls = with_known_tools(salvage_tool_calls(text), schemas)
     return "\x1e".join(call_key(c, schemas) for c in calls) if calls else None
+
+
+def _load_gguf(source: Any, threads: int) -> LlamaModel:
+    from ._llamacpp import gguf_source, load_llama
+
+    gguf = gguf_source(source)
+    if gguf is None:  # choose_runtime let only GGUF sources through
+        raise ConfigError(f"the llama.cpp runtime loads GGUF files; {source!r} is none")
+    return load_llama(gguf, threads)

@@ -31,6 +31,7 @@ TUNED_LIMITS: dict[str, Any] = {"max_calls": 4, "max_string_length": None, "copy
 
 Prompt = Literal["compact", "native"]
 Diversity = Literal["branch", "sample", "beam"]
+Runtime = Literal["transformers", "llama.cpp", "auto"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,10 @@ class LocalDrafterOptions:
       below this proposes nothing; 0 turns it off.
     * ``max_calls`` / ``max_string_length`` / ``copy_bias``: "auto" picks :data:`TUNED_LIMITS`
       with an adapter, :data:`UNTUNED_LIMITS` without. ``max_string_length`` None: unbounded.
+    * ``runtime``: ``"transformers"``, ``"llama.cpp"`` (the GGUF as shipped, through
+      llama-cpp-python: the optional ``spectool[llamacpp]``) or ``"auto"`` (llama.cpp where it
+      is installed, can run these options and measured faster for the base; see :mod:`._runtime`).
+      ``threads``: llama.cpp's compute threads (0: every usable core; torch keeps its own).
     * ``dtype``: one of ``auto`` (int8 weights where torch has a quantized CPU engine),
       ``float32``, ``bfloat16``, ``float16``, ``int8``.
     * ``max_tools`` / ``described``: the compact prompt's tool list (how many listed, how many
@@ -56,6 +61,8 @@ class LocalDrafterOptions:
     """
 
     prompt: Prompt = "compact"
+    runtime: Runtime = "auto"
+    threads: int = 0
     constrained: bool = True
     dtype: str = "auto"
     max_new_tokens: int = 192
@@ -106,6 +113,8 @@ def _check(options: LocalDrafterOptions, name: str) -> str | None:
     value = getattr(options, name)
     ok = {
         "prompt": value in ("compact", "native"),
+        "runtime": value in ("transformers", "llama.cpp", "auto"),
+        "threads": _int_at_least(value, 0),
         "constrained": isinstance(value, bool),
         "dtype": value in DTYPES,
         "max_new_tokens": _int_at_least(value, 1),
@@ -127,6 +136,7 @@ def _check(options: LocalDrafterOptions, name: str) -> str | None:
         return None
     allowed = {
         "prompt": "'compact' or 'native'",
+        "runtime": "'transformers', 'llama.cpp' or 'auto'",
         "dtype": " / ".join(DTYPES),
         "max_calls": "an integer ≥ 1 or 'auto'",
         "max_string_length": "an integer ≥ 1, None (unbounded) or 'auto'",
@@ -137,6 +147,7 @@ def _check(options: LocalDrafterOptions, name: str) -> str | None:
         "temperature": "a finite number ≥ 0",
         "max_prompt_tokens": "an integer ≥ 16",
         "described": "an integer ≥ 0",
+        "threads": "an integer ≥ 0 (0: every usable core)",
     }.get(name, "a bool" if isinstance(getattr(LocalDrafterOptions, name, None), bool) else "an integer ≥ 1")
     return f"{name} must be {allowed} (got {value!r})"
 

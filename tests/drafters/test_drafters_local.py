@@ -202,7 +202,9 @@ async def test_int8_drafter_quantizes_every_linear_layer_and_still_drafts_valid_
 
     if not int8_available():
         pytest.fail("torch on this CPU has no quantized engine: the default drafter dtype would be fp32")
-    drafter = LocalDrafter(None, LocalDrafterOptions(max_new_tokens=40, dtype="auto"))
+    # the transformers runtime named: "auto" takes llama.cpp for this base where it is installed
+    options = LocalDrafterOptions(max_new_tokens=40, dtype="auto", runtime="transformers")
+    drafter = LocalDrafter(None, options)
     calls = await drafter.propose(DraftRequest(ASK, TOOLS, samples=1))
     model = (await drafter.load()).model
     assert not any(type(m) is torch.nn.Linear for m in model.modules())  # every one swapped

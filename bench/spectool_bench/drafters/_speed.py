@@ -9,8 +9,11 @@ drafts whose first call is exactly the ground truth's next call (canonical key),
 tokens. With ``--threads 1`` torch computes in the drafting thread, so ``g_cpu_median_s`` (that
 thread's CPU seconds for prefill + decode) is what the draft would take on an idle core even
 when other work shares the machine. Configurations (:data:`CONFIGS`): ``new`` (compact prompt,
-fast decoder), ablations of its levers, ``new-beam`` (λ rows as a constrained beam) and ``native``
-(the model's own tool-call format; a base whose template takes tools). The worked-examples prompt
+fast decoder), ablations of its levers, ``new-beam`` (λ rows as a constrained beam), ``native``
+(the model's own tool-call format; a base whose template takes tools), and ``llama`` /
+``llama-native`` (the same two prompts on the llama.cpp runtime: the GGUF's Q4 kernels; needs
+``spectool[llamacpp]``). g of a llama.cpp draft counts the CPU of its whole process (its thread
+pool), of a torch draft the drafting thread's. The worked-examples prompt
 and the ``generate`` decoder measured in docs/drafters.md have left the drafter.
 """
 
@@ -34,20 +37,26 @@ from ..bfcl._tasks import Task, load_tasks
 
 __all__ = ["CONFIGS", "main", "requests_for"]
 
-#: name -> LocalDrafterOptions fields (the compact prompt and the fast decoder unless said).
+#: name -> LocalDrafterOptions fields (the compact prompt and the fast decoder unless said). The
+#: transformers configurations name their runtime: "auto" would take llama.cpp where installed.
+_TF: dict[str, Any] = {"runtime": "transformers"}
 CONFIGS: dict[str, dict[str, Any]] = {
-    "new-nojump": {"jump_forward": False},
-    "new-nocache": {"prefix_cache": False},
-    "new": {},  # dtype "auto": int8 weights on CPU
-    "new-fp32": {"dtype": "float32"},
-    "new-bf16": {"dtype": "bfloat16"},
+    "new-nojump": {**_TF, "jump_forward": False},
+    "new-nocache": {**_TF, "prefix_cache": False},
+    "new": {**_TF},  # dtype "auto": int8 weights on CPU
+    "new-fp32": {**_TF, "dtype": "float32"},
+    "new-bf16": {**_TF, "dtype": "bfloat16"},
     # no tool descriptions: the tool list no longer depends on the last user message, so
     # multi-turn drafts reuse far more of the previous prompt's cache
-    "new-stable": {"described": 0},
+    "new-stable": {**_TF, "described": 0},
     # λ rows as a grammar-constrained beam (distinct guesses by sequence log-probability)
-    "new-beam": {"diversity": "beam"},
+    "new-beam": {**_TF, "diversity": "beam"},
     # the model's own chat template and tool-call tags (bases whose template takes tools: Qwen)
-    "native": {"prompt": "native"},
+    "native": {**_TF, "prompt": "native"},
+    "native-bf16": {**_TF, "prompt": "native", "dtype": "bfloat16"},
+    # the GGUF as shipped (Q4 kernels) through llama-cpp-python: the same prompts, GBNF grammar
+    "llama": {"runtime": "llama.cpp"},
+    "llama-native": {"runtime": "llama.cpp", "prompt": "native"},
 }
 
 
@@ -132,11 +141,17 @@ def _hit(calls: list[ToolCall], truth: ToolCall, tools: Mapping[str, Mapping[str
     )
 
 
+def _threads(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """``--threads`` for a llama.cpp configuration too (torch's is set process-wide in main)."""
+    return {**config, "threads": args.threads} if config.get("runtime") == "llama.cpp" else config
+
+
 async def _run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     names = args.configs.split(",")
     drafters = {
         name: LocalDrafter(
-            args.model, LocalDrafterOptions(max_new_tokens=args.max_new_tokens, **CONFIGS[name])
+            args.model,
+            LocalDrafterOptions(max_new_tokens=args.max_new_tokens, **_threads(CONFIGS[name], args)),
         )
         for name in names
     }
@@ -180,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--configs", default="new,new-beam", help=f"comma list of {', '.join(CONFIGS)}")
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch and llama.cpp threads (0: their defaults, every core)"
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     if args.threads:
