@@ -99,6 +99,38 @@ class LocalDrafterOptions:
             },
         )
 
+    @classmethod
+    def from_strings(
+        cls, pairs: Mapping[str, str], base: LocalDrafterOptions | None = None
+    ) -> LocalDrafterOptions:
+        """Options from ``name -> text`` pairs (a command line's ``prompt=native,min_confidence=0.3``).
+
+        Each text becomes a bool (true/false), None (none), an int, a float or else stays a
+        string; the fields' own checks then judge it, so a wrong type or value is the same
+        :class:`ConfigError` as in Python. An unknown name is one too, with the known ones listed.
+        """
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(pairs) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"unknown LocalDrafterOptions field(s) {', '.join(unknown)}; known: {', '.join(known)}"
+            )
+        return replace(base or cls(), **{k: _typed(v) for k, v in pairs.items()})
+
+
+def _typed(text: str) -> Any:
+    """The value a command-line word stands for (the field checks judge it afterwards)."""
+    word = text.strip()
+    literal = {"true": True, "false": False, "none": None}.get(word.lower(), word)
+    if literal is not word:
+        return literal
+    for kind in (int, float):
+        try:
+            return kind(word)
+        except ValueError:
+            pass
+    return word
+
 
 def _int_at_least(value: Any, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low

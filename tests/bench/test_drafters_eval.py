@@ -9,7 +9,7 @@ from spectool.cli import main
 from spectool.drafters._common import tool_schemas
 from spectool_bench.bfcl._tasks import load_tasks
 from spectool_bench.drafters._eval import replay_steps
-from spectool_bench.drafters._metrics import percentile, score_step, summarize
+from spectool_bench.drafters._metrics import percentile, score_step, summarize, wilson_interval
 
 
 def fn(name, props, required=None):
@@ -108,6 +108,16 @@ def test_refused_proposals_have_their_own_column_not_hits_nor_waste():
     assert (row["refused"], row["refused_right"], row["wasted_runs"]) == (2, 2, 4)
 
 
+def test_wilson_interval_matches_the_closed_forms_and_stays_in_0_1():
+    z2 = 1.96**2
+    assert wilson_interval(0, 10) == pytest.approx((0.0, z2 / (10 + z2)))  # all misses: [0, z²/(n+z²)]
+    assert wilson_interval(10, 10) == pytest.approx((10 / (10 + z2), 1.0))
+    lo, hi = wilson_interval(8, 12)
+    assert lo == pytest.approx(0.3906, abs=1e-3) and hi == pytest.approx(0.8619, abs=1e-3)
+    assert wilson_interval(80, 120)[1] - wilson_interval(80, 120)[0] < hi - lo  # more calls, narrower
+    assert wilson_interval(0, 0) is None
+
+
 def test_summary_ratios_ceiling_and_no_call_categories():
     steps = [
         score_step(
@@ -128,12 +138,14 @@ def test_summary_ratios_ceiling_and_no_call_categories():
     row = summarize(steps)
     assert row["n_calls"] == 3 and row["n_speculable"] == 2 and row["hits"] == 1
     assert row["alpha_speculable"] == pytest.approx(0.5)
+    assert row["alpha_speculable_ci95"] == pytest.approx(wilson_interval(1, 2))
     assert row["alpha_all"] == pytest.approx(1 / 3)
     assert row["ceiling"] == pytest.approx(2 / 3)
     assert row["wasted_runs"] == 2 and row["wasted_per_hit"] == pytest.approx(2.0)
     assert row["g_median_s"] == pytest.approx(2.0) and row["g_p90_s"] == pytest.approx(2.8)
     empty = summarize([score_step([ToolCall("ls", {"path": "a"})], [], SPEC, SCHEMAS, 0.5)])
     assert empty["ceiling"] == 0.0 and empty["alpha_all"] is None and empty["alpha_speculable"] is None
+    assert empty["alpha_speculable_ci95"] is None
     assert empty["wasted_runs"] == 1 and empty["wasted_per_hit"] is None
     assert percentile([], 50) is None and percentile([4.0], 90) == 4.0
 

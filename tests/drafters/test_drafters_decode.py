@@ -440,3 +440,36 @@ async def test_adapter_is_loaded_through_the_tune_helpers_function(tiny, monkeyp
     )
     calls = await drafter.propose(DraftRequest(_turns()[0], TOOLS, samples=1))
     assert len(calls) == 1
+
+
+def test_options_from_strings_types_words_and_reuses_the_field_checks():
+    options = LocalDrafterOptions.from_strings(
+        {
+            "prompt": "native",
+            "diversity": "beam",
+            "min_confidence": "0.3",
+            "max_calls": "4",
+            "max_string_length": "none",
+            "jump_forward": "false",
+        }
+    )
+    assert options == LocalDrafterOptions(
+        prompt="native",
+        diversity="beam",
+        min_confidence=0.3,
+        max_calls=4,
+        max_string_length=None,
+        jump_forward=False,
+    )
+    base = LocalDrafterOptions(prompt="native")
+    assert LocalDrafterOptions.from_strings({"max_calls": "auto"}, base) == base  # "auto" stays a word
+    with pytest.raises(ConfigError, match="unknown LocalDrafterOptions field.*beam_width.*known: prompt"):
+        LocalDrafterOptions.from_strings({"beam_width": "3"})
+    with pytest.raises(ConfigError, match="diversity must be"):
+        LocalDrafterOptions.from_strings({"diversity": "greedy"})
+    with pytest.raises(ConfigError, match="max_calls must be"):
+        LocalDrafterOptions.from_strings({"max_calls": "2.5"})  # a float is not an int field's value
+    with pytest.raises(ConfigError, match="min_confidence must be"):
+        LocalDrafterOptions.from_strings({"min_confidence": "nan"})
+    with pytest.raises(ConfigError, match="jump_forward must be a bool"):
+        LocalDrafterOptions.from_strings({"jump_forward": "1"})

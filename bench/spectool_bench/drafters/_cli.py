@@ -4,16 +4,18 @@
         --drafters history --samples 1,3 --limit 40 --out drafter-eval
     spectool drafters eval --workload tau2 --domains airline,retail --split test \\
         --drafters history,mined,tuned --samples 1,3
+    spectool drafters eval --categories multiple --drafters \\
+        local:qwen2.5-coder-0.5b,prompt=native,diversity=beam,min_confidence=0.3
     spectool drafters tune --traces train.jsonl --out adapter/
 
-``eval`` prints a table and writes ``results.json`` (one row per drafter × category × split × λ)
+``eval`` prints a table and writes ``results.json`` (one row per drafter × category × split × λ;
+a row names its drafter by the whole spec, see :mod:`._specs`)
 and ``drafter_eval.png`` into ``--out``. ``tune`` is :mod:`spectool.drafters.tune`.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
 import os
 import time
@@ -22,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from spectool.errors import ConfigError
+
+from ._specs import DRAFTERS, factories
 
 TUNE_MODULE = "spectool.drafters.tune"
 
@@ -68,7 +72,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--drafters",
         type=_words,
         default=("history",),
-        help=f"comma-separated: {', '.join(DRAFTERS)} (default history)",
+        help=f"comma-separated specs NAME[:MODEL][,key=value…] with NAME one of {', '.join(DRAFTERS)}; "
+        "key=value words are LocalDrafterOptions of the model drafter before them, e.g. "
+        "local:qwen2.5-coder-0.5b,prompt=native,diversity=beam,min_confidence=0.3 (default history)",
     )
     ev.add_argument("--samples", type=_ints, default=(1, 3), help="λ values (default 1,3)")
     ev.add_argument("--limit", type=int, help="first N tasks of the split per category")
@@ -99,80 +105,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         module.add_arguments(sub.add_parser("tune", help=help_))
 
 
-# --- drafter names -> constructors (heavy imports happen only when a drafter is built) ---------
-
-
-def _history(category: str = "") -> Any:
-    from spectool.drafters import HistoryDrafter
-
-    return HistoryDrafter()
-
-
-def _local(category: str = "", model: str | None = None) -> Any:
-    from spectool.drafters import LocalDrafter
-
-    return LocalDrafter(model or "embedded")
-
-
-def _tuned(category: str = "", adapter: Path | None = None, model: str | None = None) -> Any:
-    from spectool.drafters import LocalDrafter, shipped_adapter_path
-
-    # the shipped adapter unless --adapter names another (ConfigError if it is missing)
-    return LocalDrafter(model or "embedded", adapter=adapter or shipped_adapter_path())
-
-
-def _combined(category: str = "", model: str | None = None) -> Any:
-    from spectool.drafters import CombinedDrafter
-
-    return CombinedDrafter([_mined(category), _local(category, model)], rank="confidence")
-
-
-def _tuned_mined(category: str = "", adapter: Path | None = None, model: str | None = None) -> Any:
-    from spectool.drafters import CombinedDrafter
-
-    return CombinedDrafter([_mined(category), _tuned(category, adapter, model)], rank="confidence")
-
-
-def _mined(category: str = "") -> Any:
-    from spectool.drafters import HistoryDrafter
-
-    from ._eval import train_traces
-
-    return HistoryDrafter.from_traces(train_traces(category) if category else ())
-
-
-DRAFTERS: dict[str, Callable[[str], Any]] = {
-    "combined": _combined,
-    "history": _history,
-    "local": _local,
-    "mined": _mined,
-    "tuned": _tuned,
-    "tuned+mined": _tuned_mined,
-}
-
-
-_TUNED = ("tuned", "tuned+mined")
-_MODEL_DRAFTERS = ("local", "combined", *_TUNED)
-
-
 def _check_drafters(
-    names: tuple[str, ...], adapter: Path | None = None, model: str | None = None
+    words: tuple[str, ...], adapter: Path | None = None, model: str | None = None
 ) -> dict[str, Callable[[str], Any]]:
-    unknown = [n for n in names if n not in DRAFTERS]
-    if unknown or not names:
-        raise ConfigError(f"unknown drafter(s) {unknown}; known: {', '.join(DRAFTERS)}")
-    if adapter is not None and not set(_TUNED) & set(names):
-        raise ConfigError("--adapter is for the tuned drafters: add tuned or tuned+mined to --drafters")
-    if model is not None and not set(_MODEL_DRAFTERS) & set(names):
-        raise ConfigError(f"--model is for the model drafters: add one of {', '.join(_MODEL_DRAFTERS)}")
-
-    def make(name: str) -> Callable[[str], Any]:
-        options: dict[str, Any] = {"adapter": adapter} if name in _TUNED else {}
-        if name in _MODEL_DRAFTERS:
-            options["model"] = model
-        return functools.partial(DRAFTERS[name], **options) if options else DRAFTERS[name]
-
-    chosen = {n: make(n) for n in names}
+    """Label -> factory for each ``--drafters`` spec (:mod:`._specs`), each built once here."""
+    chosen = factories(words, adapter, model)
     for build in chosen.values():  # fail before hours of work if a drafter cannot even be built
         build("")
     return chosen

@@ -20,6 +20,7 @@ _COLUMNS = [  # (field, heading, format); None prints as "n/a"
     ("n_calls", "calls", "{}"),
     ("ceiling", "ceiling", "{:.2f}"),
     ("alpha_speculable", "α spec", "{:.2f}"),
+    ("alpha_speculable_ci95", "α spec 95 %", "{0[0]:.2f}–{0[1]:.2f}"),
     ("alpha_all", "α all", "{:.2f}"),
     ("refused", "refused", "{}"),
     ("refused_right", "refused ✓", "{}"),

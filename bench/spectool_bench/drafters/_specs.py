@@ -1,0 +1,176 @@
+"""Drafter specs of ``spectool drafters eval --drafters``: one word names one drafter variant.
+
+    history                      the free history drafter
+    mined                        history mined from the category's train split
+    tuned                        SmolLM2 + the shipped adapter (``--adapter`` for another)
+    local:qwen2.5-coder-0.5b,prompt=native,diversity=beam,min_confidence=0.3
+
+A spec is ``NAME[:MODEL]`` followed by ``key=value`` words: the model drafters (``local``,
+``tuned``, ``combined``, ``tuned+mined``) take a base model (else ``--model``, else the
+embedded one) and :class:`~spectool.drafters.LocalDrafterOptions` fields, parsed and checked by
+:meth:`LocalDrafterOptions.from_strings`, so every row of a table is one command and a results
+row names its drafter by the whole spec. Since ``--drafters`` is comma-separated, a
+``key=value`` word belongs to the spec before it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spectool.drafters import LocalDrafterOptions
+from spectool.errors import ConfigError
+
+__all__ = ["DRAFTERS", "MODEL_DRAFTERS", "TUNED", "DrafterSpec", "factories", "parse_specs"]
+
+
+# --- drafter names -> constructors (heavy imports happen only when a drafter is built) ---------
+
+
+def _history(category: str = "") -> Any:
+    from spectool.drafters import HistoryDrafter
+
+    return HistoryDrafter()
+
+
+def _mined(category: str = "") -> Any:
+    from spectool.drafters import HistoryDrafter
+
+    from ._eval import train_traces
+
+    return HistoryDrafter.from_traces(train_traces(category) if category else ())
+
+
+def _local(category: str = "", model: str | None = None, options: LocalDrafterOptions | None = None) -> Any:
+    from spectool.drafters import LocalDrafter
+
+    return LocalDrafter(model or "embedded", options)
+
+
+def _tuned(
+    category: str = "",
+    adapter: Path | None = None,
+    model: str | None = None,
+    options: LocalDrafterOptions | None = None,
+) -> Any:
+    from spectool.drafters import LocalDrafter, shipped_adapter_path
+
+    # the shipped adapter unless --adapter names another (ConfigError if it is missing)
+    return LocalDrafter(model or "embedded", options, adapter=adapter or shipped_adapter_path())
+
+
+def _combined(
+    category: str = "", model: str | None = None, options: LocalDrafterOptions | None = None
+) -> Any:
+    from spectool.drafters import CombinedDrafter
+
+    return CombinedDrafter([_mined(category), _local(category, model, options)], rank="confidence")
+
+
+def _tuned_mined(
+    category: str = "",
+    adapter: Path | None = None,
+    model: str | None = None,
+    options: LocalDrafterOptions | None = None,
+) -> Any:
+    from spectool.drafters import CombinedDrafter
+
+    return CombinedDrafter([_mined(category), _tuned(category, adapter, model, options)], rank="confidence")
+
+
+DRAFTERS: dict[str, Callable[..., Any]] = {
+    "combined": _combined,
+    "history": _history,
+    "local": _local,
+    "mined": _mined,
+    "tuned": _tuned,
+    "tuned+mined": _tuned_mined,
+}
+TUNED = ("tuned", "tuned+mined")
+MODEL_DRAFTERS = ("local", "combined", *TUNED)
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """One parsed ``--drafters`` spec: the drafter's name, its base model and its options."""
+
+    name: str
+    model: str | None = None
+    options: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The spec as written (canonical spacing): the results row's ``drafter``."""
+        head = f"{self.name}:{self.model}" if self.model else self.name
+        return ",".join([head, *(f"{k}={v}" for k, v in self.options)])
+
+    def local_options(self) -> LocalDrafterOptions | None:
+        """The spec's options, checked (None: the drafter's defaults)."""
+        return LocalDrafterOptions.from_strings(dict(self.options)) if self.options else None
+
+
+def _head(word: str) -> DrafterSpec:
+    name, sep, model = word.partition(":")
+    if name not in DRAFTERS:
+        raise ConfigError(f"unknown drafter {name!r} in {word!r}; known: {', '.join(DRAFTERS)}")
+    if sep and name not in MODEL_DRAFTERS:
+        raise ConfigError(
+            f"{name!r} takes no model ({word!r}); the model drafters: {', '.join(MODEL_DRAFTERS)}"
+        )
+    if sep and not model.strip():
+        raise ConfigError(f"{word!r}: no model after ':'")
+    return DrafterSpec(name, model.strip() or None)
+
+
+def parse_specs(words: Sequence[str]) -> list[DrafterSpec]:
+    """Specs from the comma-split words of ``--drafters``; every problem is a ConfigError."""
+    specs: list[DrafterSpec] = []
+    for word in words:
+        key, eq, value = word.partition("=")
+        if not eq:
+            specs.append(_head(word))
+            continue
+        if not specs:
+            raise ConfigError(f"option {word!r} comes before any drafter (write e.g. local,{word})")
+        last = specs[-1]
+        if last.name not in MODEL_DRAFTERS:
+            raise ConfigError(
+                f"{last.name!r} takes no options ({word!r}); "
+                f"the model drafters do: {', '.join(MODEL_DRAFTERS)}"
+            )
+        if not key.strip() or key.strip() in dict(last.options):
+            raise ConfigError(f"option {word!r} of {last.label!r}: no name, or the name given twice")
+        specs[-1] = DrafterSpec(last.name, last.model, (*last.options, (key.strip(), value.strip())))
+    if not specs:
+        raise ConfigError(f"no drafter given; known: {', '.join(DRAFTERS)}")
+    labels = [s.label for s in specs]
+    twice = sorted({x for x in labels if labels.count(x) > 1})
+    if twice:
+        raise ConfigError(f"drafter(s) given twice: {', '.join(twice)}")
+    for spec in specs:
+        spec.local_options()  # a bad option fails here, before any drafter is built
+    return specs
+
+
+def factories(
+    words: Sequence[str], adapter: Path | None = None, model: str | None = None
+) -> dict[str, Callable[[str], Any]]:
+    """Label -> factory(category) for each spec; ``adapter`` / ``model``: the command's defaults."""
+    specs = parse_specs(words)
+    names = {s.name for s in specs}
+    if adapter is not None and not set(TUNED) & names:
+        raise ConfigError("--adapter is for the tuned drafters: add tuned or tuned+mined to --drafters")
+    if model is not None and not set(MODEL_DRAFTERS) & names:
+        raise ConfigError(f"--model is for the model drafters: add one of {', '.join(MODEL_DRAFTERS)}")
+
+    def make(spec: DrafterSpec) -> Callable[[str], Any]:
+        keywords: dict[str, Any] = {"adapter": adapter} if spec.name in TUNED else {}
+        if spec.name in MODEL_DRAFTERS:
+            keywords.update(model=spec.model or model, options=spec.local_options())
+        build = DRAFTERS[spec.name]
+        return functools.partial(build, **keywords) if keywords else build
+
+    return {s.label: make(s) for s in specs}
