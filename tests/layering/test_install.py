@@ -52,7 +52,12 @@ ALLOWED = {
     ("spectool._model_cli", "matplotlib"): "bench",  # `spectool model figure`; else a missing-extra error
     ("spectool_serving.tree.calibrate", "scipy"): "bench",  # the g* fit, reached from
     ("spectool_serving.tree.calibrate", "scikit-learn"): "bench",  # `calibrate` / `decode-bench` only
+    # LocalDrafterOptions(runtime="llama.cpp"): opt-in, built from its sdist by the set-up
+    ("spectool.drafters._llamacpp", "llama-cpp-python"): "llamacpp",
 }
+# import name -> distribution for what may not be installed here (an opt-in extra): without it
+# an uninstalled package would be known only by its import name
+NOT_INSTALLED = {"llama_cpp": "llama-cpp-python"}
 # [bench]: the figures and fits spectool itself keeps (the ALLOWED modules above)
 LAYERS["bench"] = (("bench", "serve"), ["spectool", "spectool_serving"], (), tuple(m for m, _ in ALLOWED))
 
@@ -111,7 +116,7 @@ def _imports(roots: list[str], skip: tuple[str, ...] = (), only: tuple[str, ...]
             for target in graph.find_modules_directly_imported_by(module):
                 top = target.split(".")[0]
                 if top not in ours and top not in STDLIB:
-                    for dist in dists.get(top, [top]):
+                    for dist in dists.get(top, [NOT_INSTALLED.get(top, top)]):
                         out.setdefault(_norm(dist), set()).add(module)
     return out
 
