@@ -2,7 +2,7 @@
 
 The transformers runtime dequantizes a GGUF to an HF folder and runs it in fp32 / int8 /
 bf16; this one loads the GGUF with ``llama-cpp-python`` (the optional extra
-``spectool[llamacpp]``, built from its sdist by ``SPECTOOL_LLAMACPP=1 bash scripts/setup.sh``)
+``spectool[llamacpp]``, built from its sdist by ``bash scripts/build_llamacpp.sh``)
 and keeps its quantized kernels. Prompts are the same token ids the transformers path builds
 (:class:`GGUFTokenizer` renders the GGUF's own chat template the way transformers does);
 drafts decode under a GBNF grammar converted from the same JSON schema (:func:`grammar_text`),

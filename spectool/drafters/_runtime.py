@@ -31,8 +31,9 @@ RUNTIMES = ("transformers", "llama.cpp", "auto")
 LLAMA_CPP_BASES: frozenset[str] = frozenset()
 
 _INSTALL = (
-    "the llama.cpp runtime needs llama-cpp-python 0.3.36: SPECTOOL_LLAMACPP=1 bash scripts/setup.sh "
-    "(builds it from its sdist), or pip install 'spectool[llamacpp]'"
+    "the llama.cpp runtime needs llama-cpp-python 0.3.36: bash scripts/build_llamacpp.sh "
+    "(builds it from its sdist once per CPU kind; the set-up runs it when asked, docs/drafters.md), "
+    "or pip install 'spectool[llamacpp]'"
 )
 
 

@@ -66,7 +66,7 @@ def test_runtime_is_validated():
 
 def test_explicit_llama_cpp_without_the_package_names_the_setup_step(no_llama_cpp):
     assert not _runtime.llama_available()
-    with pytest.raises(ConfigError, match="SPECTOOL_LLAMACPP=1 bash scripts/setup.sh"):
+    with pytest.raises(ConfigError, match="bash scripts/build_llamacpp.sh"):
         LocalDrafter(None, LocalDrafterOptions(runtime="llama.cpp"))
 
 
