@@ -5,14 +5,15 @@
 # What it runs: scripts/gpu_check.py (its docstring says what each check asserts).
 #
 #   scripts/gpu-check.sh --bundle     # here, before: gather what travels into build/gpu-check/
-#   scripts/gpu-check.sh              # there: the checks on cuda (at most 8 minutes)
+#   scripts/gpu-check.sh              # there (carry build/gpu-check): the checks on cuda, <= 8 min
 #   scripts/gpu-check.sh --dry-run    # anywhere: the same script on the CPU, tiny shapes (CI)
 #
-# The bundle (~35 MB, carried as build/gpu-check): the tokenizer of the embedded model (no
-# weights), and the Python packages the engine imports beyond torch and transformers —
-# spectool's core needs pydantic, pydantic-settings and anyio; the call grammar needs
-# xgrammar — copied from this venv (CPython 3.11, x86-64 Linux builds: another Python on the
-# GPU machine needs wheels of its own; the check then says which import failed).
+# The bundle (~25 MB, carried as build/gpu-check): the tokenizer of the embedded model (no
+# weights), and wheels of what the engine imports beyond the GPU machine's own packages:
+# spectool's core needs pydantic, pydantic-settings and anyio, the call grammar xgrammar, and
+# transformers at the version the tests here pin. The versions are this venv's; the wheels are
+# built for the GPU machine's Python (GPU_PYTHON, default 3.12), so a pydantic-core or xgrammar
+# built for this machine's Python never travels to another.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bundle="$root/build/gpu-check"
@@ -20,9 +21,9 @@ py="${PYTHON:-python3}"
 [ -x "$root/.venv/bin/python" ] && py="$root/.venv/bin/python"
 
 if [ "${1:-}" = "--bundle" ]; then
-  rm -rf "$bundle" && mkdir -p "$bundle/tokenizer" "$bundle/site"
+  rm -rf "$bundle" && mkdir -p "$bundle/tokenizer" "$bundle/wheels"
   export PYTHONPATH="$root:$root/serving${PYTHONPATH:+:$PYTHONPATH}"
-  "$py" - "$bundle" <<'PY'
+  "$py" - "$bundle" >"$bundle/pins.txt" <<'PY'
 import shutil, sys
 from importlib import metadata
 from pathlib import Path
@@ -31,25 +32,27 @@ out = Path(sys.argv[1])
 for f in embedded_hf_folder().iterdir():
     if f.suffix != ".safetensors":
         shutil.copy(f, out / "tokenizer" / f.name)
-dists = ["pydantic", "pydantic-core", "pydantic-settings", "python-dotenv", "annotated-types",
-         "typing-inspection", "typing-extensions", "anyio", "sniffio", "idna", "xgrammar", "apache-tvm-ffi"]
-for name in dists:
-    dist = metadata.distribution(name)
-    for f in dist.files or []:
-        src = Path(dist.locate_file(f))
-        if src.is_file() and "__pycache__" not in f.parts and not str(f).startswith(".."):
-            dst = out / "site" / f
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst)
+for name in ["pydantic", "pydantic-core", "pydantic-settings", "python-dotenv", "annotated-types",
+             "typing-inspection", "typing-extensions", "anyio", "xgrammar", "apache-tvm-ffi",
+             "transformers"]:
+    print(f"{name}=={metadata.version(name)}")
 PY
+  plats=()
+  for p in manylinux_2_{17,24,27,28,31,34,35}_x86_64 manylinux2014_x86_64 any; do plats+=(--platform "$p"); done
+  "$py" -m pip download -q --no-deps --only-binary=:all: --implementation cp \
+    --python-version "${GPU_PYTHON:-3.12}" "${plats[@]}" -d "$bundle/wheels" -r "$bundle/pins.txt"
   du -sh "$bundle"
   exit 0
 fi
 
 args=("$@")
 path="$root:$root/serving"
-if [ -d "$bundle/site" ]; then
-  path="$path:$bundle/site"
+dry=0
+for a in "$@"; do [ "$a" = "--dry-run" ] && dry=1; done
+if [ -d "$bundle/wheels" ] && [ "$dry" = 0 ]; then  # the bundle is for the GPU machine's Python
+  site="$(mktemp -d)/site"
+  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$bundle"/wheels/*.whl
+  path="$path:$site"
   args+=(--tokenizer "$bundle/tokenizer")
 fi
 export PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}"

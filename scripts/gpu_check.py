@@ -5,10 +5,13 @@ Checks, each printed as one JSON line and gathered in ``--out``:
 
 1. ``greedy``: the engine's greedy outputs (batched, every prompt at once) equal HF
    ``generate``'s (one prompt at a time), fp32 and bf16. Random weights give flat logits, so
-   a divergence where the reference's top-2 margin is under ``TIE`` is reported as a tie,
-   not counted as a mismatch; the margin is printed either way.
+   a divergence where the reference's top-2 margin is under ``TIE`` (in bf16: or under two
+   units in the last place of the top logit) is reported as a tie, not counted as a
+   mismatch; where they part and the margin there are printed either way.
 2. ``throughput``: batched decode tok/s of the engine at 1/8/32 streams against HF
-   ``generate`` on the same batch (left-padded).
+   ``generate`` on the same batch (left-padded), both warmed up first. ``--profile`` adds
+   torch's profiler tables of the engine at one stream and ``sdpa``: one decode attention call's cost
+   with the engine's additive mask and without one.
 3. ``tree``: tree decoding (speculation alone) through the serving path: outputs of
    ``unispec`` equal ``ar``'s, with τ and the speedup.
 4. ``o2o3``: a forced call written under the grammar; the same request again with that call
@@ -23,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -130,11 +135,17 @@ def _run(engine: Any, seqs: list) -> list[list[int]]:
     for s in seqs:
         engine.add(s)
     engine.run_until_idle()
+    failures = [e["message"] for s in seqs for e in getattr(s, "events", []) if e["type"] == "error"]
+    if failures:  # an engine failure ends a sequence early: say so, not "mismatch"
+        raise RuntimeError(f"{len(failures)} sequence(s) failed: {failures[0]}")
     return [s.tokens[n:] for s, n in zip(seqs, starts)]
 
 
-def _hf_greedy(model: Any, ids: list[int], n: int, eos: int) -> tuple[list[int], list[float]]:
-    """HF generate, greedy, one prompt; returns tokens and each step's top-2 logit margin."""
+def _hf_greedy(model: Any, ids: list[int], n: int, eos: int) -> tuple[list[int], list[float], list[float]]:
+    """HF generate, greedy, one prompt; returns tokens, each step's top-2 logit margin, and
+    each step's tie threshold: ``TIE``, or in a 16-bit dtype up to two units in the last place of
+    the top logit, whichever is larger — a batched GEMM sums in another order than a
+    one-row one, so in bf16 two logits one or two ULPs apart are a coin flip between them."""
     with torch.no_grad():
         out = model.generate(
             torch.tensor([ids], device=model.device),
@@ -145,17 +156,35 @@ def _hf_greedy(model: Any, ids: list[int], n: int, eos: int) -> tuple[list[int],
             output_scores=True,
             return_dict_in_generate=True,
         )
-    margins = [float(s[0].float().topk(2).values.diff().abs()) for s in out.scores]
-    return out.sequences[0, len(ids) :].tolist(), margins
+    dtype = next(model.parameters()).dtype
+    margins, ties = [], []
+    for s in out.scores:
+        top = s[0].float().topk(2).values
+        margins.append(float(top.diff().abs()))
+        ties.append(max(TIE, 2 * ulp(float(top[0]), dtype)))
+    return out.sequences[0, len(ids) :].tolist(), margins, ties
 
 
-def compare(out: list[int], ref: list[int], margins: list[float]) -> str:
-    """ "same", "tie" (they part where the reference's top two logits are within TIE), or
-    "mismatch"."""
+def ulp(x: float, dtype: torch.dtype) -> float:
+    """The spacing of ``dtype``'s values at ``x`` (0 for fp32 and wider: below any margin)."""
+    if dtype not in (torch.bfloat16, torch.float16):
+        return 0.0
+    mantissa = 7 if dtype == torch.bfloat16 else 10
+    return 2.0 ** (math.floor(math.log2(max(abs(x), 1e-30))) - mantissa)
+
+
+def _parting(out: list[int], ref: list[int]) -> int | None:
+    k = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), None)
+    return k if k is not None or len(out) == len(ref) else min(len(out), len(ref))
+
+
+def compare(out: list[int], ref: list[int], margins: list[float], ties: list[float] | None = None) -> str:
+    """ "same", "tie" (they part where the reference's top two logits are within that step's
+    tie threshold, ``TIE`` unless ``ties`` says), or "mismatch"."""
     k = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), None)
     if k is None:
         return "same" if len(out) == len(ref) else "mismatch"
-    return "tie" if margins[k] < TIE else "mismatch"
+    return "tie" if margins[k] <= (ties[k] if ties else TIE) else "mismatch"
 
 
 def check_greedy(shape: str, tok: Any, fmt: Any, device: str, n: int) -> list[dict]:
@@ -166,8 +195,10 @@ def check_greedy(shape: str, tok: Any, fmt: Any, device: str, n: int) -> list[di
         seqs = [_sequence(engine, [{"role": "user", "content": p}], n) for p in PROMPTS]
         prompts = [list(s.tokens) for s in seqs]
         got = _run(engine, seqs)
-        verdicts = [compare(out, *_hf_greedy(model, ids, n, engine.eos_id)) for ids, out in zip(prompts, got)]
+        refs = [_hf_greedy(model, ids, n, engine.eos_id) for ids in prompts]
+        verdicts = [compare(out, *ref) for out, ref in zip(got, refs)]
         same, ties = verdicts.count("same"), verdicts.count("tie")
+        parted = [_parting(out, ref[0]) for out, ref in zip(got, refs)]
         rows.append(
             dict(
                 check="greedy",
@@ -177,6 +208,12 @@ def check_greedy(shape: str, tok: Any, fmt: Any, device: str, n: int) -> list[di
                 identical=same,
                 tie_divergences=ties,
                 mismatches=len(prompts) - same - ties,
+                # per prompt: the step where the outputs part (None: never), and the
+                # reference's top-2 margin there (what makes it a tie or a mismatch)
+                parted_at=parted,
+                margins=[
+                    None if k is None or k >= len(r[1]) else round(r[1][k], 4) for k, r in zip(parted, refs)
+                ],
             )
         )
         del model, engine
@@ -197,16 +234,77 @@ def _timed(device: str, work: Callable[..., Any], *args: Any, **kwargs: Any) -> 
     return result, time.perf_counter() - t0
 
 
-def check_throughput(shape: str, tok: Any, fmt: Any, device: str, n: int, streams: list[int]) -> list[dict]:
+def _profiled(device: str, work: Callable[..., Any], *args: Any) -> tuple[Any, float, list[str]]:
+    """``_timed`` under torch's profiler (timed with its overhead in): the operators that
+    take the host's time and, on cuda, the device's. Returns the tables' lines."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with profile(activities=acts) as prof:
+        result, seconds = _timed(device, work, *args)
+    avg = prof.key_averages()
+    lines = avg.table(sort_by="self_cpu_time_total", row_limit=12).splitlines()
+    if device.startswith("cuda"):
+        for key in ("self_device_time_total", "self_cuda_time_total"):
+            try:
+                lines += avg.table(sort_by=key, row_limit=10).splitlines()
+                break
+            except (AttributeError, KeyError, ValueError):
+                continue
+    return result, seconds, [ln.rstrip() for ln in lines if ln.strip() and not set(ln) <= {"-", " "}]
+
+
+def probe_sdpa(shape: str, device: str, dtype: torch.dtype, length: int = 301, reps: int = 200) -> dict:
+    """µs per decode-step attention call ([1, Hk, rep, D] queries over a pool view of
+    ``length`` slots) with no mask, with the engine's additive mask, and with that mask's
+    key axis padded to a multiple of 8 (the memory-efficient kernel's alignment)."""
+    import torch.nn.functional as F
+
+    cfg = SHAPES[shape]
+    hk, dim = cfg["num_key_value_heads"], cfg["hidden_size"] // cfg["num_attention_heads"]
+    rep = cfg["num_attention_heads"] // hk
+    q = torch.randn(1, hk, rep, dim, device=device, dtype=dtype)
+    pool = torch.randn(1, hk, 512, dim, device=device, dtype=dtype)
+    keys = pool[:, :, :length]
+    padded = -(-length // 8) * 8
+    variants = {
+        "none": (keys, None),
+        "mask": (keys, torch.zeros(1, 1, rep, length, device=device, dtype=dtype)),
+        "mask_aligned": (pool[:, :, :padded], torch.zeros(1, 1, rep, padded, device=device, dtype=dtype)),
+    }
+    row: dict[str, Any] = dict(check="sdpa", shape=shape, dtype=str(dtype)[6:], slots=length)
+    for name, (k, m) in variants.items():
+        for _ in range(10):
+            F.scaled_dot_product_attention(q, k, k, attn_mask=m)
+        _, t = _timed(
+            device,
+            lambda k=k, m=m: [F.scaled_dot_product_attention(q, k, k, attn_mask=m) for _ in range(reps)],
+        )
+        row[f"{name}_us"] = round(t / reps * 1e6, 1)
+    return row
+
+
+def check_throughput(
+    shape: str, tok: Any, fmt: Any, device: str, n: int, streams: list[int], profile: bool = False
+) -> list[dict]:
     rows = []
     model = _model(shape, len(tok), torch.bfloat16 if device.startswith("cuda") else torch.float32, device)
+    warm = _engine(model, tok, fmt, device, batch=1)  # CUDA context, cuBLAS handles, allocator
+    _run(warm, [_sequence(warm, [{"role": "user", "content": PROMPTS[0]}], 4)])
+    with torch.no_grad():
+        model.generate(torch.tensor([[1, 2, 3]], device=device), max_new_tokens=4, do_sample=False)
     for b in streams:
         engine = _engine(model, tok, fmt, device, batch=b)
         seqs = [
             _sequence(engine, [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], n) for i in range(b)
         ]
         prompts = [list(s.tokens) for s in seqs]
-        outs, t_engine = _timed(device, _run, engine, seqs)
+        if profile and b == streams[0]:
+            outs, t_engine, top = _profiled(device, _run, engine, seqs)
+            rows.append(dict(check="profile", shape=shape, streams=b, table=top))
+            rows.append(probe_sdpa(shape, device, model.dtype))
+        else:
+            outs, t_engine = _timed(device, _run, engine, seqs)
         made = sum(len(o) for o in outs)
         width = max(len(p) for p in prompts)
         ids = torch.full((b, width), engine.eos_id, dtype=torch.long)
@@ -320,11 +418,21 @@ def _call(finish: dict) -> Any:
     return finish["tool_call"]["function"] if finish["tool_call"] else None
 
 
+def _version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, few tokens (CI)")
     ap.add_argument("--device", default=None, help="default: cuda (cpu with --dry-run)")
     ap.add_argument("--tokenizer", type=Path, default=None, help="an HF tokenizer folder (default: embedded)")
+    ap.add_argument("--profile", action="store_true", help="cProfile the engine's first throughput run")
     ap.add_argument("--out", type=Path, default=None, help="write every result line here (JSON list)")
     a = ap.parse_args(argv)
     device = a.device or ("cpu" if a.dry_run else "cuda")
@@ -347,24 +455,43 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             print(json.dumps(row), flush=True)
             results.append(row)
-            failed |= row.get("mismatches", 0) > 0 or row.get("identical") is False or row.get("ok") is False
+            failed |= (
+                row.get("mismatches", 0) > 0
+                or row.get("identical") is False
+                or row.get("ok") is False
+                or "error" in row
+            )
+        if a.out is not None:  # after every check: a run cut off by its time limit keeps what it did
+            a.out.write_text(json.dumps(results, indent=1))
+
+    def attempt(name: str, shape: str, check: Callable[..., list[dict]], *args: Any) -> None:
+        """One check; its failure is a row (the device time is spent either way, so the other
+        checks still run and the report says what broke where)."""
+        t0 = time.perf_counter()
+        try:
+            rows = check(shape, tok, fmt, device, *args)
+        except Exception as e:  # noqa: BLE001 - reported, counted as a failure, never hidden
+            rows = [dict(check=name, shape=shape, error=repr(e), where=traceback.format_exc(limit=-4))]
+        for row in rows:
+            row["seconds"] = round(time.perf_counter() - t0, 1)
+        emit(rows)
 
     print(
         json.dumps(
             {
                 "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else device,
                 "torch": torch.__version__,
+                "transformers": _version("transformers"),
+                "cuda": torch.version.cuda,
             }
         ),
         flush=True,
     )
     for shape in shapes:
-        emit(check_greedy(shape, tok, fmt, device, n))
-        emit(check_throughput(shape, tok, fmt, device, n, streams))
-    emit(check_tree(shapes[0], tok, fmt, device, n))
-    emit(check_o2o3(shapes[0], tok, fmt, device))
-    if a.out is not None:
-        a.out.write_text(json.dumps(results, indent=1))
+        attempt("greedy", shape, check_greedy, n)
+        attempt("throughput", shape, check_throughput, n, streams, a.profile)
+    attempt("tree", shapes[0], check_tree, n)
+    attempt("o2o3", shapes[0], check_o2o3)
     print("FAILED" if failed else "OK", flush=True)
     return 1 if failed else 0
 

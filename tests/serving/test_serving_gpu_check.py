@@ -57,3 +57,33 @@ def test_compare_calls_a_divergence_a_tie_only_at_a_near_tie():
     assert compare([1, 2, 4], [1, 2, 3], [1.0, 1.0, 1.0]) == "mismatch"
     assert compare([1, 2, 4], [1, 2, 3], [1.0, 1.0, 0.001]) == "tie"
     assert compare([1, 2], [1, 2, 3], [1.0, 1.0, 1.0]) == "mismatch"  # stopped early
+
+
+def test_a_check_that_raises_is_a_failed_row_and_the_others_still_run(tmp_path, monkeypatch):
+    """Device time is spent either way: one broken check must not hide the others' results
+    (the first H200 run found two bugs this way, in tree and o2o3, beside greedy's)."""
+    gpu_check = _gpu_check()
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("view size is not compatible")
+
+    monkeypatch.setattr(gpu_check, "check_tree", broken)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "rows.json"
+    assert gpu_check.main(["--dry-run", "--out", str(out)]) == 1
+    rows = json.loads(out.read_text())
+    tree = [r for r in rows if r["check"] == "tree"]
+    assert len(tree) == 1 and "view size" in tree[0]["error"] and "Traceback" in tree[0]["where"]
+    assert any(r["check"] == "o2o3" and r["ok"] for r in rows)  # ran after the broken one
+
+
+def test_bf16_ties_allow_two_units_in_the_last_place_and_no_more():
+    """A batched bf16 GEMM rounds differently from a one-row one; fp32 gets no such slack."""
+    import torch
+
+    gpu_check = _gpu_check()
+    assert gpu_check.ulp(3.0, torch.bfloat16) == 2.0**-6  # [2, 4): 7 mantissa bits
+    assert gpu_check.ulp(3.0, torch.float32) == 0.0
+    tie = 2 * gpu_check.ulp(3.0, torch.bfloat16)
+    assert gpu_check.compare([1, 5], [1, 2], [1.0, tie], [0.02, tie]) == "tie"
+    assert gpu_check.compare([1, 5], [1, 2], [1.0, 2 * tie], [0.02, tie]) == "mismatch"

@@ -30,6 +30,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .fastpath import attention_backends
+
 __all__ = ["LeanLlama", "supports"]
 
 _STATIC_ROPE = ("default", "linear", "llama3")
@@ -125,14 +127,26 @@ class LeanLlama:
         new slots; ``cache`` a transformers ``DynamicCache`` that grows by Q slots.
         Returns logits [B, Q', V] of the last Q' = ``logits_to_keep`` positions (0: all)."""
         bsz, q_len = input_ids.shape
-        hk, rep, dim = self.kv_heads, self.heads // self.kv_heads, self.head_dim
+        rep = self.heads // self.kv_heads
         x = F.embedding(input_ids, self.embed)  # [B, Q, E]
         cos, sin = self._rope(position_ids, x.dtype)  # [B, Q, D]
-        cos_q, sin_q = cos[:, None, None], sin[:, None, None]  # [B, 1, 1, Q, D]
-        cos_k, sin_k = cos[:, None], sin[:, None]  # [B, 1, Q, D]
         # query rows of one KV group are contiguous: row r*Q + q (transformers' repeat_kv order)
         kv_len = mask.shape[-1]
         gmask = mask[:, :, None].expand(bsz, 1, rep, q_len, kv_len).reshape(bsz, 1, rep * q_len, kv_len)
+        with attention_backends(x.device):
+            x = self._layers(x, cos, sin, gmask, cache)
+        if logits_to_keep:
+            x = x[:, -logits_to_keep:]
+        return self.lm_head(self._rms(x, self.norm))
+
+    def _layers(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, gmask: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
+        """x [B, Q, E] through every decoder layer; cos, sin [B, Q, D]; gmask [B, 1, rep*Q, L+Q]."""
+        bsz, q_len = x.shape[:2]
+        hk, rep, dim = self.kv_heads, self.heads // self.kv_heads, self.head_dim
+        cos_q, sin_q = cos[:, None, None], sin[:, None, None]  # [B, 1, 1, Q, D]
+        cos_k, sin_k = cos[:, None], sin[:, None]  # [B, 1, Q, D]
         for i, layer in enumerate(self.layers):
             h = self._rms(x, layer.ln_in)
             q = layer.q(h).view(bsz, q_len, hk, rep, dim).permute(0, 2, 3, 1, 4)
@@ -144,10 +158,9 @@ class LeanLlama:
             a = F.scaled_dot_product_attention(
                 q, keys, values, attn_mask=gmask, scale=self.scaling
             )  # [B, Hk, rep*Q, D]
-            a = a.view(bsz, hk * rep, q_len, dim).transpose(1, 2).reshape(bsz, q_len, -1)
+            # reshape, not view: cuda's memory-efficient kernel returns [B, rep*Q, Hk, D] storage
+            a = a.reshape(bsz, hk * rep, q_len, dim).transpose(1, 2).reshape(bsz, q_len, -1)
             x = x + layer.o(a)
             h = self._rms(x, layer.ln_post)
             x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
-        if logits_to_keep:
-            x = x[:, -logits_to_keep:]
-        return self.lm_head(self._rms(x, self.norm))
+        return x

@@ -80,3 +80,89 @@ def test_tree_verifier_keeps_everything_on_the_device(meta_llama):
     assert logits.device == META and logits.shape == (2, 4, 97)
     verifier.commit([[0, 1], [0]])
     assert verifier.kv.cache.layers[0].keys.device == META and verifier.length == 3 + 4
+
+
+def _cuda_layout_sdpa(monkeypatch):
+    """SDPA as cuda's memory-efficient kernel returns it: [B, H, Q, D] values over
+    [B, Q, H, D] storage (found by scripts/gpu-check.sh on an H200; the CPU kernel returns
+    contiguous output, so nothing here saw it)."""
+    import torch.nn.functional as F
+
+    stock = F.scaled_dot_product_attention
+
+    def strided(*args, **kwargs):
+        return stock(*args, **kwargs).transpose(1, 2).contiguous().transpose(1, 2)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", strided)
+    return stock
+
+
+@pytest.mark.parametrize("q_len", [1, 5])
+def test_lean_forward_takes_attention_output_in_any_layout(q_len, monkeypatch):
+    from transformers import DynamicCache
+
+    model = tiny_llama(4, 2, seed=3)  # grouped queries: the folded layout the output unfolds
+    lean = LeanLlama(model, lambda m: lambda x, w=m.weight, b=m.bias: torch.nn.functional.linear(x, w, b))
+    ids = torch.randint(1, 97, (2, q_len))
+    pos = torch.arange(q_len)[None].repeat(2, 1)
+    mask = torch.zeros(2, 1, q_len, q_len).masked_fill(
+        ~torch.ones(q_len, q_len, dtype=torch.bool).tril(), -1e9
+    )
+    want = lean(ids, pos, mask, DynamicCache())
+    stock = _cuda_layout_sdpa(monkeypatch)
+    # the patch reproduces the layout: the unfold as a plain view cannot take it (negative control)
+    q = torch.randn(2, 2, 2 * q_len, 8)
+    out = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    assert torch.equal(out, stock(q, q, q))
+    if q_len > 1:
+        with pytest.raises(RuntimeError, match="view size"):
+            out.view(2, 4, q_len, 8)
+    got = lean(ids, pos, mask, DynamicCache())
+    torch.testing.assert_close(got, want)
+
+
+def test_grouped_attention_takes_attention_output_in_any_layout(monkeypatch):
+    from spectool_serving.backends.fastpath import grouped_attention
+
+    module = torch.nn.Module().eval()
+    q, k = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 3, 8)
+    want, _ = grouped_attention(module, q, k, k, None, is_causal=True)
+    _cuda_layout_sdpa(monkeypatch)
+    got, _ = grouped_attention(module, q, k, k, None, is_causal=True)
+    torch.testing.assert_close(got, want)
+
+
+def test_attention_leaves_out_cudnn_on_cuda_only():
+    """cuDNN's SDPA plans each new shape on the host (1.5-3 ms a call on an H200, by
+    scripts/gpu-check.sh --profile), and decoding makes a new key length every step."""
+    from spectool_serving.backends.fastpath import attention_backends
+
+    flags = torch.backends.cuda
+    assert flags.cudnn_sdp_enabled()
+    with attention_backends(torch.device("cpu")):
+        assert flags.cudnn_sdp_enabled()  # nothing changes off cuda (the negative control)
+    with attention_backends(torch.device("cuda", 0)):  # only sets flags: no GPU needed
+        assert not flags.cudnn_sdp_enabled()
+        assert flags.flash_sdp_enabled() and flags.mem_efficient_sdp_enabled() and flags.math_sdp_enabled()
+    assert flags.cudnn_sdp_enabled()  # restored
+
+
+def test_lean_forward_runs_its_layers_under_the_devices_attention_backends(monkeypatch):
+    from contextlib import contextmanager
+
+    from spectool_serving.backends import lean as lean_module
+
+    seen = []
+
+    @contextmanager
+    def spy(device):
+        seen.append(device)
+        yield
+
+    monkeypatch.setattr(lean_module, "attention_backends", spy)
+    model = tiny_llama(4, 2, seed=3)
+    lean = LeanLlama(model, lambda m: lambda x, w=m.weight, b=m.bias: torch.nn.functional.linear(x, w, b))
+    from transformers import DynamicCache
+
+    lean(torch.tensor([[1, 2]]), torch.tensor([[0, 1]]), torch.zeros(1, 1, 2, 2), DynamicCache())
+    assert seen == [torch.device("cpu")]
