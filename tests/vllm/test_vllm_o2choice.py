@@ -8,7 +8,7 @@ import math
 import pytest
 
 from spectool.cli import main as cli_main
-from spectool_serving.vllm._o2choice import (
+from spectool_serving.vllm import (
     MEASURED_TAX,
     HitGain,
     O2Expectation,
