@@ -29,7 +29,9 @@ def reference(model):
 def test_suffix_tree_decoding_equals_plain_decoding(model, reference, gate):
     res = decode(model, [PROMPT], 60, "unispec", g=12, gate=gate)
     assert res.outputs == reference
-    assert res.tau > 1.5  # drafts were accepted: the comparison is not vacuous
+    # drafts were accepted, so the comparison is not vacuous; with the gate on, how many is a
+    # matter of wall time (it may stop drafting on a loaded machine), so only that some were
+    assert res.tau > (1.0 if gate else 1.5)
     assert (res.plain_steps > 0) == gate  # the gate probes plain steps; without it none
 
 

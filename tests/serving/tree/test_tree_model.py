@@ -80,7 +80,9 @@ def test_greedy_identical_to_autoregressive_fp32(lm, refs, policy):
     table = CostTable([1, 2], [512], [1, 8, 32], {"1/512": [1.0, 1.1, 1.5], "2/512": [1.0, 1.3, 2.0]})
     n = 24
     for ids, ref in zip(prompts, refs):
-        res = decode(model, [ids], n, policy, g=12, cast=CastShaper(table), eos=tok.eos_token_id)
+        # gate off: the gate decides by wall time, so on a loaded machine it may stop drafting
+        # and leave tau at 1 (its own losslessness is tested in test_tree_lossless.py)
+        res = decode(model, [ids], n, policy, g=12, cast=CastShaper(table), eos=tok.eos_token_id, gate=False)
         assert res.outputs[0] == ref[: len(res.outputs[0])]
         assert len(res.outputs[0]) == n or res.outputs[0][-1] == tok.eos_token_id
     if policy != "ar":
