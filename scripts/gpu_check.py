@@ -174,6 +174,8 @@ def ulp(x: float, dtype: torch.dtype) -> float:
 
 
 def _parting(out: list[int], ref: list[int]) -> int | None:
+    """The first step where the outputs differ (the shorter one's length if one stops
+    early), or None when they are equal."""
     k = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), None)
     return k if k is not None or len(out) == len(ref) else min(len(out), len(ref))
 
@@ -181,9 +183,11 @@ def _parting(out: list[int], ref: list[int]) -> int | None:
 def compare(out: list[int], ref: list[int], margins: list[float], ties: list[float] | None = None) -> str:
     """ "same", "tie" (they part where the reference's top two logits are within that step's
     tie threshold, ``TIE`` unless ``ties`` says), or "mismatch"."""
-    k = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), None)
+    k = _parting(out, ref)
     if k is None:
-        return "same" if len(out) == len(ref) else "mismatch"
+        return "same"
+    if k >= min(len(out), len(ref)):  # one stopped early: no near-tie explains that
+        return "mismatch"
     return "tie" if margins[k] <= (ties[k] if ties else TIE) else "mismatch"
 
 

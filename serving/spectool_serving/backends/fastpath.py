@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
@@ -64,7 +65,8 @@ _PACK_MAX_GB = 4.0
 _MIN_CAPACITY = 256
 
 
-_NO_CUDNN = None  # the backend list, built on first use (torch.nn.attention imports lazily)
+# every SDPA backend but cuDNN's (see attention_backends)
+_NO_CUDNN = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
 
 
 def attention_backends(device: torch.device) -> AbstractContextManager:
@@ -74,14 +76,7 @@ def attention_backends(device: torch.device) -> AbstractContextManager:
     step's key length is new every step: ``scripts/gpu-check.sh --profile`` on an H200
     (torch 2.11) measured 1.5-3.0 ms of host time per call against 5 µs of kernel, which made
     one-stream decoding 0.24-0.42x HF ``generate``. Elsewhere nothing changes."""
-    global _NO_CUDNN
-    if device.type != "cuda":
-        return nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    if _NO_CUDNN is None:
-        _NO_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-    return sdpa_kernel(_NO_CUDNN)
+    return sdpa_kernel(list(_NO_CUDNN)) if device.type == "cuda" else nullcontext()
 
 
 def grouped_attention(
