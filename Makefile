@@ -27,5 +27,8 @@ format: setup
 	.venv/bin/ruff check --fix $(LINT_PATHS)
 	.venv/bin/ruff format $(LINT_PATHS)
 
+# The vLLM tests need .venv-vllm; building it here (idempotent) rather than inside a fixture
+# puts a failed install at the end of the log, in pip's own words.
 test: setup lint
+	bash scripts/setup-vllm.sh
 	$(PY) -m pytest -q

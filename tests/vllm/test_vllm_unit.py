@@ -300,3 +300,18 @@ def test_proposer_does_no_per_row_work_while_nothing_is_cached(monkeypatch):
     p.mirror.put(("tag", "chatcmpl-r1"), "get_weather", '{"city": "Paris"}', expires=2e9)
     drafts = p.propose([[32], [32]], lengths, ids)
     assert Batch.reads >= 1 and decoded and "".join(map(chr, drafts[0])) == '{"city":' and drafts[1] == []
+
+
+def test_a_vllm_environment_without_the_setup_stamp_is_incomplete(tmp_path, monkeypatch):
+    """setup-vllm.sh writes its stamp last; a venv it left part-way (a full disk, a registry
+    failure) must not be started as if it were whole."""
+    from spectool_serving.vllm import serve
+
+    monkeypatch.delenv("SPECTOOL_VLLM_PYTHON", raising=False)
+    monkeypatch.setattr(serve, "ROOT", tmp_path)
+    assert "no vLLM environment" in (serve.vllm_env_missing() or "")
+    (tmp_path / ".venv-vllm" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv-vllm" / "bin" / "python").touch()
+    assert "incomplete" in (serve.vllm_env_missing() or "")
+    (tmp_path / ".venv-vllm" / ".spectool-setup").write_text("stamp\n")
+    assert serve.vllm_env_missing() is None

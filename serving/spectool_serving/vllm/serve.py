@@ -53,9 +53,13 @@ def vllm_env_missing() -> str | None:
     explicit = settings().vllm_python
     if explicit:
         return None if Path(explicit).exists() else f"SPECTOOL_VLLM_PYTHON={explicit} does not exist"
-    if (ROOT / ".venv-vllm" / "bin" / "python").exists():
-        return None
-    return f"no vLLM environment at {ROOT / '.venv-vllm'} (build it: bash scripts/setup-vllm.sh)"
+    venv = ROOT / ".venv-vllm"
+    if (venv / "bin" / "python").exists():
+        # scripts/setup-vllm.sh writes its stamp last: without it the install stopped part-way
+        if (venv / ".spectool-setup").exists():
+            return None
+        return f"the vLLM environment at {venv} is incomplete (finish it: bash scripts/setup-vllm.sh)"
+    return f"no vLLM environment at {venv} (build it: bash scripts/setup-vllm.sh)"
 
 
 def _model_folder(model: str) -> tuple[str, bool]:
