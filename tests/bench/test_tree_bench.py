@@ -53,6 +53,20 @@ def test_decode_bench_writes_results_and_every_fp32_method_is_lossless(tmp_path,
         assert b1["speedup_vs_engine_ar"][m] == pytest.approx(
             geomean([rate(r, m) / rate(r, "engine_ar") for r in rows])
         )
+    # the decode phase: every method's time after engine_ar's prefill of the same prompt
+    for r in rows:
+        pre = r["methods"]["engine_ar"]["prefill_s"]
+        assert 0 < pre < r["methods"]["engine_ar"]["seconds"]
+        for m in ("engine_ar", "unispec", "cast", "both"):
+            got = r["methods"][m]
+            assert got["prefill_s"] == pre
+            assert got["decode_s"] == pytest.approx(got["seconds"] - pre)
+            assert got["decode_tok_s"] > got["tok_s"]  # the prefill no longer counts
+    assert set(b1["decode_phase_vs_engine_ar"]) == {"engine_ar", "unispec", "cast", "both"}
+    assert b1["decode_phase_vs_engine_ar"]["engine_ar"] == pytest.approx(1.0)
+    for m in ("unispec", "cast", "both"):
+        ratios = [r["methods"][m]["decode_tok_s"] / r["methods"]["engine_ar"]["decode_tok_s"] for r in rows]
+        assert b1["decode_phase_vs_engine_ar"][m] == pytest.approx(geomean(ratios))
     # lossless: every method emits the reference's tokens, so also as many of them
     assert all(rate == 1.0 for rate in b1["identical_rate"].values()), b1["identical_rate"]
     for r in rows:

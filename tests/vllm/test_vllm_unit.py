@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -123,6 +124,12 @@ def test_ngram_arm_is_stock_vllm_with_its_own_proposer_and_its_summary(tmp_path)
     s = summarize(rows)
     assert s["per_category"] == {"code": 1.5, "chat": 0.6}
     assert s["geomean"] == pytest.approx((1.5 * 0.6) ** 0.5) and s["identical"] is False
+    assert "decode_phase_geomean" not in s  # rows from before streaming carry no phase
+    for r, (ar, ng) in zip(rows, [(10.0, 40.0), (10.0, 20.0), (10.0, 5.0)]):
+        r["ar"]["decode_tok_s"], r["ngram"]["decode_tok_s"] = ar, ng
+    s = summarize(rows)
+    assert s["decode_phase_per_category"] == {"code": 3.0, "chat": 0.5}
+    assert s["decode_phase_geomean"] == pytest.approx((3.0 * 0.5) ** 0.5)
 
 
 def test_both_benches_start_their_arms_one_by_one_and_close_them_all(tmp_path, monkeypatch):
@@ -315,3 +322,50 @@ def test_a_vllm_environment_without_the_setup_stamp_is_incomplete(tmp_path, monk
     assert "incomplete" in (serve.vllm_env_missing() or "")
     (tmp_path / ".venv-vllm" / ".spectool-setup").write_text("stamp\n")
     assert serve.vllm_env_missing() is None
+
+
+def test_ngram_decode_once_reads_a_stream_with_its_first_token_time():
+    """A local stand-in for vLLM's streamed chat completion (the real one is a vLLM process):
+    the same SSE lines, logprobs per chunk, usage in the last chunk."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from spectool_bench.vllm._ngram import decode_once
+
+    seen = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            seen.update(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+
+            def send(obj):
+                self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
+                self.wfile.flush()
+
+            send({"choices": [{"delta": {"role": "assistant"}, "logprobs": None}]})
+            send({"choices": [{"delta": {"content": "a"}, "logprobs": {"content": [{"token": "a"}]}}]})
+            time.sleep(0.2)  # the decode phase
+            lp = {"content": [{"token": "b"}, {"token": "c"}]}
+            send({"choices": [{"delta": {"content": "bc"}, "logprobs": lp}]})
+            send({"choices": [], "usage": {"completion_tokens": 3}})
+            self.wfile.write(b"data: [DONE]\n\n")
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        got = decode_once(f"http://127.0.0.1:{server.server_port}", [{"role": "user", "content": "x"}], 8)
+    finally:
+        server.shutdown()
+    assert seen["stream"] is True and seen["stream_options"] == {"include_usage": True}
+    assert got["tokens"] == ["a", "b", "c"] and got["generated"] == 3
+    assert (
+        got["ttft_s"] < 0.2 <= got["decode_s"] + 0.01
+        and got["secs"] >= got["ttft_s"] + got["decode_s"] - 1e-6
+    )
+    assert got["decode_tok_s"] == pytest.approx(2 / got["decode_s"])

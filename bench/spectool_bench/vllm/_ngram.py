@@ -4,8 +4,9 @@ Two stock vLLM servers (no spectool plugin) serve the embedded SmolLM2: one deco
 per step (``ar``), one with vLLM's n-gram proposer (``ngram``, :data:`._vllm_overhead.NGRAM`).
 Every decode-bench prompt goes to both at batch 1, greedy, the arm order flipping per prompt,
 so ``ngram / ar`` is vLLM's speculation alone, measured as decode-bench measures spectool's
-(``both / engine_ar``): generated tokens per second including prefill. Outputs of the two arms
-are compared token for token (speculation must not change them).
+(``both / engine_ar``): generated tokens per second including prefill, and in the decode phase
+after the first token (streamed). Outputs of the two arms are compared token for token
+(speculation must not change them).
 
     .venv/bin/python -m spectool_bench.vllm._ngram --dtype float32 --max-new-tokens 128 --out out/vllm-ngram
 """
@@ -35,36 +36,76 @@ def _say(msg: str) -> None:
 
 
 def decode_once(url: str, messages: list[dict[str, str]], n: int) -> dict[str, Any]:
-    """One greedy request: generated token ids, tokens/s (prefill included)."""
+    """One greedy request, streamed: generated token ids, tokens/s (prefill included), and the
+    decode phase after the first token (``decode_tok_s``), where speculation acts."""
     body = {
         "model": "smollm2",
         "messages": messages,
         "max_tokens": n,
         "temperature": 0,
         "logprobs": True,  # the token ids' text pieces: outputs compared token for token
+        "stream": True,
+        "stream_options": {"include_usage": True},
     }
+    tokens: list[str] = []
+    generated, first = 0, None
     with httpx.Client(base_url=url, timeout=600) as c:
         t0 = time.perf_counter()
-        r = c.post("/v1/chat/completions", json=body)
+        with c.stream("POST", "/v1/chat/completions", json=body) as r:
+            r.raise_for_status()
+            for line in r.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                for choice in chunk.get("choices") or []:
+                    got = (choice.get("logprobs") or {}).get("content") or []
+                    if got and first is None:
+                        first = time.perf_counter() - t0
+                    tokens += [t["token"] for t in got]
+                if chunk.get("usage"):
+                    generated = chunk["usage"]["completion_tokens"]
         secs = time.perf_counter() - t0
-    r.raise_for_status()
-    out = r.json()
-    tokens = [t["token"] for t in (out["choices"][0].get("logprobs") or {}).get("content") or []]
-    generated = out["usage"]["completion_tokens"]
-    return {"tokens": tokens, "generated": generated, "secs": secs, "tok_s": generated / secs}
+    if first is None or generated < 1:
+        raise RuntimeError(f"{url}: a streamed completion without tokens")
+    decode_s = max(secs - first, 1e-9)
+    return {
+        "tokens": tokens,
+        "generated": generated,
+        "secs": secs,
+        "tok_s": generated / secs,
+        "ttft_s": first,
+        "decode_s": decode_s,
+        # the first token came with the prefill; the rest are the decode phase
+        "decode_tok_s": (generated - 1) / decode_s,
+    }
+
+
+def _per_category(rows: list[dict[str, Any]], key: str) -> dict[str, float]:
+    cats: dict[str, list[float]] = {}
+    for r in rows:
+        cats.setdefault(r["category"], []).append(r["ngram"][key] / r["ar"][key])
+    return {c: sum(v) / len(v) for c, v in cats.items()}
+
+
+def _geomean(xs: Any) -> float:
+    xs = list(xs)
+    return math.exp(sum(math.log(v) for v in xs) / len(xs))
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per category: mean of per-prompt ``ngram / ar`` speedups; geomean over categories."""
-    cats: dict[str, list[float]] = {}
-    for r in rows:
-        cats.setdefault(r["category"], []).append(r["ngram"]["tok_s"] / r["ar"]["tok_s"])
-    per_cat = {c: sum(v) / len(v) for c, v in cats.items()}
-    return {
+    """Per category: mean of per-prompt ``ngram / ar`` speedups; geomean over categories.
+    Whole requests, and (where the rows were streamed) the decode phase after the first token."""
+    per_cat = _per_category(rows, "tok_s")
+    out = {
         "per_category": per_cat,
-        "geomean": math.exp(sum(math.log(v) for v in per_cat.values()) / len(per_cat)),
+        "geomean": _geomean(per_cat.values()),
         "identical": all(r["identical"] for r in rows),
     }
+    if all("decode_tok_s" in r[a] for r in rows for a in ARMS):
+        phase = _per_category(rows, "decode_tok_s")
+        out["decode_phase_per_category"] = phase
+        out["decode_phase_geomean"] = _geomean(phase.values())
+    return out
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
@@ -105,6 +146,12 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     for c, v in summary["per_category"].items():
         print(f"| {c} | {v:.2f}× |")
     print(f"| geomean | **{summary['geomean']:.2f}×** |  identical outputs: {summary['identical']}")
+    phase = summary.get("decode_phase_per_category", {})
+    if phase:
+        print("\n| category | decode phase (after the first token), n-gram / one-token |\n|---|---|")
+        for c, v in phase.items():
+            print(f"| {c} | {v:.2f}× |")
+        print(f"| geomean | **{summary['decode_phase_geomean']:.2f}×** |")
     print(f"wrote {out / 'results.json'}")
     return results
 

@@ -36,6 +36,7 @@ class DecodeResult:
     verify_s: float = 0.0  # time in tree forwards
     draft_s: float = 0.0
     total_s: float = 0.0
+    prefill_s: float = 0.0  # the prompt's forward (and the store's warm-up rows with it)
     plain_steps: int = 0  # steps the gate decoded without drafting (probes included)
 
     @property
@@ -152,13 +153,15 @@ def _decode(
         drafter = make_drafter(policy, model.config.vocab_size, g=g, cast=cast)
     table = getattr(cast, "table", None)
     verifier = TreeVerifier(model)
+    t_pre = time.perf_counter()
     pre_logits, _ = verifier.prefill(prompts, WARM_POSITIONS if drafter else 1)
+    prefill_s = time.perf_counter() - t_pre
     if drafter is not None:
         _warm_store(drafter, pre_logits, prompts)
     seqs = [ContextIndex(p) for p in prompts]
     outs: list[list[int]] = [[] for _ in prompts]
     done = [False] * len(prompts)
-    res = DecodeResult(outs)
+    res = DecodeResult(outs, prefill_s=prefill_s)
     gated = DraftGate() if gate and drafter is not None else None
     while not all(done):
         t0 = time.perf_counter()

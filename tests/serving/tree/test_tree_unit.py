@@ -350,6 +350,32 @@ def test_bench_summary_geometric_mean_over_categories():
     assert s["speedup_vs_best_pl"]["unispec"] == pytest.approx(2.0 / 2**0.5)
 
 
+def test_decode_phase_ratio_leaves_the_prefill_out():
+    """A long prompt and a short answer: the whole-request ratio is held down by the prefill
+    both arms pay; the decode-phase ratio is the speculation alone."""
+    from spectool_bench.decode._tree import _summarize
+
+    def row(cat, ar_total, tree_total, prefill, tokens=40):
+        def mk(total):
+            decode_s = total - prefill
+            return {"tok_s": tokens / total, "decode_tok_s": tokens / decode_s, "identical": True}
+
+        return {
+            "category": cat,
+            "batch": 1,
+            "methods": {"ar": mk(ar_total), "engine_ar": mk(ar_total), "both": mk(tree_total)},
+        }
+
+    # 0.8 s of prefill; decoding 0.8 s plain against 0.2 s with trees
+    s = _summarize([row("agentic", 1.6, 1.0, 0.8)])["batch1"]
+    assert s["speedup_vs_engine_ar"]["both"] == pytest.approx(1.6)
+    assert s["decode_phase_vs_engine_ar"]["both"] == pytest.approx(4.0)
+    assert s["decode_phase_per_category"]["both"] == {"agentic": pytest.approx(4.0)}
+    # rows measured without the phase (older results) summarise as before, without it
+    old = _summarize([{"category": "a", "batch": 1, "methods": {"ar": {"tok_s": 1.0, "identical": True}}}])
+    assert old["batch1"]["decode_phase_vs_engine_ar"] == {}
+
+
 def test_decoding_policy_drafts_chains_and_learns_from_logits():
     from spectool_serving.tree.policy import DecodingPolicy, best_chain
 
