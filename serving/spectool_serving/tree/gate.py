@@ -54,7 +54,10 @@ class DraftGate:
     margin: float = 0.97
     probe_every: int = 12
     first_backoff: int = 4
-    max_backoff: int = 64
+    # 16, not more: a drafted probe that loses costs a fraction of one step (a wider forward),
+    # while a gate shut by two unlucky early steps (a cold store) and probed every 64 steps
+    # never sees the text turn predictable (code-1 and code-3: 122 of 128 steps plain)
+    max_backoff: int = 16
     clear_win: float = 1.5
     _drafted: _Rate = field(init=False)
     _plain: _Rate = field(init=False)

@@ -57,3 +57,13 @@ def test_noise_within_the_margin_keeps_drafting_on():
 def test_bad_settings_are_refused(kw):
     with pytest.raises(ValueError):
         DraftGate(**kw)
+
+
+def test_a_gate_shut_early_probes_at_least_every_sixteen_steps_by_default():
+    """Two unlucky early steps (a cold store) must not cost a whole answer's drafting: the
+    default back-off stops doubling at 16 (the negative control: at 64 it goes on)."""
+    for cap, widest in ((None, 17), (64, 65)):
+        gate = DraftGate() if cap is None else DraftGate(max_backoff=cap)
+        seen = _run(gate, 300, drafted=(1, 1.3), plain=(1, 1.0))
+        probes = [i for i, d in enumerate(seen) if d and i > 4]
+        assert max(b - a for a, b in zip(probes, probes[1:])) == widest
