@@ -11,7 +11,6 @@ tagged call to an offered tool, and the prompt is the template's, tools and all.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import anyio
 import pytest
@@ -22,9 +21,11 @@ from spectool.drafters._common import tool_schemas
 from spectool.drafters._native import native_messages
 from spectool_bench.drafters._prompt_eval import valid
 
+from .qwen_fixtures import qwen_style_tokenizer
+from .qwen_fixtures import tiny_qwen as build_tiny_qwen
+
 pytest.importorskip("xgrammar")
 
-TEMPLATE = Path(__file__).with_name("qwen2_5_chat_template.jinja")
 TOOLS = [
     {
         "type": "function",
@@ -62,26 +63,8 @@ CONVO = [
 
 @pytest.fixture(scope="module")
 def tiny_qwen():
-    import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-
-    from spectool.embedded import embedded_hf_folder
-
-    tok = AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
-    tok.add_tokens(["<tool_call>", "</tool_call>"])  # not special, as in Qwen2.5's tokenizer
-    tok.chat_template = TEMPLATE.read_text(encoding="utf-8")
-    torch.manual_seed(5)
-    config = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-    )
-    return Qwen2ForCausalLM(config).eval().double(), tok
+    tok = qwen_style_tokenizer()
+    return build_tiny_qwen(tok, seed=5).double(), tok
 
 
 def test_native_messages_give_templates_objects_and_text():

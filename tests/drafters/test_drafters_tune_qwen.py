@@ -11,7 +11,6 @@ it drafting grammar-valid calls in the compact format the adapter was tuned on.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import anyio
 import pytest
@@ -23,9 +22,10 @@ from spectool.drafters._common import tool_schemas
 from spectool.drafters._compact import COMPACT_FORMAT_VERSION
 from spectool_bench.drafters._prompt_eval import valid
 
+from .qwen_fixtures import qwen_style_tokenizer, tiny_qwen
+
 pytest.importorskip("peft")
 
-TEMPLATE = Path(__file__).with_name("qwen2_5_chat_template.jinja")
 TOOLS = [
     {
         "type": "function",
@@ -59,32 +59,11 @@ REQUEST = DraftRequest([{"role": "user", "content": "weather in Paris, then add 
 
 @pytest.fixture(scope="module")
 def qwen_tokenizer():
-    from transformers import AutoTokenizer
-
-    from spectool.embedded import embedded_hf_folder
-
-    tok = AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
-    tok.add_tokens(["<tool_call>", "</tool_call>"])  # not special, as in Qwen2.5's tokenizer
-    tok.chat_template = TEMPLATE.read_text(encoding="utf-8")
-    return tok
+    return qwen_style_tokenizer()
 
 
 def _tiny_qwen(tok):
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(7)
-    config = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-    )
-    return Qwen2ForCausalLM(config).eval()
+    return tiny_qwen(tok, seed=7)
 
 
 def test_tuning_recipe_end_to_end_on_the_qwen2_family(tmp_path, qwen_tokenizer) -> None:

@@ -237,6 +237,19 @@ def _run_batched(model, tok, items, prompts, single_refs, n, bsz, table, cal, lo
     return rows
 
 
+def _per_category(
+    rows: list[dict], cats: list[str], methods: list[str], key: str, base: str
+) -> dict[str, dict[str, float]]:
+    """method -> category -> geomean over the category's rows of ``key`` against ``base``'s."""
+    return {
+        m: {
+            c: _geomean([r["methods"][m][key] / r["methods"][base][key] for r in rows if r["category"] == c])
+            for c in cats
+        }
+        for m in methods
+    }
+
+
 def _summarize(rows: list[dict]) -> dict:
     """Per batch size: geometric mean over categories of per-category mean speedups."""
     out: dict[str, Any] = {}
@@ -244,35 +257,12 @@ def _summarize(rows: list[dict]) -> dict:
         sub = [r for r in rows if r["batch"] == bsz]
         methods = list(sub[0]["methods"])
         cats = sorted({r["category"] for r in sub})
-        per_cat = {
-            m: {
-                c: _geomean(
-                    [
-                        r["methods"][m]["tok_s"] / r["methods"]["ar"]["tok_s"]
-                        for r in sub
-                        if r["category"] == c
-                    ]
-                )
-                for c in cats
-            }
-            for m in methods
-        }
+        per_cat = _per_category(sub, cats, methods, "tok_s", "ar")
         vs_ar = {m: _geomean(list(per_cat[m].values())) for m in methods}
         phased = [m for m in methods if "decode_tok_s" in sub[0]["methods"][m]]
-        phase_cat = {
-            m: {
-                c: _geomean(
-                    [
-                        r["methods"][m]["decode_tok_s"] / r["methods"]["engine_ar"]["decode_tok_s"]
-                        for r in sub
-                        if r["category"] == c
-                    ]
-                )
-                for c in cats
-            }
-            for m in phased
-            if "engine_ar" in phased
-        }
+        if "engine_ar" not in phased:
+            phased = []  # the phase is a ratio against engine_ar's
+        phase_cat = _per_category(sub, cats, phased, "decode_tok_s", "engine_ar")
         pls = [m for m in ("pl3", "pl10") if m in vs_ar]
         best_pl = max(pls, key=lambda m: vs_ar[m]) if pls else None
         out[f"batch{bsz}"] = {

@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from statistics import geometric_mean
 from typing import Any
 
 import httpx
 
-from ._overhead import NGRAM, start_arms
+from ._overhead import NGRAM, sse_chunks, start_arms
 
 __all__ = ["ARMS", "decode_once", "main", "summarize"]
 
@@ -53,10 +53,7 @@ def decode_once(url: str, messages: list[dict[str, str]], n: int) -> dict[str, A
         t0 = time.perf_counter()
         with c.stream("POST", "/v1/chat/completions", json=body) as r:
             r.raise_for_status()
-            for line in r.iter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
+            for chunk in sse_chunks(r):
                 for choice in chunk.get("choices") or []:
                     got = (choice.get("logprobs") or {}).get("content") or []
                     if got and first is None:
@@ -87,24 +84,19 @@ def _per_category(rows: list[dict[str, Any]], key: str) -> dict[str, float]:
     return {c: sum(v) / len(v) for c, v in cats.items()}
 
 
-def _geomean(xs: Any) -> float:
-    xs = list(xs)
-    return math.exp(sum(math.log(v) for v in xs) / len(xs))
-
-
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per category: mean of per-prompt ``ngram / ar`` speedups; geomean over categories.
     Whole requests, and (where the rows were streamed) the decode phase after the first token."""
     per_cat = _per_category(rows, "tok_s")
     out = {
         "per_category": per_cat,
-        "geomean": _geomean(per_cat.values()),
+        "geomean": geometric_mean(per_cat.values()),
         "identical": all(r["identical"] for r in rows),
     }
     if all("decode_tok_s" in r[a] for r in rows for a in ARMS):
         phase = _per_category(rows, "decode_tok_s")
         out["decode_phase_per_category"] = phase
-        out["decode_phase_geomean"] = _geomean(phase.values())
+        out["decode_phase_geomean"] = geometric_mean(phase.values())
     return out
 
 

@@ -21,7 +21,7 @@ import socket
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -36,6 +36,7 @@ __all__ = [
     "free_port",
     "main",
     "measure_streams",
+    "sse_chunks",
     "start_arms",
     "summarize",
     "tax_arg",
@@ -93,6 +94,13 @@ def start_arms(
     return urls
 
 
+def sse_chunks(resp: httpx.Response) -> Iterator[dict[str, Any]]:
+    """The JSON chunks of a streamed chat completion (``data:`` lines, up to ``[DONE]``)."""
+    for line in resp.iter_lines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            yield json.loads(line[6:])
+
+
 def _one_stream(client: httpx.Client, model: str, i: int, tokens: int) -> tuple[float, int]:
     """(seconds to the first token, tokens generated) of one streamed story request."""
     body = {
@@ -107,10 +115,7 @@ def _one_stream(client: httpx.Client, model: str, i: int, tokens: int) -> tuple[
     start, ttft, generated = time.perf_counter(), None, 0
     with client.stream("POST", "/v1/chat/completions", json=body) as resp:
         resp.raise_for_status()
-        for line in resp.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
+        for chunk in sse_chunks(resp):
             if ttft is None and any(
                 (c.get("delta") or {}).get("content") for c in chunk.get("choices") or ()
             ):
