@@ -132,17 +132,29 @@ def _last_user(messages: Sequence[Mapping[str, Any]]) -> int:
     return max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
 
 
-def _ranked(request: DraftRequest, bodies: list[dict[str, Any]]) -> list[int]:
-    """Tool indices, best first, by words shared with the last user message; ties keep the
-    offered order. Nothing after that message counts, so every step of a turn ranks alike."""
+def tool_scores(request: DraftRequest, bodies: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Per tool body, the words its name and description share with the last user message.
+    Nothing after that message counts, so every step of a turn scores alike."""
     msgs = list(request.messages)
     last = _last_user(msgs)
     query = _words(message_text(msgs[last].get("content"))) if last >= 0 else set()
-    scored = []
-    for i, body in enumerate(bodies):
-        words = _words(body["name"]) | _words(str(body.get("description") or ""))
-        scored.append((-len(query & words), i))
-    return [i for _, i in sorted(scored)]
+    return [len(query & (_words(b["name"]) | _words(str(b.get("description") or "")))) for b in bodies]
+
+
+def _ranked(request: DraftRequest, bodies: list[dict[str, Any]]) -> list[int]:
+    """Tool indices, best first, by :func:`tool_scores`; ties keep the offered order."""
+    scores = tool_scores(request, bodies)
+    return sorted(range(len(bodies)), key=lambda i: -scores[i])
+
+
+def narrowed(request: DraftRequest, bodies: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
+    """The bodies scoring at least the k-th best :func:`tool_scores`, in the offered order.
+    Ties at the cut stay in: a retrieval score that cannot tell tools apart narrows nothing."""
+    if k <= 0 or len(bodies) <= k:
+        return bodies
+    scores = tool_scores(request, bodies)
+    cut = sorted(scores, reverse=True)[k - 1]
+    return [b for b, s in zip(bodies, scores) if s >= cut]
 
 
 def compact_tools(request: DraftRequest, *, max_tools: int = 32) -> list[dict[str, Any]]:

@@ -160,6 +160,17 @@ class LocalDrafter:
         bodies = compact_tools(request, max_tools=self.options.max_tools)
         return [{"type": "function", "function": b} for b in bodies]
 
+    def grammar_tools(self, request: DraftRequest) -> list[Mapping[str, Any]]:
+        """The tools the grammar lets the draft name: :meth:`draft_tools`, narrowed to the top
+        ``narrow_tools`` by retrieval score when that option is on."""
+        tools = self.draft_tools(request)
+        if not self.options.narrow_tools:
+            return tools
+        from ._compact import narrowed
+
+        bodies = narrowed(request, [dict(t["function"]) for t in tools], self.options.narrow_tools)
+        return [{"type": "function", "function": b} for b in bodies]
+
     def token_ids(self, loaded: LocalModel | LlamaModel, request: DraftRequest) -> list[int]:
         """The drafting prompt's token ids for this drafter's ``prompt`` format."""
         if self.options.prompt == "native":
@@ -183,7 +194,7 @@ class LocalDrafter:
             # strings are bounded in the decode loop, not the grammar: a grammar maxLength costs
             # ~0.2 s of compile per new tool set (see _decode.decode_rows)
             constraint = loaded.constraint(None, int(opts.max_calls))
-            tools = self.draft_tools(request)
+            tools = self.grammar_tools(request)
             grammar = COMPILER.submit(constraint.compiled, tools, native=native)
             xgr = constraint.xgr
             stops |= set(constraint.stop_token_ids)
@@ -208,7 +219,7 @@ class LocalDrafter:
 
         opts = self.options
         grammar = grammar_text(
-            self.draft_tools(request),
+            self.grammar_tools(request),
             native=opts.prompt == "native",
             max_calls=int(opts.max_calls),
             max_string_length=opts.max_string_length,  # type: ignore[arg-type]

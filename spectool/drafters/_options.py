@@ -58,6 +58,9 @@ class LocalDrafterOptions:
       ``float32``, ``bfloat16``, ``float16``, ``int8``.
     * ``max_tools`` / ``described``: the compact prompt's tool list (how many listed, how many
       keep a description); ``max_prompt_tokens``: the native prompt drops its oldest turns to fit.
+    * ``narrow_tools``: the grammar lets the draft name only the tools that rank in the top k by
+      the words they share with the last user message (ties at the k-th score stay in); the
+      prompt still shows every candidate. 0 turns it off.
     """
 
     prompt: Prompt = "compact"
@@ -79,11 +82,14 @@ class LocalDrafterOptions:
     max_tools: int = 32
     described: int = 6
     max_prompt_tokens: int = 2048
+    narrow_tools: int = 0
 
     def __post_init__(self) -> None:
         problems = [p for p in (_check(self, f.name) for f in fields(self)) if p]
         if self.diversity == "beam" and self.constrained is False:
             problems.append("diversity='beam' searches under the grammar: it needs constrained=True")
+        if self.narrow_tools and self.constrained is False:
+            problems.append("narrow_tools narrows the grammar: it needs constrained=True")
         if problems:
             raise ConfigError("invalid LocalDrafterOptions: " + "; ".join(problems))
 
@@ -163,6 +169,7 @@ def _check(options: LocalDrafterOptions, name: str) -> str | None:
         "max_tools": _int_at_least(value, 1),
         "described": _int_at_least(value, 0),
         "max_prompt_tokens": _int_at_least(value, 16),
+        "narrow_tools": _int_at_least(value, 0),
     }[name]
     if ok:
         return None
@@ -180,6 +187,7 @@ def _check(options: LocalDrafterOptions, name: str) -> str | None:
         "max_prompt_tokens": "an integer ≥ 16",
         "described": "an integer ≥ 0",
         "threads": "an integer ≥ 0 (0: every usable core)",
+        "narrow_tools": "an integer ≥ 0 (0: off)",
     }.get(name, "a bool" if isinstance(getattr(LocalDrafterOptions, name, None), bool) else "an integer ≥ 1")
     return f"{name} must be {allowed} (got {value!r})"
 

@@ -143,7 +143,7 @@ def run_eval(args: argparse.Namespace) -> int:
     import anyio
 
     from ._eval import check_samples, run_grid
-    from ._report import drafter_table, write_drafter_plot, write_drafter_results
+    from ._report import drafter_table, miss_table, write_drafter_plot, write_drafter_results
 
     check_samples(args.samples)
     if args.limit is not None and args.limit < 1:
@@ -161,6 +161,8 @@ def run_eval(args: argparse.Namespace) -> int:
         run_grid, drafters, categories, args.split, args.samples, args.limit, not args.no_progress
     )
     print(drafter_table(rows))
+    print("\nWhy speculable calls were missed (kinds add up to the missed calls):")
+    print(miss_table(rows))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     meta = {
         "command": "spectool drafters eval",

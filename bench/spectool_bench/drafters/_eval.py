@@ -18,7 +18,7 @@ import functools
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from spectool import Drafter, DraftRequest, Effect, ToolCall
@@ -30,6 +30,7 @@ from ..bfcl._workload import task_output
 from ..harness._workloads import open_world, split_tasks
 from ..report._progress import Progress
 from ._metrics import StepScore, score_step, summarize
+from ._misses import classify_misses, told_text
 
 __all__ = [
     "Prepared",
@@ -158,9 +159,12 @@ async def evaluate(
         for step in item.steps:
             request = DraftRequest(list(step.messages), list(step.tools), samples)
             proposals, seconds, failed = await _draft(drafter, request)
-            scores.append(
-                score_step(proposals, step.calls, item.speculable, tool_schemas(step.tools), seconds, failed)
+            schemas = tool_schemas(step.tools)
+            score = score_step(proposals, step.calls, item.speculable, schemas, seconds, failed)
+            misses = classify_misses(
+                proposals, step.calls, item.speculable, schemas, told_text(step.messages)
             )
+            scores.append(replace(score, misses=tuple(misses.items())))
         if progress is not None:
             progress(done, len(prepared))
     return scores

@@ -49,6 +49,7 @@ class StepScore:
     failed: bool = False  # the drafter raised: scored as no proposals
     refused: int = 0  # distinct proposals the speculator would not run (mutating, external, gated)
     refused_right: int = 0  # of those, the ones that matched a call of the step
+    misses: tuple[tuple[str, int], ...] = ()  # why speculable calls were missed (._misses)
 
 
 def admitted_tools(tools: Iterable[ToolSpec], speculate_external: bool = False) -> set[str]:
@@ -122,6 +123,10 @@ def summarize(steps: Sequence[StepScore]) -> dict[str, Any]:
     predicted = sum(s.predicted for s in steps)
     wasted = sum(s.wasted for s in steps)
     times = [s.seconds for s in steps]
+    misses: dict[str, int] = {}
+    for s in steps:
+        for kind, n in s.misses:
+            misses[kind] = misses.get(kind, 0) + n
     return {
         "n_steps": len(steps),
         "n_calls": n_calls,
@@ -140,4 +145,5 @@ def summarize(steps: Sequence[StepScore]) -> dict[str, Any]:
         "wasted_per_hit": _ratio(wasted, hits),
         "g_median_s": percentile(times, 50),
         "g_p90_s": percentile(times, 90),
+        "misses": misses,
     }

@@ -9,7 +9,7 @@ from typing import Any
 
 from spectool.errors import missing_extra
 
-__all__ = ["drafter_table", "write_drafter_plot", "write_drafter_results"]
+__all__ = ["drafter_table", "miss_table", "write_drafter_plot", "write_drafter_results"]
 
 _COLUMNS = [  # (field, heading, format); None prints as "n/a"
     ("drafter", "drafter", "{}"),
@@ -43,6 +43,37 @@ def drafter_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([line(heads), line(["-" * w for w in widths]), *(line(b) for b in body)])
+
+
+_MISS_COLUMNS = [  # (kind, heading); see ._misses for what each kind means
+    ("no_call", "no call"),
+    ("wrong_tool", "wrong tool"),
+    ("wrong_args", "wrong args"),
+    ("wrong_value", "wrong value"),
+    ("wrong_value_copyable", "of which copyable"),
+    ("repeat", "repeat"),
+]
+
+
+def miss_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Why speculable calls were missed, one line per row: the kinds' counts (they add up to
+    the missed calls) and each kind's share of them."""
+    heads = ["drafter", "category", "λ", "missed", *(h for _, h in _MISS_COLUMNS)]
+    body = []
+    for r in rows:
+        misses = r.get("misses") or {}
+        missed = (r.get("n_speculable") or 0) - (r.get("hits") or 0)
+        cells = [str(r["drafter"]), str(r["category"]), str(r["samples"]), str(missed)]
+        for kind, _ in _MISS_COLUMNS:
+            n = misses.get(kind, 0)
+            cells.append(f"{n} ({n / missed:.0%})" if missed and n else str(n))
+        body.append(cells)
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(heads)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
     return "\n".join([line(heads), line(["-" * w for w in widths]), *(line(b) for b in body)])
 

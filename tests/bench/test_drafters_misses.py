@@ -1,0 +1,136 @@
+"""Why a draft missed: the miss kinds, their sum, and the table that prints them."""
+
+import pytest
+
+from spectool import ToolCall
+from spectool.drafters._common import tool_schemas
+from spectool_bench.drafters._metrics import score_step, summarize
+from spectool_bench.drafters._misses import MISS_KINDS, classify_misses, told_text
+from spectool_bench.drafters._report import miss_table
+
+
+def fn(name, props, required=None):
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "parameters": {
+                "type": "object",
+                "properties": props,
+                "required": list(props) if required is None else required,
+            },
+        },
+    }
+
+
+SCHEMAS = tool_schemas(
+    [
+        fn("ls", {"path": {"type": "string"}}),
+        fn("add", {"a": {"type": "number"}, "b": {"type": "number"}}),
+        fn("rm", {"path": {"type": "string"}}),
+        fn("weather", {"city": {"type": "string"}, "unit": {"type": "string", "default": "c"}}, ["city"]),
+    ]
+)
+SPEC = {"ls", "add", "weather"}  # rm is mutating
+SOURCE = "What is the weather in Hyderabad? Use the folder reports/2024."
+
+
+def kinds(proposals, calls, source=SOURCE):
+    out = classify_misses(proposals, calls, SPEC, SCHEMAS, source)
+    return {k: n for k, n in out.items() if n}
+
+
+@pytest.mark.parametrize(
+    ("proposals", "calls", "expected"),
+    [
+        ([], [ToolCall("ls", {"path": "a"})], {"no_call": 1}),
+        # a tool nobody offered is not an offered proposal: still no call
+        ([ToolCall("cat", {"path": "a"})], [ToolCall("ls", {"path": "a"})], {"no_call": 1}),
+        ([ToolCall("add", {"a": 1, "b": 2})], [ToolCall("ls", {"path": "a"})], {"wrong_tool": 1}),
+        ([ToolCall("add", {"a": 1})], [ToolCall("add", {"a": 1, "b": 2})], {"wrong_args": 1}),
+        ([ToolCall("add", {"a": 1, "b": 3})], [ToolCall("add", {"a": 1, "b": 2})], {"wrong_value": 1}),
+        (
+            [ToolCall("weather", {"city": "Hirat"})],
+            [ToolCall("weather", {"city": "Hyderabad"})],
+            {"wrong_value": 1, "wrong_value_copyable": 1},
+        ),
+        # the schema's default fills the unit: naming it is not a different argument set
+        (
+            [ToolCall("weather", {"city": "Pune", "unit": "c"})],
+            [ToolCall("weather", {"city": "Hyderabad"})],
+            {"wrong_value": 1, "wrong_value_copyable": 1},
+        ),
+        # "transit" is nowhere in the source: copying could not have fixed it
+        ([ToolCall("ls", {"path": "reports"})], [ToolCall("ls", {"path": "transit"})], {"wrong_value": 1}),
+        # the same call due twice, proposed once
+        ([ToolCall("ls", {"path": "a"})], [ToolCall("ls", {"path": "a"})] * 2, {"repeat": 1}),
+        # hits and mutating calls are not misses
+        ([ToolCall("ls", {"path": "a"})], [ToolCall("ls", {"path": "a"}), ToolCall("rm", {"path": "b"})], {}),
+    ],
+)
+def test_each_missed_speculable_call_gets_one_kind(proposals, calls, expected):
+    assert kinds(proposals, calls) == expected
+
+
+def test_the_closest_proposal_of_the_tool_decides_the_kind():
+    proposals = [ToolCall("add", {"a": 5}), ToolCall("add", {"a": 1, "b": 9})]
+    # one proposal has the right argument names: the miss is a value, not the argument set
+    assert kinds(proposals, [ToolCall("add", {"a": 1, "b": 2})]) == {"wrong_value": 1}
+
+
+def test_the_kinds_add_up_to_the_missed_speculable_calls():
+    steps = [
+        ([ToolCall("ls", {"path": "x"}), ToolCall("add", {"a": 1})], [ToolCall("ls", {"path": "a"})]),
+        ([], [ToolCall("weather", {"city": "Hyderabad"}), ToolCall("ls", {"path": "b"})]),
+        (
+            [ToolCall("add", {"a": 1, "b": 2})],
+            [ToolCall("add", {"a": 1, "b": 2}), ToolCall("ls", {"path": "c"})],
+        ),
+    ]
+    scores = []
+    for proposals, calls in steps:
+        s = score_step(proposals, calls, SPEC, SCHEMAS, 0.1)
+        m = classify_misses(proposals, calls, SPEC, SCHEMAS, SOURCE)
+        exclusive = sum(n for k, n in m.items() if k != "wrong_value_copyable")
+        assert exclusive == s.speculable - s.hits
+        scores.append(s.__class__(**{**s.__dict__, "misses": tuple(m.items())}))
+    row = summarize(scores)
+    assert row["misses"]["no_call"] == 2
+    assert row["misses"]["wrong_tool"] == 1
+    assert row["misses"]["wrong_value"] == 1
+    assert (
+        sum(row["misses"][k] for k in MISS_KINDS if k != "wrong_value_copyable")
+        == row["n_speculable"] - row["hits"]
+    )
+
+
+def test_told_text_keeps_user_and_tool_messages_only():
+    messages = [
+        {"role": "system", "content": "secret-system"},
+        {"role": "user", "content": "go to Paris"},
+        {"role": "assistant", "content": "calling Lyon"},
+        {"role": "tool", "content": "Nice"},
+    ]
+    text = told_text(messages)
+    assert "Paris" in text and "Nice" in text
+    assert "Lyon" not in text and "secret" not in text
+    # a value the assistant said but the user did not is not copyable
+    assert kinds([ToolCall("weather", {"city": "Rome"})], [ToolCall("weather", {"city": "Lyon"})], text) == {
+        "wrong_value": 1
+    }
+
+
+def test_the_miss_table_prints_counts_and_shares():
+    row = {
+        "drafter": "history",
+        "category": "multiple",
+        "samples": 1,
+        "n_speculable": 10,
+        "hits": 6,
+        "misses": {"no_call": 1, "wrong_tool": 2, "wrong_value": 1, "wrong_value_copyable": 1},
+    }
+    text = miss_table([row])
+    lines = text.splitlines()
+    assert lines[0].split()[:4] == ["drafter", "category", "λ", "missed"]
+    assert "2 (50%)" in lines[2] and "1 (25%)" in lines[2]
+    assert lines[2].split()[3] == "4"
