@@ -40,6 +40,7 @@ __all__ = [
     "split_key",
     "split_of",
     "split_of_id",
+    "touches_held_out",
 ]
 
 Split = Literal["train", "dev", "test"]
@@ -154,6 +155,14 @@ def split_key(task: Task) -> str:
     if found is None and base_id(task):
         found = groups.get(f"id:{base_id(task)}")
     return found or (min(keys) if keys else f"id:{task.id}")
+
+
+def touches_held_out(task: Task) -> bool:
+    """True when any content key of ``task`` (opening user message, gold calls) belongs to a dev
+    or test group of the wheel's scored categories: what an extra training set must not hold.
+    A task twin to no scored task touches nothing held out."""
+    groups = _groups()
+    return any(_bucket(groups[k]) != "train" for k in _keys(task) if k in groups)
 
 
 def _bucket(key: str) -> Split:

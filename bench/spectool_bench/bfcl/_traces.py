@@ -27,7 +27,7 @@ from spectool import DraftRequest, ToolCall, TraceExample, TraceRecorder
 
 from ..harness._workloads import open_world, split_tasks
 from ._splits import content_digest
-from ._tasks import MULTI_TURN_CATEGORIES, Task
+from ._tasks import Task
 from ._workload import task_output
 
 __all__ = ["add_arguments", "bfcl_examples", "run", "task_examples"]
@@ -99,7 +99,7 @@ def bfcl_examples(
         tasks = split_tasks(category, split)[:limit]  # τ² categories (tau2_<domain>): τ²'s own split
         for task in tasks:
             for ex in task_examples(task, split):
-                if first_step_only and category not in MULTI_TURN_CATEGORIES and ex.meta["step"] > 0:
+                if first_step_only and not task.multi_turn and ex.meta["step"] > 0:
                     continue
                 if speculable_only and not ex.meta["speculable"]:
                     continue

@@ -41,9 +41,14 @@ def world_state(world: World | None) -> str | None:
 
 
 def is_known(category: str) -> bool:
+    from ..bfcl._unused import UNUSED_CATEGORIES
     from ..tau2._tasks import all_categories, is_tau2
 
-    return category in ALL_CATEGORIES or (is_tau2(category) and category in all_categories())
+    return (
+        category in ALL_CATEGORIES
+        or category in UNUSED_CATEGORIES
+        or (is_tau2(category) and category in all_categories())
+    )
 
 
 def load_category(category: str) -> list[Task]:
@@ -52,6 +57,10 @@ def load_category(category: str) -> list[Task]:
 
     if is_tau2(category):
         return list(load_domain(category_domain(category)).tasks)
+    from ..bfcl._unused import UNUSED_CATEGORIES, load_unused
+
+    if category in UNUSED_CATEGORIES:
+        return list(load_unused(category))
     return load_tasks(category)
 
 
@@ -61,6 +70,10 @@ def split_tasks(category: str, split: str | None) -> list[Task]:
 
     if is_tau2(category):
         return list(load_domain(category_domain(category), split or "all").tasks)
+    from ..bfcl._unused import UNUSED_CATEGORIES, unused_split
+
+    if category in UNUSED_CATEGORIES:
+        return unused_split(category, split or "all")
     from ..bfcl._splits import in_split
 
     return in_split(load_tasks(category), split) if split else load_tasks(category)
