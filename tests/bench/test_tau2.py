@@ -50,8 +50,10 @@ def test_tau2_own_split_and_empty_tasks_skipped_and_counted(domain):
     for split in ("train", "test"):
         loaded = tau2_tasks.load_domain(domain, split)
         ids = {t.id.removeprefix(f"tau2_{domain}_") for t in loaded.tasks}
+        twins = {t.removeprefix(f"tau2_{domain}_") for t in loaded.twins}
         wanted = set(map(str, splits[split]))
-        assert ids | set(loaded.skipped) == wanted and not ids & set(loaded.skipped)
+        assert ids | set(loaded.skipped) | twins == wanted and not ids & set(loaded.skipped)
+        assert not twins & ids
         empty = {i for i in wanted if not by_id[i]["evaluation_criteria"].get("actions")}
         assert set(loaded.skipped) == empty  # exactly the tasks with no gold call
         assert all(t.calls > 0 for t in loaded.tasks)
@@ -60,6 +62,20 @@ def test_tau2_own_split_and_empty_tasks_skipped_and_counted(domain):
     assert tau2_tasks.load_domain("airline", "test").skipped  # airline's test split has refusals
     with pytest.raises(ConfigError, match="no 'dev' split"):
         tau2_tasks.load_domain(domain, "dev")
+
+
+@pytest.mark.parametrize("domain", ["airline", "retail"])
+def test_tau2_train_split_holds_no_content_twin_of_a_test_task(domain):
+    """τ²'s own split is by id, and some train tasks repeat a test task's scenario or gold
+    actions: the train split leaves them out (the control puts them back and is caught)."""
+    from spectool_bench.bfcl._twins import twins
+
+    test = tau2_tasks.load_domain(domain, "test").tasks
+    train = tau2_tasks.load_domain(domain, "train")
+    assert train.twins  # both domains have some today
+    assert twins(test, train.tasks) == []
+    every = {t.id: t for t in tau2_tasks.load_domain(domain, "all").tasks}
+    assert twins(test, train.tasks + [every[i] for i in train.twins])
 
 
 def test_gold_actions_are_the_calls_and_the_first_message_is_the_labelled_scenario():

@@ -41,6 +41,7 @@ def category_domain(category: str) -> str:
 class Loaded:
     tasks: list[Task]  # tasks with gold actions, in the wheel's order
     skipped: list[str]  # ids of tasks with no gold agent action
+    twins: tuple[str, ...] = ()  # train ids left out as content twins of a test task
 
 
 def scenario_message(task: Mapping[str, Any]) -> dict[str, str]:
@@ -100,6 +101,11 @@ def load_domain(domain: str, split: str = "all") -> Loaded:
                 world=functools.partial(_world, domain, t.get("initial_state")),
             )
         )
+    if split == "train":  # τ²'s split is by id: a train task may repeat a test task's content
+        from ..bfcl._twins import twins
+
+        dropped = {train for train, _, _ in twins(tasks, load_domain(domain, "test").tasks)}
+        return Loaded([t for t in tasks if t.id not in dropped], skipped, tuple(sorted(dropped)))
     return Loaded(tasks, skipped)
 
 
