@@ -5,7 +5,7 @@ import pytest
 from spectool import ToolCall
 from spectool.drafters._common import tool_schemas
 from spectool_bench.drafters._metrics import score_step, summarize
-from spectool_bench.drafters._misses import MISS_KINDS, classify_misses, told_text
+from spectool_bench.drafters._misses import MISS_KINDS, SUB_KINDS, classify_misses, told_text
 from spectool_bench.drafters._report import miss_table
 
 
@@ -91,7 +91,7 @@ def test_the_kinds_add_up_to_the_missed_speculable_calls():
     for proposals, calls in steps:
         s = score_step(proposals, calls, SPEC, SCHEMAS, 0.1)
         m = classify_misses(proposals, calls, SPEC, SCHEMAS, SOURCE)
-        exclusive = sum(n for k, n in m.items() if k != "wrong_value_copyable")
+        exclusive = sum(n for k, n in m.items() if k not in SUB_KINDS)
         assert exclusive == s.speculable - s.hits
         scores.append(s.__class__(**{**s.__dict__, "misses": tuple(m.items())}))
     row = summarize(scores)
@@ -99,9 +99,32 @@ def test_the_kinds_add_up_to_the_missed_speculable_calls():
     assert row["misses"]["wrong_tool"] == 1
     assert row["misses"]["wrong_value"] == 1
     assert (
-        sum(row["misses"][k] for k in MISS_KINDS if k != "wrong_value_copyable")
-        == row["n_speculable"] - row["hits"]
+        sum(row["misses"][k] for k in MISS_KINDS if k not in SUB_KINDS) == row["n_speculable"] - row["hits"]
     )
+
+
+def test_a_guess_bfcl_would_accept_is_still_a_miss_but_counted_as_such():
+    truth = [ToolCall("weather", {"city": "San Francisco, CA"})]
+    allowed = (("weather", {"city": ["San Francisco, CA", "San Francisco"], "unit": ["c", ""]}),)
+    guess = [ToolCall("weather", {"city": "San Francisco"})]
+    m = classify_misses(guess, truth, SPEC, SCHEMAS, SOURCE, allowed)
+    assert m["wrong_value"] == 1 and m["bfcl_accepted"] == 1
+    # an explicit unit BFCL lists is accepted too; one it does not list is not
+    named = [ToolCall("weather", {"city": "San Francisco", "unit": "c"})]
+    assert classify_misses(named, truth, SPEC, SCHEMAS, SOURCE, allowed)["bfcl_accepted"] == 1
+    wrong_unit = [ToolCall("weather", {"city": "San Francisco", "unit": "f"})]
+    assert classify_misses(wrong_unit, truth, SPEC, SCHEMAS, SOURCE, allowed)["bfcl_accepted"] == 0
+    # control: a value BFCL does not list, and no options at all
+    other = [ToolCall("weather", {"city": "Boston"})]
+    assert classify_misses(other, truth, SPEC, SCHEMAS, SOURCE, allowed)["bfcl_accepted"] == 0
+    assert classify_misses(guess, truth, SPEC, SCHEMAS, SOURCE)["bfcl_accepted"] == 0
+    # numbers compare by the schema: 3 and 3.0 are one value for a number argument
+    add_allowed = (("add", {"a": [1], "b": [3.0, 4]}),)
+    add_truth = [ToolCall("add", {"a": 1, "b": 3.0})]
+    took = classify_misses(
+        [ToolCall("add", {"a": 1, "b": 4.0})], add_truth, SPEC, SCHEMAS, SOURCE, add_allowed
+    )
+    assert took["bfcl_accepted"] == 1
 
 
 def test_told_text_keeps_user_and_tool_messages_only():

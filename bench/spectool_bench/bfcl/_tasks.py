@@ -112,6 +112,9 @@ class Task:
     #: builds a fresh executable world (τ²: the domain's tools on a copy of its database); the
     #: replay then makes one call per response, as for BFCL's multi-turn classes
     world: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
+    #: single-turn: per gold call of the turn, (tool name, BFCL's acceptable values per argument);
+    #: the gold call takes the first of each, the checker takes any (misses report the difference)
+    options: Sequence[tuple[str, Mapping[str, Any]]] = field(default=(), compare=False, repr=False)
 
     def tools_at(self, turn: int) -> list[Mapping[str, Any]]:
         """The tools offered at user turn ``turn`` (all of them unless some are held back)."""
@@ -268,6 +271,11 @@ def load_tasks(category: str, limit: int | None = None, wheel: Path | None = Non
                     tools=[openai_tool(d) for d in docs],
                     ground_truth=[_single_truth(answers[e["id"]])],
                     names={tool_name(d["name"]): d["name"] for d in docs},
+                    options=tuple(
+                        (tool_name(name), params)
+                        for item in answers[e["id"]]
+                        for name, params in item.items()
+                    ),
                 )
             )
     return tasks

@@ -15,6 +15,12 @@ A speculable ground-truth call that no proposal matched is one of
 * ``repeat``: a proposal equal to the call exists but served another equal call of the step
   (an answer that needs the same call twice).
 
+``bfcl_accepted`` counts the wrong-args and wrong-value misses that BFCL's own checker would
+take: every argument of the closest proposal is one of the values BFCL lists as acceptable (an
+omitted one where BFCL allows omitting it). The gold call is the first acceptable value of each
+argument, so these are guesses a main model could as well have written; they are still misses,
+since the cache key must equal the call the main model makes.
+
 For each call the closest proposal of its tool is the one with the fewest differing argument
 names, then values. The kinds are exclusive, so they add up to the step's missed speculable
 calls; ``wrong_value_copyable`` is a part of ``wrong_value``.
@@ -29,9 +35,19 @@ from spectool import ToolCall
 from spectool.drafters import call_key
 from spectool.keys import canonical_arguments
 
-__all__ = ["MISS_KINDS", "classify_misses", "told_text"]
+__all__ = ["MISS_KINDS", "SUB_KINDS", "classify_misses", "told_text"]
 
-MISS_KINDS = ("no_call", "wrong_tool", "wrong_args", "wrong_value", "wrong_value_copyable", "repeat")
+MISS_KINDS = (
+    "no_call",
+    "wrong_tool",
+    "wrong_args",
+    "wrong_value",
+    "wrong_value_copyable",
+    "repeat",
+    "bfcl_accepted",
+)
+#: the kinds that are parts of others (they do not add to the missed calls)
+SUB_KINDS = ("wrong_value_copyable", "bfcl_accepted")
 
 
 def told_text(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -63,29 +79,66 @@ def classify_misses(
     speculable_tools: set[str],
     schemas: Mapping[str, Mapping[str, Any]],
     source: str,
+    options: Sequence[tuple[str, Mapping[str, Any]]] = (),
 ) -> dict[str, int]:
     """Counts per :data:`MISS_KINDS` of the step's missed speculable calls.
 
     Matching follows :func:`._metrics.score_step`: the first 16 proposals of offered tools,
-    one distinct key serving one call.
+    one distinct key serving one call. ``options``: per call of ``calls`` (same order), BFCL's
+    acceptable values per argument, where the task has them (single-turn BFCL).
     """
     from ._metrics import MAX_PROPOSALS
 
     offered = [p for p in proposals[:MAX_PROPOSALS] if p.name in schemas]
     unmatched = {call_key(p, schemas) for p in offered}
     all_keys = set(unmatched)
-    missed: list[ToolCall] = []
-    for call in calls:
+    missed: list[tuple[ToolCall, Mapping[str, Any] | None]] = []
+    accepted = dict(options) if len(options) == len(calls) else {}
+    for i, call in enumerate(calls):
         key = call_key(call, schemas)
         if key in unmatched:
             unmatched.discard(key)
         elif call.name in speculable_tools:
-            missed.append(call)
+            missed.append((call, options[i][1] if accepted else None))
     out = dict.fromkeys(MISS_KINDS, 0)
-    for call in missed:
-        out[_kind(call, offered, schemas, source, call_key(call, schemas) in all_keys)] += 1
+    for call, allowed in missed:
+        kind = _kind(call, offered, schemas, source, call_key(call, schemas) in all_keys)
+        out[kind] += 1
+        if allowed is not None and kind in ("wrong_args", "wrong_value", "wrong_value_copyable"):
+            out["bfcl_accepted"] += _accepted(call, offered, schemas, allowed)
     out["wrong_value"] += out["wrong_value_copyable"]
     return out
+
+
+def _accepted(
+    call: ToolCall,
+    offered: Sequence[ToolCall],
+    schemas: Mapping[str, Mapping[str, Any]],
+    allowed: Mapping[str, Any],
+) -> bool:
+    """True when some proposal of the call's tool passes BFCL's value check: each argument it
+    names is one of the allowed values, each it leaves out may be omitted ("" listed)."""
+    schema = (schemas.get(call.name) or {}).get("parameters")
+
+    def norm(name: str, value: Any) -> Any:
+        try:
+            return canonical_arguments({name: value}, schema).get(name)
+        except ValueError:
+            return value
+
+    for proposal in offered:
+        if proposal.name != call.name:
+            continue
+        given = dict(proposal.arguments)
+        if not all(k in allowed for k in given):
+            continue
+        fits = all(
+            norm(k, given[k]) in [norm(k, o) for o in opts if o != ""] if k in given else "" in opts
+            for k, opts in allowed.items()
+        )
+        if fits:
+            return True
+    return False
 
 
 def _kind(

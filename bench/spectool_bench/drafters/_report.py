@@ -54,12 +54,14 @@ _MISS_COLUMNS = [  # (kind, heading); see ._misses for what each kind means
     ("wrong_value", "wrong value"),
     ("wrong_value_copyable", "of which copyable"),
     ("repeat", "repeat"),
+    ("bfcl_accepted", "BFCL would accept"),
 ]
 
 
 def miss_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """Why speculable calls were missed, one line per row: the kinds' counts (they add up to
-    the missed calls) and each kind's share of them."""
+    the missed calls; "of which copyable" and "BFCL would accept" are parts of them) and each
+    kind's share of them."""
     heads = ["drafter", "category", "λ", "missed", *(h for _, h in _MISS_COLUMNS)]
     body = []
     for r in rows:
