@@ -157,3 +157,20 @@ def test_the_miss_table_prints_counts_and_shares():
     assert lines[0].split()[:4] == ["drafter", "category", "λ", "missed"]
     assert "2 (50%)" in lines[2] and "1 (25%)" in lines[2]
     assert lines[2].split()[3] == "4"
+
+
+def test_the_eval_command_prints_and_writes_the_miss_kinds(tmp_path, capsys):
+    import json
+
+    from spectool.cli import main
+
+    argv = ["drafters", "eval", "--categories", "simple_python,parallel", "--split", "test", "--drafters"]
+    argv += ["history", "--samples", "1", "--limit", "4", "--out", str(tmp_path)]
+    argv += ["--no-progress", "--no-plot"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Why speculable calls were missed" in out and "wrong value" in out
+    for row in json.loads((tmp_path / "results.json").read_text())["rows"]:
+        missed = row["n_speculable"] - row["hits"]
+        assert missed > 0  # history knows nothing yet on the first tasks: a real check
+        assert sum(n for k, n in row["misses"].items() if k not in SUB_KINDS) == missed
