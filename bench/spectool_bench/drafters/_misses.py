@@ -93,13 +93,13 @@ def classify_misses(
     unmatched = {call_key(p, schemas) for p in offered}
     all_keys = set(unmatched)
     missed: list[tuple[ToolCall, Mapping[str, Any] | None]] = []
-    accepted = dict(options) if len(options) == len(calls) else {}
+    aligned = len(options) == len(calls)  # BFCL's values line up with the gold calls
     for i, call in enumerate(calls):
         key = call_key(call, schemas)
         if key in unmatched:
             unmatched.discard(key)
         elif call.name in speculable_tools:
-            missed.append((call, options[i][1] if accepted else None))
+            missed.append((call, options[i][1] if aligned and options[i][0] == call.name else None))
     out = dict.fromkeys(MISS_KINDS, 0)
     for call, allowed in missed:
         kind = _kind(call, offered, schemas, source, call_key(call, schemas) in all_keys)
