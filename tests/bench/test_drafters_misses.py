@@ -3,35 +3,12 @@
 import pytest
 
 from spectool import ToolCall
-from spectool.drafters._common import tool_schemas
 from spectool_bench.drafters._metrics import score_step, summarize
 from spectool_bench.drafters._misses import MISS_KINDS, SUB_KINDS, classify_misses, told_text
 from spectool_bench.drafters._report import miss_table
+from tests.bench.test_drafters_eval import SCHEMAS, SPEC
 
-
-def fn(name, props, required=None):
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "parameters": {
-                "type": "object",
-                "properties": props,
-                "required": list(props) if required is None else required,
-            },
-        },
-    }
-
-
-SCHEMAS = tool_schemas(
-    [
-        fn("ls", {"path": {"type": "string"}}),
-        fn("add", {"a": {"type": "number"}, "b": {"type": "number"}}),
-        fn("rm", {"path": {"type": "string"}}),
-        fn("weather", {"city": {"type": "string"}, "unit": {"type": "string", "default": "c"}}, ["city"]),
-    ]
-)
-SPEC = {"ls", "add", "weather"}  # rm is mutating
+# the scoring tests' tools: ls, add, weather speculable; rm mutating
 SOURCE = "What is the weather in Hyderabad? Use the folder reports/2024."
 
 

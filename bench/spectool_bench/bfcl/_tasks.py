@@ -31,6 +31,7 @@ __all__ = [
     "bfcl_wheel",
     "load_tasks",
     "openai_tool",
+    "single_turn_task",
     "tool_name",
 ]
 
@@ -262,23 +263,29 @@ def load_tasks(category: str, limit: int | None = None, wheel: Path | None = Non
         elif category in NO_CALL_CATEGORIES:
             tasks.append(_no_call_task(w, category, e))
         else:
-            docs = e["function"]
-            tasks.append(
-                Task(
-                    id=e["id"],
-                    category=category,
-                    turns=e["question"],
-                    tools=[openai_tool(d) for d in docs],
-                    ground_truth=[_single_truth(answers[e["id"]])],
-                    names={tool_name(d["name"]): d["name"] for d in docs},
-                    options=tuple(
-                        (tool_name(name), params)
-                        for item in answers[e["id"]]
-                        for name, params in item.items()
-                    ),
-                )
-            )
+            answer = answers[e["id"]]
+            options = tuple((tool_name(name), params) for item in answer for name, params in item.items())
+            tasks.append(single_turn_task(category, e, _single_truth(answer), options))
     return tasks
+
+
+def single_turn_task(
+    category: str,
+    entry: Mapping[str, Any],
+    calls: Sequence[ToolCall],
+    options: Sequence[tuple[str, Mapping[str, Any]]] = (),
+) -> Task:
+    """A one-turn task from a BFCL question entry and its gold calls (names made OpenAI-legal)."""
+    docs = list(entry["function"])
+    return Task(
+        id=entry["id"],
+        category=category,
+        turns=entry["question"],
+        tools=[openai_tool(d) for d in docs],
+        ground_truth=[[ToolCall(tool_name(c.name), c.arguments) for c in calls]],
+        names={tool_name(d["name"]): d["name"] for d in docs},
+        options=options,
+    )
 
 
 def _no_call_task(wheel: str, category: str, e: Mapping[str, Any]) -> Task:

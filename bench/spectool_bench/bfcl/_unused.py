@@ -22,7 +22,7 @@ from typing import Any
 from spectool import ToolCall
 from spectool.errors import ConfigError
 
-from ._tasks import _DATA, Task, _read_lines, bfcl_wheel, openai_tool, tool_name
+from ._tasks import _DATA, Task, _read_lines, bfcl_wheel, single_turn_task
 
 __all__ = ["UNUSED_CATEGORIES", "load_unused", "parse_exec_call", "unused_split"]
 
@@ -90,19 +90,9 @@ def load_unused(category: str, wheel: Path | None = None) -> tuple[Task, ...]:
     }
     tasks = []
     for e in _read_lines(w, f"{_UNUSED}/question/BFCL_v4_{category}.json"):
-        docs = list(e["function"])
-        positional = _positional(docs)
+        positional = _positional(e["function"])
         calls = [parse_exec_call(text, positional) for text in answers[e["id"]]]
-        tasks.append(
-            Task(
-                id=e["id"],
-                category=category,
-                turns=e["question"],
-                tools=[openai_tool(d) for d in docs],
-                ground_truth=[[ToolCall(tool_name(c.name), c.arguments) for c in calls]],
-                names={tool_name(d["name"]): d["name"] for d in docs},
-            )
-        )
+        tasks.append(single_turn_task(category, e, calls))
     return tuple(tasks)
 
 
