@@ -78,6 +78,31 @@ def test_tau2_train_split_holds_no_content_twin_of_a_test_task(domain):
     assert twins(test, train.tasks + [every[i] for i in train.twins])
 
 
+def test_tau2_train_split_holds_no_near_twin_of_a_test_task():
+    """A near twin (same reason for call, at least half of the gold calls shared) is left out
+    of train: retail 67 rewords test 68's known info and adds one retry. The controls: put it
+    back and the rule finds it; another reason for call, or too few shared calls, is no twin."""
+    test = tau2_tasks.load_domain("retail", "test").tasks
+    train = tau2_tasks.load_domain("retail", "train")
+    assert "tau2_retail_67" in train.twins
+    assert tau2_tasks.near_twins(train.tasks, test) == []
+    every = {t.id: t for t in tau2_tasks.load_domain("retail", "all").tasks}
+    near = every["tau2_retail_67"]
+    assert tau2_tasks.near_twins([near], test) == [("tau2_retail_67", "tau2_retail_68")]
+    from spectool_bench.bfcl._twins import twins
+
+    assert twins([near], test) == []  # the exact-content rule alone misses it
+    opening = dict(near.turns[0][0])
+    opening["content"] = opening["content"].replace("Reason for call:", "Reason for call: Not that.")
+    reworded = dataclasses.replace(near, turns=[[opening]])
+    assert tau2_tasks.near_twins([reworded], test) == []
+    calls = near.ground_truth[0]
+    fewer = dataclasses.replace(
+        near, ground_truth=[[*calls[:1], *(ToolCall("x", {"i": i}) for i in range(9))]]
+    )
+    assert tau2_tasks.near_twins([fewer], test) == []
+
+
 def test_gold_actions_are_the_calls_and_the_first_message_is_the_labelled_scenario():
     raw, _ = _raw("retail")
     task = tau2_tasks.load_domain("retail", "test").tasks[0]

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +24,16 @@ from ..bfcl._tasks import Task
 from ._wheel import domain_data, domains
 from ._world import Tau2World, template
 
-__all__ = ["PREFIX", "Loaded", "category_domain", "is_tau2", "load_domain", "scenario_message"]
+__all__ = [
+    "PREFIX",
+    "Loaded",
+    "category_domain",
+    "is_tau2",
+    "load_domain",
+    "near_twins",
+    "reason_for_call",
+    "scenario_message",
+]
 
 PREFIX = "tau2_"  # category of a domain's tasks: tau2_<domain>
 #: what opens every first user message: the words are built from τ²'s scenario, not a customer's
@@ -41,7 +52,7 @@ def category_domain(category: str) -> str:
 class Loaded:
     tasks: list[Task]  # tasks with gold actions, in the wheel's order
     skipped: list[str]  # ids of tasks with no gold agent action
-    twins: tuple[str, ...] = ()  # train ids left out as content twins of a test task
+    twins: tuple[str, ...] = ()  # train ids left out as (near) content twins of a test task
 
 
 def scenario_message(task: Mapping[str, Any]) -> dict[str, str]:
@@ -65,6 +76,39 @@ def _gold(task: Mapping[str, Any]) -> list[ToolCall]:
         for a in actions
         if (a.get("requestor") or "assistant") == "assistant"
     ]
+
+
+def reason_for_call(task: Task) -> str:
+    """The scenario's reason for call (case-folded words), "" when the opening has none."""
+    text = str(task.turns[0][0].get("content") or "") if task.turns and task.turns[0] else ""
+    m = re.search(r"^Reason for call:(.*)$", text, re.M)
+    return " ".join(re.findall(r"\w+", m.group(1).lower())) if m else ""
+
+
+def _call_tags(task: Task) -> Counter[str]:
+    return Counter(
+        json.dumps([c.name, c.arguments], sort_keys=True) for turn in task.ground_truth for c in turn
+    )
+
+
+def near_twins(held_out: Iterable[Task], seen: Iterable[Task]) -> list[tuple[str, str]]:
+    """(held-out id, seen id) of near twins: the same reason for call and at least half of
+    the gold calls in common (of the task with fewer), a variant that rewords the known info
+    or adds a retry keeps both (retail test 68 and train 67)."""
+    by_reason: dict[str, list[Task]] = {}
+    for t in seen:
+        if reason := reason_for_call(t):
+            by_reason.setdefault(reason, []).append(t)
+    out = []
+    for task in held_out:
+        calls = _call_tags(task)
+        for other in by_reason.get(reason_for_call(task), ()):
+            theirs = _call_tags(other)
+            shared = sum((calls & theirs).values())
+            if shared and 2 * shared >= min(sum(calls.values()), sum(theirs.values())):
+                out.append((task.id, other.id))
+                break
+    return out
 
 
 def _world(domain: str, initial_state: Any) -> Tau2World:
@@ -104,7 +148,10 @@ def load_domain(domain: str, split: str = "all") -> Loaded:
     if split == "train":  # τ²'s split is by id: a train task may repeat a test task's content
         from ..bfcl._twins import twins
 
-        dropped = {train for train, _, _ in twins(tasks, load_domain(domain, "test").tasks)}
+        test = load_domain(domain, "test").tasks
+        dropped = {train for train, _, _ in twins(tasks, test)}
+        # near twins too: same reason for call, half the gold calls (the twin rule's keys miss them)
+        dropped |= {train for train, _ in near_twins(tasks, test)}
         return Loaded([t for t in tasks if t.id not in dropped], skipped, tuple(sorted(dropped)))
     return Loaded(tasks, skipped)
 
