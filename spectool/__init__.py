@@ -69,6 +69,7 @@ __all__ = [
     "Outcome",
     "RequestHook",
     "SpectoolError",
+    "SpectoolInstrumentor",
     "SpeculativeOpenAI",
     "SpeculativeStream",
     "Speculator",
@@ -102,3 +103,12 @@ __all__ = [
     "tool_spec",
     "uninstrument",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # the OpenTelemetry instrumentor imports opentelemetry: only when asked for by name
+    if name == "SpectoolInstrumentor":
+        from ._otel_instrumentor import SpectoolInstrumentor
+
+        return SpectoolInstrumentor
+    raise AttributeError(f"module 'spectool' has no attribute {name!r}")

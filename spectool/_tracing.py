@@ -1,19 +1,22 @@
 """OpenTelemetry spans and metrics for drafts and tool runs: ``spectool.instrument()``.
 
-Spans follow the GenAI semantic conventions (attribute names from
-``opentelemetry-semantic-conventions``):
+Spans follow the GenAI semantic conventions as ``opentelemetry-util-genai`` emits them
+(attribute names from ``opentelemetry-semantic-conventions``, schema 1.37.0):
 
-* every real tool run, speculative or not: ``execute_tool {name}``, operation
+* every real tool run, speculative or not: ``execute_tool {name}`` (INTERNAL), operation
   ``execute_tool``, with ``gen_ai.tool.name`` / ``.type`` / ``.description``,
-  ``gen_ai.tool.call.id`` (the model's, or the drafter's for an early run), ``error.type`` on
-  failure, ``spectool.speculative`` / ``.effect`` / ``.key``; with content capture on, also
-  ``gen_ai.tool.call.arguments`` and ``gen_ai.tool.call.result``;
+  ``gen_ai.tool.call.id`` (the model's; for an early run the drafter's, or one spectool makes
+  up, ``spectool-draft-…``), ``error.type`` on failure, ``spectool.speculative`` / ``.effect``;
+  with content capture on, also ``gen_ai.tool.call.arguments`` and ``gen_ai.tool.call.result``.
+  The span is current while the tool runs, so the tool's own spans nest under it;
 * every main-path call: ``spectool.resolve {name}``, operation ``spectool.resolve`` (not
   ``execute_tool``: a served call is counted once, by its run), ``spectool.outcome`` = hit /
   join / miss, ``spectool.time_saved_s``, and a link to the early run's span that served it;
   an early read thrown away as stale: ``spectool.stale {name}``;
-* every draft: ``spectool.draft`` (operation ``spectool.draft``) and, for a drafter backed by
-  a model, a child GenAI ``chat {model}`` span.
+* every draft: ``spectool.draft`` (current while the drafter runs; early runs it starts are its
+  children) and, for a drafter backed by a model, a GenAI ``chat {model}`` (CLIENT) under it,
+  unless the OpenAI SDK the drafter calls is instrumented: that instrumentation's ``chat``
+  span is then the one (one request, one ``chat`` operation).
 
 Metrics (meter ``spectool``): ``spectool.tool_cache.hits`` / ``.joins`` / ``.misses``,
 ``spectool.speculative.runs`` / ``.wasted``, ``spectool.time_saved`` (seconds).
@@ -23,9 +26,13 @@ opentelemetry is imported only here, only when ``instrument()`` is called.
 
 from __future__ import annotations
 
+import contextvars
+import inspect
 import json
 import os
+import sys
 import time
+import uuid
 import weakref
 from collections import OrderedDict
 from typing import Any
@@ -39,6 +46,10 @@ __all__ = ["instrument", "uninstrument"]
 #: results may hold personal data).
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _LINKS_KEPT = 4096  # early-run span contexts kept for links from later resolve spans
+#: The schema of the attribute names used (the one opentelemetry-util-genai's spans carry).
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.37.0"
+#: The draft whose drafter is running: early runs it starts are its children, not the chat's.
+_DRAFT: contextvars.ContextVar[Any] = contextvars.ContextVar("spectool_draft_context", default=None)
 
 _installed: _SpanObserver | None = None
 
@@ -47,6 +58,25 @@ def _version() -> str:
     from . import __version__
 
     return __version__
+
+
+def _openai_traced(drafter: Any) -> bool:
+    """True when the drafter calls an OpenAI SDK client whose ``create`` an instrumentation
+    wrapped (opentelemetry-instrumentation-openai-v2 and the like patch the class): that
+    instrumentation records the request as a ``chat`` span; a second one would double count
+    it in token and cost dashboards."""
+    module = sys.modules.get("openai.resources.chat.completions")
+    if module is None:
+        return False
+    state = getattr(drafter, "__dict__", {})
+    client = state.get("_client") or state.get("client")
+    if client is None:  # a client built later from base_url: an AsyncOpenAI
+        cls: Any = module.AsyncCompletions if state.get("_base_url") else None
+    else:
+        cls = type(getattr(getattr(client, "chat", None), "completions", None))
+    if cls is None or not issubclass(cls, (module.AsyncCompletions, module.Completions)):
+        return False
+    return hasattr(inspect.getattr_static(cls, "create", None), "__wrapped__")
 
 
 def _json(value: Any) -> str:
@@ -76,7 +106,7 @@ class _SpanObserver(Observer):
     def _ns(self, clock: float) -> int:
         return int((clock + self._offset) * 1e9)
 
-    def _tool(self, call: Any, spec: Any, operation: str) -> dict[str, Any]:
+    def _tool(self, call: Any, spec: Any, operation: str, speculative: bool = False) -> dict[str, Any]:
         ga = self.ga
         out: dict[str, Any] = {
             ga.GEN_AI_OPERATION_NAME: operation,
@@ -89,17 +119,27 @@ class _SpanObserver(Observer):
             out[ga.GEN_AI_TOOL_DESCRIPTION] = spec.description
         if getattr(call, "id", None):
             out[ga.GEN_AI_TOOL_CALL_ID] = call.id
+        elif speculative:  # the drafter gave none: one of ours, so the run can be found
+            out[ga.GEN_AI_TOOL_CALL_ID] = f"spectool-draft-{uuid.uuid4().hex[:24]}"
         if self.capture:
             out[ga.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(call.arguments)
         return out
 
     def tool_started(self, call: Any, spec: Any, speculative: bool) -> Any:
-        attrs = {**self._tool(call, spec, "execute_tool"), "spectool.speculative": speculative}
+        attrs = {**self._tool(call, spec, "execute_tool", speculative), "spectool.speculative": speculative}
         if speculative:
             self.m["runs"].add(1, {self.ga.GEN_AI_TOOL_NAME: spec.name})
-        return self.tracer.start_span(f"execute_tool {spec.name}", attributes=attrs)
+        otel = self.otel
+        parent = (_DRAFT.get() if speculative else None) or otel.context.get_current()
+        span = self.tracer.start_span(
+            f"execute_tool {spec.name}", context=parent, kind=otel.SpanKind.INTERNAL, attributes=attrs
+        )
+        # current while the tool runs (this task): its own spans are children of its run
+        return span, otel.context.attach(otel.trace.set_span_in_context(span, parent))
 
-    def tool_finished(self, span: Any, outcome: Any) -> None:
+    def tool_finished(self, token: Any, outcome: Any) -> None:
+        span, attached = token
+        self.otel.context.detach(attached)
         if outcome.error is not None:
             span.set_attribute(self.otel.ERROR_TYPE, type(outcome.error).__qualname__)
             span.set_status(self.otel.Status(self.otel.StatusCode.ERROR, str(outcome.error)))
@@ -140,35 +180,47 @@ class _SpanObserver(Observer):
         self.m["wasted"].add(1, {self.ga.GEN_AI_TOOL_NAME: spec.name})
 
     def draft_started(self, request: Any) -> Any:
+        otel = self.otel
         span = self.tracer.start_span(
             "spectool.draft",
+            kind=otel.SpanKind.INTERNAL,
             attributes={
                 self.ga.GEN_AI_OPERATION_NAME: "spectool.draft",
                 "spectool.draft.samples": request.samples,
                 "spectool.draft.messages": len(request.messages),
             },
         )
-        return [span]
+        ctx = otel.trace.set_span_in_context(span)
+        # current while the drafter runs (this task); early runs started from it see _DRAFT
+        return [span, otel.context.attach(ctx), _DRAFT.set(ctx)]
 
     def draft_by(self, token: Any, drafter: Any) -> None:
         model = getattr(drafter, "model", None)
-        if token is None or not isinstance(model, str):
-            return  # not a model (the history drafter) or a model given as an object
-        ga, parent = self.ga, self.otel.trace.set_span_in_context(token[0])
+        if token is None or not isinstance(model, str) or _openai_traced(drafter):
+            return  # no model (the history drafter), or the instrumented SDK records the chat
+        ga, otel = self.ga, self.otel
+        parent = otel.trace.set_span_in_context(token[0])
         attrs = {
             ga.GEN_AI_OPERATION_NAME: "chat",
             ga.GEN_AI_REQUEST_MODEL: model,
             ga.GEN_AI_PROVIDER_NAME: getattr(drafter, "provider", None) or "openai",
             "spectool.drafter": type(drafter).__name__,
         }
-        token.append(self.tracer.start_span(f"chat {model}", context=parent, attributes=attrs))
+        chat = self.tracer.start_span(
+            f"chat {model}", context=parent, kind=otel.SpanKind.CLIENT, attributes=attrs
+        )
+        token.append((chat, otel.context.attach(otel.trace.set_span_in_context(chat, parent))))
 
     def draft_finished(self, token: Any, status: str, proposals: int, admitted: int) -> None:
-        span, *chat = token
-        for child in chat:
+        span, attached, draft_var, *chats = token
+        for chat, chat_attached in reversed(chats):
+            self.otel.context.detach(chat_attached)
             if status == "error":
-                child.set_attribute(self.otel.ERROR_TYPE, "drafter_error")
-            child.end()
+                chat.set_attribute(self.otel.ERROR_TYPE, "drafter_error")
+                chat.set_status(self.otel.Status(self.otel.StatusCode.ERROR, "drafter failed"))
+            chat.end()
+        _DRAFT.reset(draft_var)
+        self.otel.context.detach(attached)
         span.set_attribute("spectool.draft.status", status)
         span.set_attribute("spectool.draft.proposals", proposals)
         span.set_attribute("spectool.draft.admitted", admitted)
@@ -179,13 +231,13 @@ class _Otel:
     """The opentelemetry names the observer uses, imported once by :func:`instrument`."""
 
     def __init__(self) -> None:
-        from opentelemetry import trace
+        from opentelemetry import context, trace
         from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
         from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
-        from opentelemetry.trace import Link, Status, StatusCode
+        from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-        self.trace, self.gen_ai, self.ERROR_TYPE = trace, gen_ai_attributes, ERROR_TYPE
-        self.Link, self.Status, self.StatusCode = Link, Status, StatusCode
+        self.trace, self.context, self.gen_ai, self.ERROR_TYPE = trace, context, gen_ai_attributes, ERROR_TYPE
+        self.Link, self.SpanKind, self.Status, self.StatusCode = Link, SpanKind, Status, StatusCode
 
 
 def instrument(
@@ -207,8 +259,8 @@ def instrument(
     uninstrument()
     if capture_content is None:
         capture_content = os.environ.get(CAPTURE_ENV, "").strip().lower() == "true"
-    tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer("spectool", _version())
-    meter = (meter_provider or metrics.get_meter_provider()).get_meter("spectool", _version())
+    tracer = trace.get_tracer("spectool", _version(), tracer_provider, schema_url=SCHEMA_URL)
+    meter = metrics.get_meter("spectool", _version(), meter_provider, schema_url=SCHEMA_URL)
     _installed = _SpanObserver(tracer, meter, otel, capture_content)
     return add_observer(_installed)
 

@@ -22,9 +22,11 @@ def spans():
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    _PROVIDERS[id(exporter)] = provider
     spectool.instrument(provider)
     yield exporter
     spectool.uninstrument()
+    _PROVIDERS.pop(id(exporter), None)
 
 
 def by_outcome(exporter, outcome):
@@ -269,3 +271,164 @@ def test_opentelemetry_instrument_finds_the_instrumentor(tmp_path) -> None:
 
     assert target == f"{SpectoolInstrumentor.__module__}:{SpectoolInstrumentor.__name__}"
     assert SpectoolInstrumentor().instrumentation_dependencies() == (f"spectool >= {spectool.__version__}",)
+
+
+# -- composition: spans current, the OpenAI instrumentation, call ids, schema, the public name --
+
+
+@pytest.mark.anyio
+async def test_a_tools_own_spans_nest_under_its_execute_tool(spans) -> None:
+    """A tool's database / HTTP spans (here: a span it opens on the global API) are children of
+    its ``execute_tool``, on the main path and for an early run."""
+    from opentelemetry import trace
+
+    opened: list[str] = []
+
+    async def lookup(key: str) -> str:
+        with trace.get_tracer("app.db", tracer_provider=provider_of(spans)).start_as_current_span(
+            f"db {key}"
+        ):
+            opened.append(key)
+        return key
+
+    tool = spectool.tool_spec(spectool.tool(effect="read_only")(lookup))
+    drafter = ScriptedDrafter(lambda messages: [ToolCall("lookup", {"key": "early"})])
+    async with Speculator([tool], drafter, samples=1) as spec:
+        turn = spec.start_turn([{"role": "user", "content": "?"}])
+        await turn.wait()
+        await anyio.sleep(0.05)
+        await spec.resolve_all([ToolCall("lookup", {"key": "main"}, id="c1")])
+    assert sorted(opened) == ["early", "main"]
+    finished = spans.get_finished_spans()
+    for key in ("early", "main"):
+        [db] = [s for s in finished if s.name == f"db {key}"]
+        [run] = [
+            s
+            for s in finished
+            if s.name == "execute_tool lookup" and s.attributes["spectool.speculative"] is (key == "early")
+        ]
+        assert db.parent is not None and db.parent.span_id == run.context.span_id, key
+
+
+def provider_of(exporter):
+    return _PROVIDERS[id(exporter)]
+
+
+_PROVIDERS: dict[int, TracerProvider] = {}
+
+
+@pytest.fixture
+def openai_instrumented():
+    """spectool and the official OpenAI instrumentation on one provider (in-memory)."""
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    OpenAIInstrumentor().instrument(tracer_provider=provider)
+    spectool.instrument(provider)
+    yield exporter
+    spectool.uninstrument()
+    OpenAIInstrumentor().uninstrument()
+
+
+def _chats(exporter) -> list:
+    return [s for s in exporter.get_finished_spans() if s.attributes.get("gen_ai.operation.name") == "chat"]
+
+
+@pytest.mark.anyio
+async def test_a_drafter_request_is_one_chat_operation_with_the_openai_instrumentation(
+    openai_instrumented,
+) -> None:
+    from spectool.drafters import EndpointDrafter
+    from spectool.testing import ScriptedModel, call, openai_client
+
+    spans = openai_instrumented
+    client = openai_client(ScriptedModel([call("get", key="a"), call("get", key="a")]))
+    # control: the instrumentation is on and records a request made outside any draft
+    await client.chat.completions.create(model="tiny-drafter", messages=[{"role": "user", "content": "a?"}])
+    assert len(_chats(spans)) == 1
+    spans.clear()
+    world = KeyValueWorld()
+    async with Speculator(world.toolbox, EndpointDrafter(client, model="tiny-drafter"), samples=1) as spec:
+        turn = spec.start_turn([{"role": "user", "content": "a?"}])
+        await turn.wait()
+    [draft] = [s for s in spans.get_finished_spans() if s.name == "spectool.draft"]
+    [chat] = _chats(spans)  # one drafter request, one chat operation (was two: ours and the SDK's)
+    assert chat.parent.span_id == draft.context.span_id
+    assert chat.attributes["gen_ai.request.model"] == "tiny-drafter"
+    assert draft.attributes["spectool.draft.admitted"] == 1
+
+
+@pytest.mark.anyio
+async def test_early_runs_carry_a_call_id_and_every_span_a_schema_url(spans) -> None:
+    world = KeyValueWorld()
+    drafter = ScriptedDrafter(lambda messages: [ToolCall("get", {"key": "a"})])  # no id
+    async with Speculator(world.toolbox, drafter, samples=1) as spec:
+        turn = spec.start_turn([{"role": "user", "content": "a?"}])
+        await turn.wait()
+        await anyio.sleep(0.05)
+    [early] = [s for s in spans.get_finished_spans() if s.name == "execute_tool get"]
+    assert early.attributes["spectool.speculative"] is True
+    assert early.attributes["gen_ai.tool.call.id"].startswith("spectool-draft-")
+    for span in spans.get_finished_spans():
+        assert span.instrumentation_scope.name == "spectool"
+        assert span.instrumentation_scope.schema_url == "https://opentelemetry.io/schemas/1.37.0"
+
+
+def test_the_instrumentor_has_a_public_name_and_imports_nothing_until_used() -> None:
+    code = (
+        "import sys, spectool\n"
+        "print('opentelemetry' in sys.modules)\n"
+        "from spectool import SpectoolInstrumentor\n"
+        "print(SpectoolInstrumentor.__name__, 'SpectoolInstrumentor' in spectool.__all__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "SpectoolInstrumentor", "True"]
+
+
+def test_opentelemetry_instrument_prints_spans_with_the_tracing_extra(tmp_path) -> None:
+    """The documented command, console exporter: it prints spectool's spans. The tracing extra
+    must bring opentelemetry-distro (the configurator that builds the providers)."""
+    import os
+    import re
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    extra = [re.split(r"[<>=\[; ]", r, maxsplit=1)[0] for r in project["optional-dependencies"]["tracing"]]
+    assert "opentelemetry-distro" in extra
+    target = project["entry-points"]["opentelemetry_instrumentor"]["spectool"]
+    dist = tmp_path / "spectool_instrumentor_probe-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: spectool-instrumentor-probe\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[opentelemetry_instrumentor]\nspectool = {target}\n")
+    script = tmp_path / "agent.py"
+    script.write_text(
+        "import anyio, spectool\n"
+        "from spectool.testing import KeyValueWorld\n"
+        "async def main():\n"
+        "    async with spectool.Speculator(KeyValueWorld().toolbox) as s:\n"
+        "        await s.resolve_all([spectool.ToolCall('get', {'key': 'a'}, id='c1')])\n"
+        "anyio.run(main)\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{tmp_path}:{root}:{os.environ.get('PYTHONPATH', '')}",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "openai_v2",
+    }
+    env.pop("OTEL_TRACES_EXPORTER", None)
+    instrument = Path(sys.executable).with_name("opentelemetry-instrument")
+    out = subprocess.run(
+        [str(instrument), "--traces_exporter", "console", sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert '"name": "execute_tool get"' in out.stdout
+    assert '"name": "spectool.resolve get"' in out.stdout
