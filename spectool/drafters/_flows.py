@@ -38,10 +38,17 @@ def value_tag(value: Any) -> str:
 
 def output_fields(content: Any, depth: int = 3) -> Iterator[tuple[str, Any]]:
     """(field name, value) of a JSON tool output, nested up to ``depth``; list items under their
-    field's name too (``{"files": ["a", "b"]}`` gives ``files: a`` and ``files: b``)."""
+    field's name too (``{"files": ["a", "b"]}`` gives ``files: a`` and ``files: b``). An output
+    that is one scalar or one bare word (``noah_ito_3850``) is the field ``""``."""
+    text = message_text(content).strip()
     try:
-        value = json.loads(message_text(content))
+        value = json.loads(text)
     except (json.JSONDecodeError, TypeError):
+        if text and len(text) <= 100 and not any(c.isspace() for c in text):
+            yield "", text  # a bare result (an id, a name): the whole output is the value
+        return
+    if not isinstance(value, (Mapping, list)):
+        yield "", value
         return
     yield from _walk(value, "", depth)
 

@@ -2,6 +2,8 @@
 
     history                      the free history drafter
     mined                        history mined from the category's train split
+    learning                     the learning drafter from nothing (learns as the tasks go by)
+    learning+train               the learning drafter primed with the category's train split
     tuned                        SmolLM2 + the shipped adapter (``--adapter`` for another)
     local:qwen2.5-coder-0.5b,prompt=native,diversity=beam,min_confidence=0.3
 
@@ -44,6 +46,20 @@ def _mined(category: str = "") -> Any:
     return HistoryDrafter.from_traces(train_traces(category) if category else ())
 
 
+def _learning(category: str = "") -> Any:
+    from spectool.drafters import LearningDrafter
+
+    return LearningDrafter()  # from nothing: learns from the tasks it has drafted for
+
+
+def _learning_train(category: str = "") -> Any:
+    from spectool.drafters import LearningDrafter
+
+    from ._eval import train_traces
+
+    return LearningDrafter(train_traces(category) if category else ())
+
+
 def _local(category: str = "", model: str | None = None, options: LocalDrafterOptions | None = None) -> Any:
     from spectool.drafters import LocalDrafter
 
@@ -84,6 +100,8 @@ def _tuned_mined(
 DRAFTERS: dict[str, Callable[..., Any]] = {
     "combined": _combined,
     "history": _history,
+    "learning": _learning,
+    "learning+train": _learning_train,
     "local": _local,
     "mined": _mined,
     "tuned": _tuned,

@@ -1,0 +1,303 @@
+"""LearningDrafter: mining that learns as the agent runs, from nothing or from traces.
+
+Each request shows the conversation so far. The drafter mines it (:func:`._patterns.mine`)
+and keeps the result per session (keyed by the first user message), so every finished
+conversation's plan, flows, shapes and anchors are what the next sessions draft from;
+a session's own counts are left out while it drafts for itself. Memory is bounded: the
+latest ``max_sessions`` sessions are kept (the oldest one's counts are taken away) and one
+conversation adds at most :data:`~._patterns.MAX_CALLS` calls. ``traces`` (finished
+conversations) prime it and are never dropped.
+
+Patterns hold tool and parameter names, value shapes and the words around values the user
+wrote, not the values; still, nothing is written anywhere unless ``path`` names a file: then
+the patterns are read from it at start and written to it (atomically) each time a session
+is superseded by another and on :meth:`save`.
+
+The tool comes from the plan context (:mod:`._plan`) plus the request's words; the
+arguments from :func:`._values.rank_values`; a tool whose required parameters cannot all be
+filled is not proposed; λ > 1 goes to the next-best distinct values, then the next tools.
+:func:`learning_drafter` gives one drafter per scope (agent or tenant) for the process, so
+``drafter="learning"`` in every session of a process learns across them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .._types import DraftRequest, ToolCall
+from ..errors import ConfigError
+from ._common import assistant_calls, message_text, tool_schemas
+from ._evidence import Evidence, collect_evidence
+from ._flows import value_tag
+from ._history import _fan_out, _latest_user_text, _session_key, _tag, _trailing_run, _words
+from ._patterns import Patterns, mentioned_records, mine
+from ._plan import events_of, plan_scores
+from ._values import RULES, ValueContext, rank_values
+
+__all__ = ["LearningDrafter", "learning_drafter"]
+
+#: data-flow sources below this share of a parameter's uses are not offered as candidates
+MIN_SHARE = 0.1
+
+
+class LearningDrafter:
+    """Mined plan context + value selection, learning from every conversation it drafts for.
+
+    ``traces``: finished conversations to start from. ``max_sessions``: sessions remembered
+    (bounded memory). ``path``: a JSON file to read and keep the patterns in (None: memory
+    only). ``variants``: fillings per tool; ``fan_out``: parallel calls of the top tool at a
+    turn's start; ``rules``: the value rules on (:data:`._values.RULES`); ``plan``: use the
+    plan context (else only the request's words rank tools).
+    """
+
+    def __init__(
+        self,
+        traces: Iterable[Sequence[Mapping[str, Any]]] = (),
+        *,
+        max_sessions: int = 500,
+        path: str | os.PathLike[str] | None = None,
+        variants: int = 3,
+        fan_out: int = 2,
+        rules: Iterable[str] = RULES,
+        plan: bool = True,
+    ) -> None:
+        if max_sessions < 0 or variants < 1 or fan_out < 0:
+            raise ConfigError("max_sessions and fan_out must be ≥ 0, variants ≥ 1")
+        unknown = set(rules) - RULES
+        if unknown:
+            raise ConfigError(f"unknown value rule(s) {sorted(unknown)}; known: {sorted(RULES)}")
+        self.max_sessions, self.variants, self.fan_out = max_sessions, variants, fan_out
+        self.rules, self.plan = frozenset(rules), plan
+        self.path = Path(path) if path is not None else None
+        self.patterns = Patterns()  # primed + every remembered session
+        self._sessions: OrderedDict[str, Patterns] = OrderedDict()
+        self._lock = threading.Lock()
+        for messages in traces:
+            self.patterns.add(mine(messages))
+        if self.path is not None and self.path.exists():
+            self._load(self.path)
+
+    # -- learning -----------------------------------------------------------------------------
+
+    def learn(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Take one conversation (finished or so far) into the patterns, replacing what its
+        session gave before."""
+        session = _session_key(messages)
+        if session is None:
+            return
+        with self._lock:
+            fresh = self._forget(session) is None
+            superseded = fresh and bool(self._sessions)  # a new session: the others are likely done
+            mined = mine(messages)
+            self._sessions[session] = mined
+            self.patterns.add(mined)
+            while len(self._sessions) > self.max_sessions:
+                _, old = self._sessions.popitem(last=False)
+                self.patterns.add(old, -1)
+        if self.path is not None and superseded:
+            self.save()
+
+    def _forget(self, session: str) -> Patterns | None:
+        old = self._sessions.pop(session, None)
+        if old is not None:
+            self.patterns.add(old, -1)
+        return old
+
+    def save(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Write the patterns to ``path`` (default: the drafter's own) atomically."""
+        target = Path(path) if path is not None else self.path
+        if target is None:
+            raise ConfigError("LearningDrafter.save needs a path (none was given)")
+        with self._lock:
+            data = json.dumps({"version": 1, "patterns": self.patterns.to_json()})
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(data)
+        os.replace(tmp, target)
+        return target
+
+    def _load(self, path: Path) -> None:
+        try:
+            data = json.loads(path.read_text())
+            loaded = Patterns.from_json(data["patterns"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"cannot read the learning drafter's patterns from {path}: {exc}") from exc
+        self.patterns.add(loaded)
+
+    # -- drafting -----------------------------------------------------------------------------
+
+    async def propose(self, request: DraftRequest) -> list[ToolCall]:
+        return self.predict(request)
+
+    def predict(self, request: DraftRequest) -> list[ToolCall]:
+        """Drafts for the request from every other session's patterns; then learns from it."""
+        session = _session_key(request.messages)
+        with self._lock:
+            own = self._forget(session) if session is not None else None
+            try:
+                out = self._draft(request)
+            finally:
+                if own is not None and session is not None:  # back until learn() replaces it
+                    self._sessions[session] = own
+                    self.patterns.add(own)
+        self.learn(request.messages)
+        return out
+
+    def _draft(self, request: DraftRequest) -> list[ToolCall]:
+        tools = tool_schemas(request.tools)
+        if not tools:
+            return []
+        messages = request.messages
+        turn_start = bool(messages) and messages[-1].get("role") == "user"
+        ranked = self.rank_tools(messages, tools, turn_start)
+        evidence = collect_evidence(messages)
+        ctx = _context(messages)
+        done = set(map(_tag, _trailing_run(messages)))
+        per_tool = []
+        for name in ranked:
+            fills = [
+                f
+                for f in self._fillings(name, tools[name]["parameters"], evidence, ctx)
+                if _tag(f) not in done
+            ]
+            if fills:
+                per_tool.append(fills[: self.variants])
+        parallel = (
+            _fan_out(ranked[0], tools[ranked[0]]["parameters"], evidence, self.fan_out)
+            if turn_start and ranked and self.fan_out
+            else []
+        )
+        limit = max(1, int(request.samples)) + len(parallel)
+        out: list[ToolCall] = []
+        if per_tool and parallel and per_tool[0][0].name == ranked[0]:
+            out = [per_tool[0][0], *parallel]
+        # the top tool's best fillings first (λ > 1: its next-best distinct values), then the
+        # other tools' best, then their alternatives
+        order = [(0, r) for r in range(len(per_tool[0]))] if per_tool else []
+        order += [(t, 0) for t in range(1, len(per_tool))]
+        order += [(t, r) for r in range(1, self.variants) for t in range(1, len(per_tool))]
+        for t, r in order:
+            if r < len(per_tool[t]) and len(out) < limit and per_tool[t][r] not in out:
+                out.append(per_tool[t][r])
+        return out
+
+    def rank_tools(
+        self, messages: Sequence[Mapping[str, Any]], tools: Mapping[str, Any], turn_start: bool
+    ) -> list[str]:
+        """Offered tools by plan score plus the request's words, best first; ties by name."""
+        scores = plan_scores(self.patterns, events_of(messages)) if self.plan else {}
+        words = _words(_latest_user_text(messages))
+        weight = 3.0 if turn_start else 1.0
+        if scores:
+            weight *= 0.2  # the plan knows; the words break its ties
+        out: dict[str, float] = {n: s for n, s in scores.items() if n in tools}
+        for name, body in tools.items():
+            tool_words = _words(f"{name} {body['description']}".replace("_", " "))
+            if words and tool_words:
+                out[name] = out.get(name, 0.0) + weight * len(words & tool_words) / len(tool_words)
+        return sorted((n for n in tools if out.get(n, 0) > 0), key=lambda n: (-out[n], n))
+
+    def _fillings(
+        self, name: str, params: Mapping[str, Any], evidence: Evidence, ctx: ValueContext
+    ) -> list[ToolCall]:
+        props = params.get("properties") or {}
+        required = [p for p in params.get("required") or () if p in props]
+        chosen: dict[str, list[Any]] = {}
+        taken: set[int] = set()
+        used: list[Any] = []
+        for pname, pschema in props.items():
+            schema = pschema if isinstance(pschema, Mapping) else {}
+            mined = _sources(self.patterns, name, pname)
+            options = rank_values(name, pname, schema, evidence, taken, mined, self.patterns, ctx, self.rules)
+            options = [o for o in options if o.value not in used] + [o for o in options if o.value in used]
+            if pname in required and not options:
+                return []
+            # optional parameters take named evidence, or a number the user wrote
+            strong = (
+                options
+                if pname in required
+                else [
+                    o
+                    for o in options
+                    if o.strength >= 2
+                    or (
+                        o.literal_id is not None
+                        and isinstance(o.value, (int, float))
+                        and not isinstance(o.value, bool)
+                    )
+                ]
+            )
+            if strong:
+                chosen[pname] = [o.value for o in strong]
+                used.append(strong[0].value)
+                if strong[0].literal_id is not None:
+                    taken.add(strong[0].literal_id)
+        first = {p: v[0] for p, v in chosen.items()}
+        calls = [ToolCall(name, first)]
+        for pname in (p for p in required if len(chosen.get(p, ())) > 1):
+            for alt in chosen[pname][1:]:
+                if len(calls) >= self.variants:
+                    return calls
+                calls.append(ToolCall(name, {**first, pname: alt}))
+        return calls
+
+
+def _sources(patterns: Patterns, tool: str, pname: str) -> list[tuple[tuple[str, ...], float]]:
+    total = patterns.uses.get((tool, pname), 0)
+    counts = patterns.flows.get((tool, pname))
+    if not total or not counts:
+        return []
+    return [
+        (src, n / total) for src, n in counts.most_common() if n / total >= MIN_SHARE and src[0] != "user"
+    ]
+
+
+def _context(messages: Sequence[Mapping[str, Any]]) -> ValueContext:
+    user_text, used, linked, index = "", set(), set(), 0
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role == "user":
+            user_text += "\n" + message_text(m.get("content"))
+            index = i
+        elif role == "assistant":
+            for call in assistant_calls(m):
+                used.update((call.name, str(k), value_tag(v)) for k, v in call.arguments.items())
+        elif role == "tool":
+            linked |= mentioned_records(m.get("content"), user_text)
+    return ValueContext(user_text, frozenset(used), frozenset(linked), index)
+
+
+# -- one drafter per scope for the process ------------------------------------------------------
+
+#: scopes kept at most (the least recently used goes)
+MAX_SCOPES = 64
+_scopes: OrderedDict[str, LearningDrafter] = OrderedDict()
+_scopes_lock = threading.Lock()
+
+
+def learning_drafter(
+    scope: str = "default", *, path: str | os.PathLike[str] | None = None
+) -> LearningDrafter:
+    """The process's learning drafter for ``scope`` (an agent or a tenant), made on first use;
+    every session that names it learns into the same patterns. ``path`` (first use only):
+    where to keep them on disk."""
+    if not isinstance(scope, str) or not scope:
+        raise ConfigError(f"a learning drafter's scope is a non-empty string, got {scope!r}")
+    with _scopes_lock:
+        found = _scopes.get(scope)
+        if found is None:
+            found = _scopes[scope] = LearningDrafter(path=path)
+        elif path is not None and found.path != Path(path):
+            raise ConfigError(f"learning scope {scope!r} already keeps its patterns at {found.path}")
+        _scopes.move_to_end(scope)
+        while len(_scopes) > MAX_SCOPES:
+            _scopes.popitem(last=False)
+        return found

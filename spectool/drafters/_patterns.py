@@ -1,0 +1,228 @@
+"""What the learning drafter mines from one conversation, and the sums it drafts from.
+
+One pass over a finished conversation (Chat Completions messages) gives a :class:`Patterns`:
+
+* ``plan``: for each call, the tool that came next after each of the last 0…:data:`CONTEXT`
+  *events* — a user turn ``<user>`` or an earlier call with its outcome (``get_order``,
+  ``get_order!err``, ``get_order!empty``) — PASTE's control-flow patterns with outcomes;
+* ``flows``: for each (tool, parameter), where its value came from (:mod:`._flows` sources);
+* ``shapes``: what the values looked like (:func:`._shapes.shape`);
+* ``anchors``: for values the user wrote, the words around them (:func:`._shapes.anchors`);
+* ``linked``: for values taken from a tool output, whether the output's record named
+  something the user wrote (the keyboard's ``product_id`` when the user spoke of a keyboard).
+
+Patterns hold names, shapes and neighbouring words, never the values themselves. They add
+and subtract (:meth:`Patterns.add`), so a window of sessions can drop its oldest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._common import assistant_calls, message_text
+from ._flows import Source, output_fields, value_tag
+from ._shapes import anchors, shape
+
+__all__ = ["CONTEXT", "Patterns", "event", "mentioned_records", "mine", "outcome"]
+
+#: longest event context the plan counts (back-off goes down to none)
+CONTEXT = 4
+#: calls mined per conversation at most: bounds one session's share of memory
+MAX_CALLS = 200
+USER = "<user>"
+_PLAIN = re.compile(r"[A-Za-z][A-Za-z ]{3,59}")
+
+Key = tuple[str, str]
+
+
+def outcome(content: Any) -> str:
+    """``"err"``, ``"empty"`` or ``""`` (a result) for a tool output."""
+    text = message_text(content).strip()
+    if not text or text in ("[]", "{}", "null", '""'):
+        return "empty"
+    low = text[:80].lower()
+    if low.startswith(("error", "exception", "traceback")) or low.startswith('{"error'):
+        return "err"
+    return ""
+
+
+def event(tool: str, result: str) -> str:
+    return f"{tool}!{result}" if result else tool
+
+
+@dataclass
+class Patterns:
+    """Counts mined from conversations (see the module doc); ``sessions``: how many."""
+
+    plan: dict[tuple[str, ...], Counter[str]] = field(default_factory=dict)
+    flows: dict[Key, Counter[Source]] = field(default_factory=dict)
+    uses: Counter[Key] = field(default_factory=Counter)
+    shapes: dict[Key, Counter[str]] = field(default_factory=dict)
+    anchors: dict[Key, Counter[str]] = field(default_factory=dict)
+    linked: dict[Key, Counter[bool]] = field(default_factory=dict)
+    sessions: int = 0
+
+    def add(self, other: Patterns, sign: int = 1) -> None:
+        """Add (``sign`` 1) or take away (-1) another conversation's counts; zeros are dropped."""
+        for mine_, theirs in (
+            (self.plan, other.plan),
+            (self.flows, other.flows),
+            (self.shapes, other.shapes),
+            (self.anchors, other.anchors),
+            (self.linked, other.linked),
+        ):
+            for key, counts in theirs.items():  # type: ignore[attr-defined]
+                held = mine_.setdefault(key, Counter())  # type: ignore[attr-defined]
+                for k, n in counts.items():
+                    held[k] += sign * n
+                    if held[k] <= 0:
+                        del held[k]
+                if not held:
+                    del mine_[key]  # type: ignore[attr-defined]
+        for key, n in other.uses.items():
+            self.uses[key] += sign * n
+            if self.uses[key] <= 0:
+                del self.uses[key]
+        self.sessions += sign * other.sessions
+
+    def size(self) -> int:
+        """Counted entries in all: what memory grows with."""
+        tables = (self.plan, self.flows, self.shapes, self.anchors, self.linked)
+        return len(self.uses) + sum(len(c) for t in tables for c in t.values())  # type: ignore[attr-defined]
+
+    def to_json(self) -> dict[str, Any]:
+        def dump(table: Mapping[Any, Counter[Any]]) -> list[Any]:
+            return [
+                [list(k) if isinstance(k, tuple) else k, [[_key(x), n] for x, n in c.items()]]
+                for k, c in table.items()
+            ]
+
+        return {
+            "plan": dump(self.plan),
+            "flows": dump(self.flows),
+            "shapes": dump(self.shapes),
+            "anchors": dump(self.anchors),
+            "linked": dump(self.linked),
+            "uses": [[list(k), n] for k, n in self.uses.items()],
+            "sessions": self.sessions,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Patterns:
+        def load(rows: Any, inner: Any = lambda x: x) -> dict[Any, Counter[Any]]:
+            return {tuple(k): Counter({inner(x): int(n) for x, n in c}) for k, c in rows or ()}
+
+        return cls(
+            plan=load(data.get("plan")),
+            flows=load(data.get("flows"), tuple),
+            shapes=load(data.get("shapes")),
+            anchors=load(data.get("anchors")),
+            linked=load(data.get("linked"), bool),
+            uses=Counter({tuple(k): int(n) for k, n in data.get("uses") or ()}),  # type: ignore[misc]
+            sessions=int(data.get("sessions") or 0),
+        )
+
+
+def _key(x: Any) -> Any:
+    return list(x) if isinstance(x, tuple) else x
+
+
+def mentioned_records(content: Any, user_text: str) -> set[str]:
+    """Value tags of the scalar fields of every record (JSON object) in a tool output that
+    has a plain-words field the user wrote (``"name": "Mechanical Keyboard"``)."""
+    try:
+        value = json.loads(message_text(content))
+    except (json.JSONDecodeError, TypeError):
+        return set()
+    low = user_text.lower()
+    out: set[str] = set()
+    for record in _records(value, 4):
+        named = [
+            v for v in record.values() if isinstance(v, str) and _PLAIN.fullmatch(v) and v.lower() in low
+        ]
+        if any(re.search(rf"\b{re.escape(v.lower())}\b", low) for v in named):
+            out.update(value_tag(v) for v in record.values() if not isinstance(v, (Mapping, list)))
+    return out
+
+
+def _records(value: Any, depth: int) -> Iterator[Mapping[str, Any]]:
+    if depth < 0:
+        return
+    if isinstance(value, Mapping):
+        yield value
+        for v in value.values():
+            yield from _records(v, depth - 1)
+    elif isinstance(value, list):
+        for v in value[:50]:
+            yield from _records(v, depth - 1)
+
+
+def mine(messages: Sequence[Mapping[str, Any]]) -> Patterns:
+    """The patterns of one conversation (see the module doc)."""
+    p = Patterns(sessions=1)
+    events: list[str] = []
+    seen: dict[str, set[Source]] = {}  # value tag -> sources so far
+    linked: set[str] = set()  # value tags of records the user named
+    user_text = ""
+    pending: dict[str, str] = {}  # tool_call_id -> tool name
+    calls = 0
+    for m in messages:
+        role = m.get("role")
+        if role == "user":
+            user_text += "\n" + message_text(m.get("content"))
+            events.append(USER)
+        elif role == "assistant":
+            for call in assistant_calls(m):
+                calls += 1
+                if calls > MAX_CALLS:
+                    return p
+                for k in range(min(CONTEXT, len(events)) + 1):
+                    p.plan.setdefault(tuple(events[len(events) - k :]), Counter())[call.name] += 1
+                _observe(p, call.name, call.arguments, seen, linked, user_text)
+                for k, v in call.arguments.items():
+                    seen.setdefault(value_tag(v), set()).add(("arg", call.name, str(k)))
+                pending[str(call.id)] = call.name
+                events.append(event(call.name, ""))  # outcome filled in by its output
+        elif role == "tool":
+            tool = pending.get(str(m.get("tool_call_id")), "")
+            content = m.get("content")
+            result = outcome(content)
+            for i in range(len(events) - 1, -1, -1):
+                if events[i] == tool:
+                    events[i] = event(tool, result)
+                    break
+            for k, v in output_fields(content):
+                seen.setdefault(value_tag(v), set()).add(("out", tool, k))
+            linked |= mentioned_records(content, user_text)
+    return p
+
+
+def _observe(
+    p: Patterns,
+    tool: str,
+    arguments: Mapping[str, Any],
+    seen: Mapping[str, set[Source]],
+    linked: set[str],
+    user_text: str,
+) -> None:
+    for name, value in arguments.items():
+        key = (tool, str(name))
+        p.uses[key] += 1
+        tag = value_tag(value)
+        sources = set(seen.get(tag, ()))
+        in_user = list(anchors(user_text, value))
+        if in_user:
+            sources.add(("user",))
+            p.anchors.setdefault(key, Counter()).update(in_user)
+        flows = p.flows.setdefault(key, Counter())
+        for src in sources:
+            flows[src] += 1
+        if s := shape(value):
+            p.shapes.setdefault(key, Counter())[s] += 1
+        if any(src[0] == "out" for src in sources):
+            p.linked.setdefault(key, Counter())[tag in linked] += 1
