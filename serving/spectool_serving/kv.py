@@ -153,6 +153,8 @@ class BatchKV:
             return
         if self.cache is None:
             self.cache = new_cache()
+            # a captured step (:mod:`.graphs`) reads the pool and writes it at a slot mapping
+            self.cache.spectool_kv = self
             for kpool, _ in self._pool:
                 layer = GrowableLayer()
                 layer.lazy_initialization(kpool[:0], kpool[:0])

@@ -13,6 +13,11 @@ forward. In fp32 the lean forward's GEMMs run on :mod:`.backends.kernels`'s pane
 builds (one extra weight copy serves every row count), and otherwise on the model's own
 weights: MKL's packed alternative needs a copy per row count, gigabytes for the few tokens per
 row an engine step verifies.
+
+On a CUDA device (``graphs="auto"``) the one-token decode step of a lean model is replayed
+from CUDA graphs captured per batch bucket (:mod:`.graphs`); every other forward, and any
+step the graphs decline, runs as above. ``graphs="off"`` never captures; ``"static"`` runs the
+captured step's code without capture, on any device (what a CPU can check of it).
 """
 
 from __future__ import annotations
@@ -22,15 +27,26 @@ from typing import Any
 
 import torch
 
+from spectool.errors import ConfigError
 from spectool.hf_compat import cache_keyword, output_cache
 
-__all__ = ["Runner"]
+__all__ = ["GRAPH_MODES", "Runner"]
+
+GRAPH_MODES = ("auto", "off", "static")
 
 
 @dataclass
 class Runner:
     model: Any
     device: str = "cpu"
+    graphs: str = "auto"  # auto | off | static (see the module's docstring)
+    graph_widths: tuple[int, ...] = (1,)  # step widths captured (tree sizes too, where that pays)
+
+    def __post_init__(self) -> None:
+        if self.graphs not in GRAPH_MODES:
+            raise ConfigError(f"graphs must be one of {', '.join(GRAPH_MODES)}; got {self.graphs!r}")
+        self._graphs: Any = None
+        self._graphs_built = False
 
     @property
     def dtype(self) -> torch.dtype:
@@ -79,6 +95,12 @@ class Runner:
 
         The cache grows by G slots per row; the caller marks which of them stay valid.
         """
+        graphs = self.decode_graphs()
+        if graphs is not None:
+            with torch.inference_mode():
+                logits = graphs.run(input_ids, position_ids, attention_mask, cache)
+            if logits is not None:
+                return logits
         lean = self._lean()
         if isinstance(attention_mask, dict):
             mask = {k: v.to(self.device) for k, v in attention_mask.items()}
@@ -96,6 +118,34 @@ class Runner:
                 use_cache=True,
             )
         return out.logits.float()
+
+    def decode_graphs(self) -> Any:
+        """The :class:`.graphs.DecodeGraphs` of this runner (built on first use), or None: off,
+        on a CPU under ``auto`` (its C kernels stay), or a model the lean forward does not run."""
+        if not self._graphs_built:
+            self._graphs_built = True
+            from .backends import layer_ops, lean_for
+
+            on_cuda = torch.device(self.device).type == "cuda"
+            wanted = self.graphs == "static" or (self.graphs == "auto" and on_cuda)
+            lean = lean_for(self.model, packed=False) if wanted else None  # torch's GEMMs
+            if lean is not None:
+                from .graphs import DecodeGraphs
+
+                self._graphs = DecodeGraphs(
+                    lean,
+                    self.device,
+                    capture=self.graphs == "auto",
+                    ops=layer_ops(self.device),
+                    widths=self.graph_widths,
+                )
+        return self._graphs
+
+    def close(self) -> None:
+        """Free the captured graphs and their memory pool (the engine's shutdown)."""
+        if self._graphs is not None:
+            self._graphs.close()
+            self._graphs = None
 
     def _lean(self) -> Any:
         """The lean forward; the C kernels are asked for only on a CPU, so they never decide

@@ -10,6 +10,10 @@ applies:
   for a GPU, whatever the CPU beside it supports.
 * ``lean`` — :class:`.lean.LeanLlama`: the same maths in ~35 torch operators per layer, on
   any device (on a CPU in fp32, optionally over :mod:`.fastpath`'s packed weights).
+* ``static`` — :class:`.static_step.StaticStep`: the lean maths over the engine's whole KV
+  pool from fixed-shape inputs, what a CUDA graph captures (:mod:`spectool_serving.graphs`),
+  with its layer glue from :func:`layer_ops` (fused by ``torch.compile`` on a CUDA device with
+  Triton, eager elsewhere).
 * ``transformers`` — the model's own forward (``None`` here), for everything
   :func:`.lean.supports` rejects, with :func:`verify_kernels` patching its attention and, on a
   CPU in fp32, its GEMMs.
@@ -33,7 +37,7 @@ from typing import Any
 
 from spectool.settings import settings
 
-__all__ = ["lean_for", "new_cache", "runs_fused", "verify_kernels"]
+__all__ = ["layer_ops", "lean_for", "new_cache", "runs_fused", "verify_kernels"]
 
 # model -> {packed-kernels flag: forward}; weak, so a dropped model takes its copy along
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -65,6 +69,15 @@ def lean_for(model: Any, *, packed: bool = True) -> Any:
         else:
             built[flag] = LeanLlama(model, linear_kernels(model, packed=flag))
     return built[flag]
+
+
+def layer_ops(device: Any, want: str = "auto") -> Any:
+    """The layer glue (residual + RMSNorm, rotary, SwiGLU) for a captured decode step on
+    ``device``: fused by ``torch.compile`` on a CUDA device with Triton, else the eager
+    operators (:mod:`.layer_glue`). ``SPECTOOL_LEAN_FORWARD=0`` leaves no step to use them."""
+    from .layer_glue import layer_ops as choose
+
+    return choose(device, want)
 
 
 def runs_fused(model: Any) -> bool:

@@ -1,0 +1,131 @@
+"""The captured decode step's code path (:mod:`spectool_serving.graphs`), run without capture
+on the CPU (``Runner(graphs="static")``): static buffers padded to a bucket, the slot mapping,
+the mask over the whole pool. It must give the eager forward's logits and the engine's outputs,
+and a wrong slot mapping must not."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from spectool_serving.engine import Engine
+from spectool_serving.graphs import DecodeGraphs
+from spectool_serving.kv import BatchKV
+from spectool_serving.runner import Runner
+from spectool_serving.scheduler import Scheduler
+from tests.tree_fixtures import tiny_llama, tiny_llama_for
+
+
+def _drive(runner: Runner, steps: int = 5, width: int = 1) -> list[torch.Tensor]:
+    """Three rows of unequal lengths, the middle one then freed; ``steps`` decode steps of
+    ``width`` tokens per live row."""
+    kv = BatchKV()
+    for seq_id, n in ((0, 7), (1, 4), (2, 9)):
+        _, cache = runner.prefill(list(range(1, n + 1)))
+        kv.join(seq_id, cache)
+    kv.leave({1})  # a free row inside the span: fed one padding token
+    out = []
+    for step in range(steps):
+        counts = [0 if s is None else width for s in kv.rows]
+        positions, mask = kv.step_inputs(counts, runner.dtype)
+        ids = torch.arange(len(kv.rows) * width).view(-1, width) + 5 + step
+        out.append(runner.forward(ids, positions, mask, kv.cache))
+        kv.commit([[] if s is None else list(range(width)) for s in kv.rows], width)
+    return out
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(4, 2, seed=3)
+
+
+def test_static_step_gives_the_eager_forwards_logits(model):
+    eager = _drive(Runner(model, "cpu", graphs="off"))
+    runner = Runner(model, "cpu", graphs="static")
+    static = _drive(runner)
+    stats = runner.decode_graphs().stats
+    assert stats.replays == 5 and stats.eager == 0  # every step ran from the static buffers
+    for a, b in zip(eager, static):
+        assert a.shape == b.shape == (3, 1, 97)
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_a_wrong_slot_mapping_changes_the_logits(model, monkeypatch):
+    """Negative control: new keys written one slot off (a column the mask hides) must show."""
+    fill = DecodeGraphs._fill
+
+    def off_by_one(self, buf, ids, positions, mask, rows, width):
+        fill(self, buf, ids, positions, mask, rows, width)
+        buf.slots.add_(1)
+
+    eager = _drive(Runner(model, "cpu", graphs="off"))
+    monkeypatch.setattr(DecodeGraphs, "_fill", off_by_one)
+    broken = _drive(Runner(model, "cpu", graphs="static"))
+    assert not all(torch.allclose(a, b, atol=1e-5) for a, b in zip(eager, broken))
+
+
+def test_wider_steps_run_eagerly_and_rejoin(model):
+    """Width-2 steps (drafts) are not in the captured widths: eager, on the same pool."""
+    runner = Runner(model, "cpu", graphs="static")
+    eager = _drive(Runner(model, "cpu", graphs="off"), width=2)
+    got = _drive(runner, width=2)
+    assert runner.decode_graphs().stats.eager == 5 and runner.decode_graphs().stats.replays == 0
+    for a, b in zip(eager, got):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_auto_keeps_the_cpu_unchanged(model):
+    assert Runner(model, "cpu").decode_graphs() is None  # auto: graphs on CUDA only
+    assert Runner(model, "cpu", graphs="off").decode_graphs() is None
+    with pytest.raises(Exception, match="graphs must be one of"):
+        Runner(model, "cpu", graphs="yes")
+
+
+def test_buckets_pad_within_the_pool():
+    graphs = DecodeGraphs.__new__(DecodeGraphs)
+    graphs.buckets = (1, 2, 4, 8)
+    assert [graphs._bucket(r, 8) for r in (1, 2, 3, 5, 8)] == [1, 2, 4, 8, 8]
+    assert graphs._bucket(5, 6) == 6  # the next bucket would overrun the pool: its own rows
+    assert graphs._bucket(9, 16) is None  # past the largest bucket: eager
+
+
+def _engine(runner, tok):
+    from spectool_serving.toolcalls import detect_format
+
+    fmt = detect_format(getattr(tok, "chat_template", None), "")
+    return Engine(runner, tok, fmt, scheduler=Scheduler(max_batch=4, max_slots=1 << 16, prefills_per_step=4))
+
+
+def _generate(engine, prompts, lengths):
+    """Every request queued at once, then run to idle; each one's generated token ids."""
+    from spectool_serving.requests import build_sequences
+
+    seqs = []
+    for i, (text, n) in enumerate(zip(prompts, lengths)):
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": text}],
+            "max_tokens": n,
+            "temperature": 0,
+        }
+        seq = build_sequences(body, engine, f"chatcmpl-{i}", "")[0]
+        seq.emit = lambda event: None
+        seqs.append((seq, len(seq.tokens)))
+    for seq, _ in seqs:
+        engine.add(seq)
+    engine.run_until_idle()
+    return [seq.tokens[n:] for seq, n in seqs]
+
+
+def test_engine_outputs_equal_with_the_static_step(smol):
+    """Greedy, three requests of unequal prompts and lengths at once (rows leave mid-run, so
+    buckets pad over free rows): the same tokens with and without the static step."""
+    tok = smol.tokenizer
+    model = tiny_llama_for(tok, seed=5)
+    prompts = ["hello there", "a much longer prompt about the sea and the sky and the wind", "x"]
+    lengths = [12, 5, 9]
+    want = _generate(_engine(Runner(model, "cpu", graphs="off"), tok), prompts, lengths)
+    runner = Runner(model, "cpu", graphs="static")
+    got = _generate(_engine(runner, tok), prompts, lengths)
+    assert got == want and [len(g) for g in got] == lengths
+    assert runner.decode_graphs().stats.replays > 5
