@@ -22,18 +22,13 @@ from spectool.drafters._grammar import GrammarConstraint
 from spectool.drafters._local import _answer_key
 from spectool_bench.drafters._prompt_eval import valid
 
+from .conftest import fn_tool, tiny_llama_fixture
+
 pytest.importorskip("xgrammar")
 
 
 def _fn(name, props):
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": name.replace("_", " "),
-            "parameters": {"type": "object", "properties": props, "required": list(props)},
-        },
-    }
+    return fn_tool(name, props, description=name.replace("_", " "))
 
 
 #: Three complete answers in all (an enum of three): a beam of width 3 covers every one.
@@ -43,15 +38,7 @@ FREE = [_fn("get_weather", {"city": {"type": "string"}}), _fn("add", {"a": {"typ
 ASK = [{"role": "user", "content": "Weather in Paris in celsius please, and add 2"}]
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    from transformers import AutoTokenizer
-
-    from spectool.embedded import embedded_hf_folder
-    from tests.tree_fixtures import tiny_llama_for
-
-    tok = AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
-    return tiny_llama_for(tok, seed=11).double(), tok
+tiny = tiny_llama_fixture(seed=11)
 
 
 def _search(tiny, tools, width, key=None, **kw):

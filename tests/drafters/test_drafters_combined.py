@@ -6,22 +6,11 @@ import pytest
 from spectool import ConfigError, DrafterError, DraftRequest, Toolbox, ToolCall, tool
 from spectool.drafters import CombinedDrafter, HistoryDrafter
 
+from .conftest import NUMBER, fn_tool
+
 pytestmark = pytest.mark.anyio
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "number"}, "b": {"type": "number", "default": 0}},
-                "required": ["a"],
-            },
-        },
-    }
-]
+TOOLS = [fn_tool("add", {"a": NUMBER, "b": {"type": "number", "default": 0}}, ["a"])]
 REQ = DraftRequest([{"role": "user", "content": "add 2 and 3"}], TOOLS, samples=3)
 
 

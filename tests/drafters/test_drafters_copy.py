@@ -12,7 +12,9 @@ from spectool import ConfigError, DraftRequest
 from spectool.drafters import LocalDrafter, LocalDrafterOptions
 from spectool.drafters._copy import CopyBias, TokenTable, expects_value, open_string_value, source_text
 
-from .test_drafters_decode import TOOLS, tiny  # noqa: F401 - the module fixture
+from .conftest import add_tool, tiny_llama_fixture
+
+tiny = tiny_llama_fixture(seed=7)
 
 # A toy vocabulary: enough to tell word starts, continuations and closers apart.
 VOCAB = ["Hy", "der", "abad", "H", "in", " in", "Fa", '"', '",', '"}', "x", " ", "Hyd", ' "', ' "Hy', '"x']
@@ -103,11 +105,11 @@ def _string_values(calls) -> list[str]:
     return [v for c in calls for v in c.arguments.values() if isinstance(v, str)]
 
 
-def test_a_strong_copy_bias_makes_a_random_model_copy_the_user(tiny):  # noqa: F811
+def test_a_strong_copy_bias_makes_a_random_model_copy_the_user(tiny):
     # A random tiny model writes gibberish strings; with the bias far above its logits every
     # free string value it writes must be a verbatim piece of what the user said.
     source = "Please add Hyderabad and Quintana to the list"
-    request = DraftRequest([{"role": "user", "content": source}], [TOOLS[1]], samples=1)
+    request = DraftRequest([{"role": "user", "content": source}], [add_tool("string")], samples=1)
 
     def draft(beta: float):
         drafter = LocalDrafter(tiny, LocalDrafterOptions(max_string_length=12, copy_bias=beta, temperature=0))
@@ -122,7 +124,7 @@ def test_a_strong_copy_bias_makes_a_random_model_copy_the_user(tiny):  # noqa: F
     assert drafter.options.copy_bias == 1e4
 
 
-def test_copy_bias_must_be_a_finite_non_negative_number(tiny):  # noqa: F811
+def test_copy_bias_must_be_a_finite_non_negative_number(tiny):
     for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(ConfigError):
             LocalDrafterOptions(copy_bias=bad)

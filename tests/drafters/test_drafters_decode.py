@@ -29,84 +29,15 @@ from spectool.drafters._row_limits import repeats_a_call
 from spectool.toolcall_text import parse_tool_calls
 from spectool_bench.drafters._prompt_eval import valid
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Current weather in a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
-                "required": ["city", "unit"],
-            },
-        },
-    },
-    # strings, not integers: the grammar bounds a string's length but not an integer's digits,
-    # and a random model happily writes digits until max_new_tokens
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two numbers",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
-                "required": ["a", "b"],
-            },
-        },
-    },
-]
+from .conftest import add_tool, growing_conversation, tiny_llama_fixture, weather_tool
+
+# strings, not integers: the grammar bounds a string's length but not an integer's digits,
+# and a random model happily writes digits until max_new_tokens
+TOOLS = [weather_tool(), add_tool("string")]
+_turns = growing_conversation
 
 
-def _turns() -> list[list[dict]]:
-    """A conversation that grows the way an agent's does: each draft sees the previous one's prompt."""
-    convo: list[dict] = [{"role": "user", "content": "What is the weather in Paris, and what is 2 plus 3?"}]
-    out = [list(convo)]
-    convo += [
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "1",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "c"}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "1", "content": "18 C, cloudy"},
-    ]
-    out.append(list(convo))
-    convo += [
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "2",
-                    "type": "function",
-                    "function": {"name": "add", "arguments": '{"a": "2", "b": "3"}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "2", "content": "5"},
-        {"role": "assistant", "content": "18 C in Paris; 2 + 3 = 5."},
-        {"role": "user", "content": "And in Rome?"},
-    ]
-    out.append(list(convo))
-    return out
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    from transformers import AutoTokenizer
-
-    from spectool.embedded import embedded_hf_folder
-    from tests.tree_fixtures import tiny_llama_for
-
-    tok = AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
-    return tiny_llama_for(tok, seed=7).double(), tok
+tiny = tiny_llama_fixture(seed=7)
 
 
 @pytest.fixture(scope="module")

@@ -11,32 +11,13 @@ from spectool import DrafterError, DraftRequest, ToolCall
 from spectool.drafters import EndpointDrafter
 from spectool.testing import ScriptedModel, SocketServer, call, openai_client
 
+from .conftest import NUMBER, fn_tool, weather_tool
+
 pytestmark = pytest.mark.anyio
 
 TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather in a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "a + b",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
-            },
-        },
-    },
+    weather_tool(unit=False, description="Weather in a city"),
+    fn_tool("add", {"a": NUMBER, "b": NUMBER}, (), "a + b"),
 ]
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 

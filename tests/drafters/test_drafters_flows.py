@@ -1,48 +1,20 @@
 """Mined data flow / control flow (HistoryDrafter.from_traces) and confidence-ranked merging."""
 
-import json
-
 import anyio
 
 from spectool import DraftRequest, ToolCall
 from spectool.drafters import CombinedDrafter, HistoryDrafter
 from spectool.drafters._flows import mine_flows
 
-
-def fn(name, props, required=None):
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": "",
-            "parameters": {
-                "type": "object",
-                "properties": props,
-                "required": list(props) if required is None else required,
-            },
-        },
-    }
-
+from .conftest import assistant_call as call
+from .conftest import fn_tool as fn
+from .conftest import tool_output as out
 
 TOOLS = [
     fn("get_user_id", {"user": {"type": "string"}}),
     fn("send_message", {"receiver_id": {"type": "string"}, "message": {"type": "string"}}, ["receiver_id"]),
     fn("view_messages_sent", {}),
 ]
-
-
-def call(name, args, cid):
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-        ],
-    }
-
-
-def out(cid, value):
-    return {"role": "tool", "tool_call_id": cid, "content": json.dumps(value)}
 
 
 def session(user, uid, text):

@@ -1,27 +1,18 @@
 """HistoryDrafter: next tool from n-grams over the session, arguments from the conversation."""
 
-import json
-
 import anyio
 import pytest
 
 from spectool import ConfigError, Drafter, DraftRequest, ToolCall
 from spectool.drafters import HistoryDrafter
 
+from .conftest import assistant_call as assistant
+from .conftest import fn_tool
+from .conftest import tool_output as tool_msg
+
 
 def fn(name, props, required=None, desc=""):
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": desc,
-            "parameters": {
-                "type": "object",
-                "properties": props,
-                "required": list(props) if required is None else required,
-            },
-        },
-    }
+    return fn_tool(name, props, required, desc)
 
 
 TOOLS = [
@@ -45,20 +36,6 @@ TOOLS = [
     fn("cd", {"folder": {"type": "string"}}, desc="Change directory"),
     fn("ls", {}, desc="List files"),
 ]
-
-
-def assistant(name, args, cid):
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-        ],
-    }
-
-
-def tool_msg(cid, output):
-    return {"role": "tool", "tool_call_id": cid, "content": json.dumps(output)}
 
 
 def predict(drafter, messages, samples=3):

@@ -19,32 +19,9 @@ import pytest
 from spectool import ConfigError, DraftRequest
 from spectool.drafters import LocalDrafter, LocalDrafterOptions, _runtime
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Current weather in a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
-                "required": ["city", "unit"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two integers",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        },
-    },
-]
+from .conftest import add_tool, weather_tool
+
+TOOLS = [weather_tool(), add_tool("integer", "Add two integers")]
 ASK = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
 
 

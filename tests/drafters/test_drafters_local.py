@@ -17,32 +17,9 @@ from spectool.drafters._loading import _resolve_source, load_shared
 from spectool.toolcall_text import parse_tool_calls, salvage_tool_calls
 from spectool_bench.drafters._prompt_eval import valid
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Current weather in a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two numbers",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
-                "required": ["a", "b"],
-            },
-        },
-    },
-]
+from .conftest import add_tool, weather_tool
+
+TOOLS = [weather_tool(unit=False), add_tool("number")]
 ASK = [{"role": "user", "content": "What is 17 plus 25?"}]
 
 

@@ -15,17 +15,11 @@ from spectool.drafters import LocalDrafter, LocalDrafterOptions
 from spectool.drafters._compact import narrowed, tool_scores
 from spectool.errors import ConfigError
 
+from .conftest import STRING, fn_tool, tiny_llama_fixture
 
-def _fn(name, description, props=None):
-    props = props or {"x": {"type": "string"}}
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": props, "required": list(props)},
-        },
-    }
+
+def _fn(name, description):
+    return fn_tool(name, {"x": STRING}, description=description)
 
 
 TOOLS = [
@@ -89,16 +83,7 @@ def test_narrowing_reads_from_a_command_line_word():
     assert LocalDrafterOptions.from_strings({"narrow_tools": "2"}).narrow_tools == 2
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    pytest.importorskip("xgrammar")
-    from transformers import AutoTokenizer
-
-    from spectool.embedded import embedded_hf_folder
-    from tests.tree_fixtures import tiny_llama_for
-
-    tok = AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
-    return tiny_llama_for(tok, seed=5).double(), tok
+tiny = tiny_llama_fixture(seed=5)
 
 
 def _drafted_names(tiny, narrow):
@@ -119,6 +104,7 @@ def _drafted_names(tiny, narrow):
 
 
 def test_a_narrowed_draft_names_only_the_top_tools(tiny):
+    pytest.importorskip("xgrammar")
     assert _drafted_names(tiny, narrow=1) == {"book_flight"}
     # control: the same drafter unnarrowed writes other tools' names too
     assert _drafted_names(tiny, narrow=0) - {"book_flight"}

@@ -21,33 +21,12 @@ from spectool.drafters._common import tool_schemas
 from spectool.drafters._native import native_messages
 from spectool_bench.drafters._prompt_eval import valid
 
-from .qwen_fixtures import qwen_style_tokenizer
-from .qwen_fixtures import tiny_qwen as build_tiny_qwen
+from .conftest import STRING, fn_tool, qwen_style_tokenizer, weather_tool
+from .conftest import tiny_qwen as build_tiny_qwen
 
 pytest.importorskip("xgrammar")
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Current weather in a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
-                "required": ["city", "unit"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two numbers",
-            "parameters": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
-        },
-    },
-]
+TOOLS = [weather_tool(), fn_tool("add", {"a": STRING}, description="Add two numbers")]
 CONVO = [
     {"role": "user", "content": "Weather in Paris?"},
     {

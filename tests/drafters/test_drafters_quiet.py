@@ -17,8 +17,11 @@ from spectool import DraftRequest
 from spectool._quiet import quiet_peft_wrap
 from spectool.drafters import LocalDrafter
 from spectool.hf_compat import cache_keyword
-from tests.drafters.test_drafters_decode import TOOLS, _turns
-from tests.tree_fixtures import tiny_llama, tiny_llama_for
+from tests.tree_fixtures import tiny_llama
+
+from .conftest import add_tool, growing_conversation, tiny_llama_fixture, weather_tool
+
+TOOLS = [weather_tool(), add_tool("string")]
 
 
 class UsersOwnWarning(UserWarning):
@@ -33,14 +36,7 @@ def _mine(caught: list[warnings.WarningMessage]) -> int:
     return sum(w.category is UsersOwnWarning for w in caught)
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    from transformers import AutoTokenizer
-
-    from spectool.embedded import embedded_hf_folder
-
-    tok = AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
-    return tiny_llama_for(tok, seed=7), tok
+tiny = tiny_llama_fixture(seed=7, float64=False)
 
 
 @pytest.mark.anyio
@@ -48,12 +44,12 @@ async def test_a_local_draft_warns_nothing_of_its_dependencies(tiny):
     drafter = LocalDrafter(tiny)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for messages in _turns():  # the first prefills, the later ones reuse the cache
+        for messages in growing_conversation():  # the first prefills, the later ones reuse the cache
             warnings.warn("the user's own", UsersOwnWarning, stacklevel=1)
             assert await drafter.propose(DraftRequest(messages, TOOLS, samples=2))
     assert drafter.last_stats is not None and drafter.last_stats.forwards > 0
     assert _foreign(caught) == []
-    assert _mine(caught) == len(_turns())
+    assert _mine(caught) == len(growing_conversation())
 
 
 def test_the_cache_goes_under_the_name_the_models_forward_declares():

@@ -18,19 +18,15 @@ from spectool.drafters._compact import (
     described_default,
 )
 from spectool.testing import KeyValueWorld, call
+from tests.tree_fixtures import tiny_llama_for
+
+from .conftest import fn_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _fn(name, desc, props, required=()):
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": desc,
-            "parameters": {"type": "object", "properties": props, "required": list(required)},
-        },
-    }
+    return fn_tool(name, props, required, desc)
 
 
 TOOLS = [
@@ -62,15 +58,6 @@ REQUEST = DraftRequest(
     tools=TOOLS,
 )
 CALLS = [ToolCall("add", {"b": 3, "a": 2})]
-
-
-@pytest.fixture(scope="module")
-def smol_tokenizer():
-    from transformers import AutoTokenizer
-
-    from spectool.embedded import embedded_hf_folder
-
-    return AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
 
 
 # -- the compact format -------------------------------------------------------------------------
@@ -262,19 +249,7 @@ def test_bfcl_builder_replays_ground_truth_with_true_outputs() -> None:
 
 def _tiny_llama(tokenizer):
     """A seeded 2-layer random Llama with ``tokenizer``'s vocabulary: the real code paths in ms."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama_for(tokenizer, seed=0)
 
 
 def test_tuning_recipe_end_to_end_and_adapter_changes_outputs(tmp_path, smol_tokenizer) -> None:

@@ -22,44 +22,14 @@ from spectool.drafters._common import tool_schemas
 from spectool.drafters._compact import COMPACT_FORMAT_VERSION
 from spectool_bench.drafters._prompt_eval import valid
 
-from .qwen_fixtures import qwen_style_tokenizer, tiny_qwen
+from .conftest import add_tool, tiny_qwen, weather_tool
 
 pytest.importorskip("peft")
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Current weather in a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two numbers",
-            "parameters": {
-                "type": "object",
-                # strings: a random model's numbers can overflow to inf (a valid JSON literal
-                # that no call may carry), which says nothing about the recipe
-                "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
-                "required": ["a", "b"],
-            },
-        },
-    },
-]
+# strings: a random model's numbers can overflow to inf (a valid JSON literal that no call may
+# carry), which says nothing about the recipe
+TOOLS = [weather_tool(unit=False), add_tool("string")]
 REQUEST = DraftRequest([{"role": "user", "content": "weather in Paris, then add 2 and 3"}], TOOLS, 1)
-
-
-@pytest.fixture(scope="module")
-def qwen_tokenizer():
-    return qwen_style_tokenizer()
 
 
 def _tiny_qwen(tok):
