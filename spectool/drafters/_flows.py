@@ -14,6 +14,7 @@ observations, so an argument named differently from its source (``receiver_id`` 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -33,7 +34,14 @@ def value_tag(value: Any) -> str:
         return json.dumps(value)
     if isinstance(value, (int, float)):
         return repr(float(value))
+    if isinstance(value, str):
+        return _string_tag(value)
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=repr)
+
+
+@functools.lru_cache(maxsize=16384)
+def _string_tag(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def output_fields(content: Any, depth: int = 3) -> Iterator[tuple[str, Any]]:

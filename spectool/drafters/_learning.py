@@ -39,6 +39,7 @@ from ._flows import value_tag
 from ._history import _fan_out, _latest_user_text, _session_key, _tag, _trailing_run, _words
 from ._patterns import Patterns, mentioned_records, mine
 from ._plan import events_of, plan_scores
+from ._shapes import spans
 from ._values import RULES, ValueContext, rank_values
 
 __all__ = ["LearningDrafter", "learning_drafter"]
@@ -162,7 +163,10 @@ class LearningDrafter:
         ctx = _context(messages)
         done = set(map(_tag, _trailing_run(messages)))
         per_tool = []
+        need = max(1, int(request.samples)) + 1  # tools filled: enough for λ, not every offered one
         for name in ranked:
+            if len(per_tool) >= need:
+                break
             fills = [
                 f
                 for f in self._fillings(name, tools[name]["parameters"], evidence, ctx)
@@ -272,7 +276,7 @@ def _context(messages: Sequence[Mapping[str, Any]]) -> ValueContext:
                 used.update((call.name, str(k), value_tag(v)) for k, v in call.arguments.items())
         elif role == "tool":
             linked |= mentioned_records(m.get("content"), user_text)
-    return ValueContext(user_text, frozenset(used), frozenset(linked), index)
+    return ValueContext(user_text, frozenset(used), frozenset(linked), index, tuple(spans(user_text)))
 
 
 # -- one drafter per scope for the process ------------------------------------------------------

@@ -1,5 +1,8 @@
-"""Drafters by name (``"history"``, ``"local"``, ``"tuned"``), resolved in one place for every
-entry point that accepts a drafter, and the one-line hint of which drafter fits this machine.
+"""Drafters by name (``"history"``, ``"learning"``, ``"learning:<scope>"``, ``"local"``,
+``"tuned"``), resolved in one place for every entry point that accepts a drafter, and the
+one-line hint of which drafter fits this machine. ``"learning"`` is the process's one
+:class:`~._learning.LearningDrafter` for its scope (``"default"``, or the agent / tenant after
+the colon), so every session that names it learns from the ones before.
 
 A name whose drafter cannot run here fails at once with the missing extra named: it never
 turns into a session whose every draft fails.
@@ -33,6 +36,12 @@ def _history() -> Drafter:
     return HistoryDrafter()
 
 
+def _learning(scope: str = "default") -> Drafter:
+    from ._learning import learning_drafter
+
+    return learning_drafter(scope)  # one per scope for the process: sessions learn into it
+
+
 def _local() -> Drafter:
     _require("torch", "transformers")
     from ._local import LocalDrafter
@@ -48,7 +57,12 @@ def _tuned() -> Drafter:
     return LocalDrafter(adapter=shipped_adapter_path())
 
 
-DRAFTER_NAMES: dict[str, Callable[[], Drafter]] = {"history": _history, "local": _local, "tuned": _tuned}
+DRAFTER_NAMES: dict[str, Callable[[], Drafter]] = {
+    "history": _history,
+    "learning": _learning,
+    "local": _local,
+    "tuned": _tuned,
+}
 
 
 def _require(*modules: str) -> None:
@@ -65,6 +79,9 @@ def resolve_drafter(drafter: Drafter | str | None) -> Drafter | None:
     if drafter is None:
         return None
     if isinstance(drafter, str):
+        head, sep, scope = drafter.partition(":")
+        if head == "learning" and sep:  # "learning:<agent or tenant>": that scope's patterns
+            return _learning(scope)
         make = DRAFTER_NAMES.get(drafter)
         if make is None:
             raise ConfigError(

@@ -15,6 +15,7 @@ finished conversations, so a candidate that does not look like the values a para
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -30,14 +31,21 @@ _SPAN = re.compile(r"[#\w][\w#@.+-]*\w|\w")
 
 def shape(value: Any) -> str:
     """The value's shape (see the module doc); ``""`` for lists, objects and None."""
+    return _string_shape(value) if isinstance(value, str) else _other_shape(value)
+
+
+def _other_shape(value: Any) -> str:
     if isinstance(value, bool):
         return "<bool>"
     if isinstance(value, int):
         return "<int>"
     if isinstance(value, float):
         return "<float>"
-    if not isinstance(value, str):
-        return ""
+    return ""
+
+
+@functools.lru_cache(maxsize=8192)
+def _string_shape(value: str) -> str:
     if _MIXED_ID.fullmatch(value):
         return f"X{{{len(value)}}}"
     if value.isalpha() and value.isupper() and len(value) <= 8:  # codes: ORD, SDZQKO

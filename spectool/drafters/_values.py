@@ -46,6 +46,7 @@ class ValueContext:
     used: frozenset[tuple[str, str, str]]
     linked: frozenset[str]
     user_index: int = 0  # message index of the latest user text
+    tokens: tuple[tuple[int, str], ...] = ()  # (position, word or id) of the user's text
 
 
 def _share(counts: Mapping[Any, int] | None, keys: Iterable[Any]) -> float:
@@ -60,7 +61,7 @@ def _span_candidates(schema: Mapping[str, Any], ctx: ValueContext, rec: int) -> 
     if types and "string" not in types:
         return []
     out = []
-    for pos, token in spans(ctx.user_text):
+    for pos, token in ctx.tokens or tuple(spans(ctx.user_text)):
         coerced = _coerce(token, schema)
         if coerced is not _NO:
             out.append(Candidate(coerced, 0.5, rec, pos))

@@ -79,6 +79,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ev.add_argument("--samples", type=_ints, default=(1, 3), help="λ values (default 1,3)")
     ev.add_argument("--limit", type=int, help="first N tasks of the split per category")
     ev.add_argument(
+        "--second-half",
+        action="store_true",
+        help="draft for every task in order, score only the second half (a learning drafter "
+        "has then learnt from the first)",
+    )
+    ev.add_argument(
         "--adapter",
         type=Path,
         help="the tuned drafters' adapter folder (default: the shipped one), e.g. one of yours "
@@ -158,7 +164,14 @@ def run_eval(args: argparse.Namespace) -> int:
     drafters = _check_drafters(args.drafters, args.adapter, args.model)
     t0 = time.perf_counter()
     rows = anyio.run(
-        run_grid, drafters, categories, args.split, args.samples, args.limit, not args.no_progress
+        run_grid,
+        drafters,
+        categories,
+        args.split,
+        args.samples,
+        args.limit,
+        not args.no_progress,
+        getattr(args, "second_half", False),
     )
     print(drafter_table(rows))
     print("\nWhy speculable calls were missed (kinds add up to the missed calls):")
@@ -169,6 +182,7 @@ def run_eval(args: argparse.Namespace) -> int:
         "workload": getattr(args, "workload", "bfcl"),
         "split": args.split,
         "limit": args.limit,
+        "second_half": getattr(args, "second_half", False),
         "adapter": str(args.adapter) if args.adapter else "shipped",
         "model": args.model or "embedded",
         "wall_s": round(time.perf_counter() - t0, 1),

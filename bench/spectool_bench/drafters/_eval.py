@@ -152,11 +152,16 @@ async def evaluate(
     prepared: Sequence[Prepared],
     samples: int,
     progress: Callable[[int, int], None] | None = None,
+    score_from: int = 0,
 ) -> list[StepScore]:
-    """Score a (fresh) drafter at λ = ``samples`` on the prepared tasks, in order."""
+    """Score a (fresh) drafter at λ = ``samples`` on the prepared tasks, in order; the first
+    ``score_from`` tasks are drafted for (a learning drafter learns from them) but not scored."""
     scores: list[StepScore] = []
     for done, item in enumerate(prepared, 1):
         for step in item.steps:
+            if done <= score_from:
+                await _draft(drafter, DraftRequest(list(step.messages), list(step.tools), samples))
+                continue
             request = DraftRequest(list(step.messages), list(step.tools), samples)
             proposals, seconds, failed = await _draft(drafter, request)
             schemas = tool_schemas(step.tools)
@@ -192,10 +197,13 @@ async def run_grid(
     samples: Sequence[int],
     limit: int | None,
     progress: bool = True,
+    second_half: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per drafter × category × λ (fields: see :func:`summarize`). ``drafters`` maps
     a name to a factory called with the category (a mining drafter mines that category's
-    train split)."""
+    train split). ``second_half``: every drafter drafts for the whole split in order and only
+    the second half of its tasks is scored (what a drafter learning from nothing has learnt by
+    then)."""
     rows: list[dict[str, Any]] = []
     for category in categories:
         prepared = prepare(category, split, limit)
@@ -205,14 +213,15 @@ async def run_grid(
         for name, make in drafters.items():
             for lam in samples:
                 show = _progress_printer(f"{name} λ={lam}") if progress else None
-                scores = await evaluate(make(category), prepared, lam, show)
+                start = len(prepared) // 2 if second_half else 0
+                scores = await evaluate(make(category), prepared, lam, show, start)
                 rows.append(
                     {
                         "drafter": name,
                         "category": category,
-                        "split": split,
+                        "split": split + (" (2nd half)" if second_half else ""),
                         "samples": lam,
-                        "n_tasks": len(prepared),
+                        "n_tasks": len(prepared) - start,
                         **summarize(scores),
                     }
                 )

@@ -46,6 +46,16 @@ def _drafter(plan: Plan, name: str) -> tuple[Callable[[], Any], str]:
 
         traces = [t for c in plan.categories for t in train_traces(c)]
         return (lambda: drafters.HistoryDrafter.from_traces(traces)), "mined(train split)"
+    if name in ("learning", "learning+train"):
+        # One per arm, shared by its agents (as one client's sessions share it): it learns from
+        # the arm's earlier tasks — from nothing, or primed with the train split's replays.
+        if name == "learning":
+            learning = drafters.LearningDrafter()
+            return (lambda: learning), "learning(from nothing)"
+        from ..drafters._eval import train_traces
+
+        primed = drafters.LearningDrafter([t for c in plan.categories for t in train_traces(c)])
+        return (lambda: primed), "learning(+train split)"
     if name in _SHARED:  # one loaded model per process: warm-up and every arm share it
         return _SHARED[name]
     if name == "local":
@@ -64,7 +74,10 @@ def _drafter(plan: Plan, name: str) -> tuple[Callable[[], Any], str]:
         return (
             lambda: drafters.EndpointDrafter(model=plan.drafter_model, base_url=plan.drafter_base_url)
         ), f"endpoint({plan.drafter_model})"
-    raise ConfigError(f"unknown drafter {name!r} (oracle, history, mined, local, tuned, endpoint)")
+    raise ConfigError(
+        f"unknown drafter {name!r} (oracle, history, mined, learning, learning+train, local, tuned, "
+        "endpoint)"
+    )
 
 
 async def warm_drafters(plan: Plan, tasks: list) -> None:

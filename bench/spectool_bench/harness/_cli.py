@@ -3,6 +3,8 @@
     spectool bench --quick --out bench-out          # the main job: a few minutes on 2 cores
                                                     # (replay headline on the test split, then
                                                     # the embedded engine end to end)
+    spectool bench --long --out bench-long          # 64 BFCL + every airline/retail τ² test
+                                                    # task, 5 arms each (≈ 40 min on 2 cores)
     spectool bench --full --out bench-full          # the paper's grid (hours)
     spectool bench --validate --out bench-validate  # oracle drafter, T ≈ G, α ∈ {0.5, 0.8, 1.0}
 
@@ -50,6 +52,12 @@ def _lambdas(text: str) -> tuple[int | str, ...]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     preset = p.add_mutually_exclusive_group()
     preset.add_argument("--quick", action="store_true", help="short experiment (default)")
+    preset.add_argument(
+        "--long",
+        action="store_true",
+        help="the long run beside the main job: 64 BFCL and every airline + retail τ² test task, "
+        "one drafter per arm, 95%% CIs (≈ 40 min on 2 cores); --workload bfcl|tau2 runs one half",
+    )
     preset.add_argument("--full", action="store_true", help="the paper's full sweep")
     preset.add_argument(
         "--validate",
@@ -78,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run eager dispatch alone as an arm, and drafter arms with eager dispatch on",
     )
     p.add_argument("--configs", type=_words, help="client and/or engine")
-    p.add_argument("--drafters", type=_words, help="oracle, history, local, tuned, endpoint")
+    p.add_argument("--drafters", type=_words, help="oracle, history, mined, learning, local, tuned, endpoint")
     p.add_argument("--alphas", type=_floats, help="oracle hit probabilities")
     p.add_argument("--oracle-delay", type=float, help="oracle delay g (s)")
     p.add_argument("--repeats", type=int)
@@ -144,8 +152,17 @@ def validate_plan():
 def build_plans(args: argparse.Namespace) -> list:
     """--quick without --main or --workload: the BFCL replay headline, the τ² section, then the
     embedded engine end to end (the options shape the first two). Otherwise one plan."""
+    from ._plans import long_plans
     from ._sweep import quick_plan, tau2_plan
 
+    if getattr(args, "long", False):
+        if args.main not in (None, "replay"):
+            raise ConfigError("--long runs on the replay main model (BFCL ground truth, τ²'s gold actions)")
+        bfcl, tau2 = long_plans()
+        if getattr(args, "domains", None):
+            tau2 = replace(tau2, categories=_tau2_categories(args))
+        halves = {"bfcl": [bfcl], "tau2": [tau2]}.get(getattr(args, "workload", None) or "", [bfcl, tau2])
+        return [build_plan(args, plan) for plan in halves]
     if args.full or args.validate or args.main is not None or getattr(args, "workload", None):
         return [build_plan(args)]
     return [build_plan(args), build_plan(args, tau2_plan()), quick_plan()]
@@ -250,7 +267,8 @@ def run(args: argparse.Namespace) -> int:
     for section in sections:
         print(section_text(section))
     parts = ", ".join(f"{name} {wall:.0f} s" for name, wall in results["section_wall_s"].items())
-    print(f"main job wall time: {results['wall_s']:.0f} s ({parts})")
+    job = "long run" if getattr(args, "long", False) else "main job"
+    print(f"{job} wall time: {results['wall_s']:.0f} s ({parts})")
     path = write_results(results, args.out)
     print(f"wrote {path} ({results['wall_s']:.0f} s in all)")
     if not args.no_plots:
