@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from spectool.testing import ScriptedModel
+from spectool.testing import ScriptedModel, read_body, send_json
 from spectool.testing._script import digest
 
 
@@ -39,25 +39,12 @@ class RecordingEngine:
             if scope["type"] == "http" and scope["path"].rstrip("/").endswith("/chat/completions"):
                 return await self.model(scope, self._peek(receive), send)
             return await self.model(scope, receive, send)
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         rid = scope["path"].rsplit("/", 1)[-1]
         items = json.loads(body)
         for item in items:
             self.posts.append(Post(rid, item, self.created.get(rid)))
-        payload = json.dumps({"cached": len(items)}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload})
+        await send_json(send, 200, {"cached": len(items)})
 
     def _peek(self, receive: Callable) -> Callable:
         """Note each chat request's response id (the scripted model's digest of the messages)

@@ -11,7 +11,7 @@ tests, examples and benchmarks run offline::
 
 from ._fakes import KeyValueWorld, ScriptedDrafter, ToolLog, fake_tool
 from ._script import Reply, call, say
-from ._server import ScriptedModel
+from ._server import ScriptedModel, read_body, send_json
 from ._socket import ServerThread, SocketServer, asgi_http_client, openai_client
 
 __all__ = [
@@ -26,5 +26,7 @@ __all__ = [
     "call",
     "fake_tool",
     "openai_client",
+    "read_body",
     "say",
+    "send_json",
 ]

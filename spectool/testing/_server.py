@@ -80,15 +80,10 @@ class ScriptedModel:
                     return
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         path = scope["path"].rstrip("/")
         if scope["method"] == "GET" and path.endswith("/models"):
-            return await _json(
+            return await send_json(
                 send,
                 200,
                 {
@@ -101,11 +96,11 @@ class ScriptedModel:
         if scope["method"] != "POST" or not (
             path.endswith("/chat/completions") or path.endswith("/responses")
         ):
-            return await _json(send, 404, {"error": {"message": f"no route {path}", "type": "not_found"}})
+            return await send_json(send, 404, {"error": {"message": f"no route {path}", "type": "not_found"}})
         try:
             request = json.loads(body or b"{}")
         except ValueError:
-            return await _json(
+            return await send_json(
                 send, 400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}}
             )
         self.requests.append(request)
@@ -126,7 +121,7 @@ class ScriptedModel:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         else:
             async for payload in events:
-                await _json(send, 200, payload)
+                await send_json(send, 200, payload)
 
     # -- chat completions -------------------------------------------------------------------
 
@@ -318,7 +313,18 @@ def _sse(body: dict[str, Any], event: str | None = None) -> bytes:
     return f"{head}data: {json.dumps(body, separators=(',', ':'))}\n\n".encode()
 
 
-async def _json(send: Callable, status: int, payload: Any) -> None:
+async def read_body(receive: Callable) -> bytes:
+    """An ASGI request's whole body, however many messages it came in."""
+    body = b""
+    while True:
+        msg = await receive()
+        body += msg.get("body", b"")
+        if not msg.get("more_body"):
+            return body
+
+
+async def send_json(send: Callable, status: int, payload: Any) -> None:
+    """An ASGI JSON response: ``payload`` with ``status``."""
     body = json.dumps(payload).encode()
     await send(
         {

@@ -8,7 +8,7 @@ import json
 import pytest
 
 import spectool
-from spectool.testing import ScriptedModel, call, openai_client, say
+from spectool.testing import ScriptedModel, call, openai_client, read_body, say, send_json
 
 pytestmark = pytest.mark.anyio
 
@@ -65,24 +65,12 @@ class InPlaceEngine:
         }
 
     async def __call__(self, scope, receive, send) -> None:
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         if scope["path"].rstrip("/").endswith("/chat/completions"):
             status, out = 200, self.respond(json.loads(body)["messages"])
         else:  # no /cache-tool-output here: the client stops posting
             status, out = 404, {"error": {"message": "not found"}}
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": json.dumps(out).encode()})
+        await send_json(send, status, out)
 
 
 async def _transcript(client, max_turns: int = 2, **options):

@@ -9,7 +9,7 @@ import pytest
 
 from spectool import DrafterError, DraftRequest, ToolCall
 from spectool.drafters import EndpointDrafter
-from spectool.testing import ScriptedModel, SocketServer, call, openai_client
+from spectool.testing import ScriptedModel, SocketServer, call, openai_client, read_body, send_json
 
 from .conftest import NUMBER, fn_tool, weather_tool
 
@@ -77,12 +77,7 @@ class ChoicesApp:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         req = json.loads(body)
         self.bodies.append(req)
         if self.status != 200:
@@ -102,15 +97,7 @@ class ChoicesApp:
                     for i in range(req.get("n", 1))
                 ],
             }
-        data = json.dumps(payload).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": self.status,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": data})
+        await send_json(send, self.status, payload)
 
 
 async def test_n_sampling_reads_every_choice():
