@@ -129,3 +129,69 @@ def test_engine_outputs_equal_with_the_static_step(smol):
     got = _generate(_engine(runner, tok), prompts, lengths)
     assert got == want and [len(g) for g in got] == lengths
     assert runner.decode_graphs().stats.replays > 5
+
+
+def _tiny_qwen2(seed: int = 4):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=97,
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
+    cfg._attn_implementation = "sdpa"
+    model = Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():  # random biases: zero-initialised ones would hide a dropped bias
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_()
+    return model
+
+
+def test_qwen2_runs_the_lean_and_static_step_off_the_cpu_only():
+    """A Qwen2 drafter's decode step: the lean maths (biases included) equal Qwen2's forward,
+    and the static step equals both; on a CPU the chooser keeps transformers' forward."""
+    from transformers import DynamicCache
+
+    from spectool_serving.backends.fastpath import linear_kernels
+    from spectool_serving.backends.lean import LeanLlama, supports
+    from spectool_serving.backends.static_step import StaticStep
+
+    model = _tiny_qwen2()
+    assert not supports(model) and supports(_tiny_qwen2().to("meta"))
+    lean = LeanLlama(model, linear_kernels(model, packed=False))
+    ids = torch.tensor([[3, 14, 15, 92, 65, 35]])
+    with torch.inference_mode():
+        want = model(input_ids=ids).logits
+        n = ids.shape[1]
+        mask = torch.zeros(n, n).masked_fill(
+            ~torch.ones(n, n, dtype=torch.bool).tril(), torch.finfo(torch.float32).min
+        )
+        got = lean(ids, torch.arange(n)[None], mask[None, None], DynamicCache())
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        # the last token as a static step over a pool holding the first n-1 tokens' KV
+        cache = DynamicCache()
+        lean(ids[:, :-1], torch.arange(n - 1)[None], mask[None, None, :-1, :-1], cache)
+        pools = []
+        for layer in cache.layers:
+            k, v = (torch.zeros(1, 2, 16, 12) for _ in range(2))
+            k[:, :, : n - 1], v[:, :, : n - 1] = layer.keys, layer.values
+            pools.append((k, v))
+        step_mask = torch.full((1, 1, 1, 16), torch.finfo(torch.float32).min)
+        step_mask[..., :n] = 0
+        last = StaticStep(lean)(
+            ids[:, -1:], torch.tensor([[n - 1]]), torch.tensor([[n - 1]]), step_mask, pools
+        )
+        torch.testing.assert_close(last[:, 0], want[:, -1], rtol=1e-5, atol=1e-5)
+        # negative control: the same maths without the biases is another model
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.bias.zero_()
+        assert not torch.allclose(
+            lean(ids, torch.arange(n)[None], mask[None, None], DynamicCache()), want, atol=1e-3
+        )

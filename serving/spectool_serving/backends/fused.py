@@ -58,6 +58,7 @@ def fusable(model: Any) -> bool:
         and model.dtype == torch.float32
         and model.device.type == "cpu"
         and not getattr(cfg, "attention_bias", False)
+        and model.model.layers[0].self_attn.q_proj.bias is None  # Qwen2 biases with no flag
         and not getattr(cfg, "mlp_bias", False)
         and head_dim % 2 == 0
         and head_dim <= lib.spectool_llama_max_head_dim()

@@ -17,7 +17,10 @@ loop:
   forward gives the same logits as the model's own.
 
 Only plain Llama decoders qualify (:func:`supports`): no sliding windows, static rotary
-frequencies, SiLU MLP. Everything else — Gemma 3 included — keeps transformers' forward.
+frequencies, SiLU MLP. Qwen2 decoders (the same layers with biased q/k/v projections, which
+the linear layers carry) qualify off the CPU, where a captured step serves a drafter of that
+family; on a CPU they keep transformers' forward, as its C kernels take no biases. Everything
+else — Gemma 3 included — keeps transformers' forward.
 Which models get it, and on which kernels: :mod:`spectool_serving.backends`.
 """
 
@@ -43,8 +46,10 @@ def supports(model: Any) -> bool:
     cfg = getattr(model, "config", None)
     inner = getattr(model, "model", None)
     rotary = getattr(inner, "rotary_emb", None)
+    family = getattr(cfg, "model_type", None)
+    sliding = "sliding_attention" in (getattr(cfg, "layer_types", None) or ())
     return (
-        getattr(cfg, "model_type", None) == "llama"
+        (family == "llama" or (family == "qwen2" and not sliding and _off_cpu(model)))
         and rotary is not None
         and getattr(rotary, "rope_type", "default") in _STATIC_ROPE
         and getattr(cfg, "hidden_act", None) == "silu"
@@ -52,6 +57,13 @@ def supports(model: Any) -> bool:
         and not getattr(cfg, "sliding_window", None)
         and not model.training
     )
+
+
+def _off_cpu(model: Any) -> bool:
+    try:
+        return next(model.parameters()).device.type != "cpu"
+    except (StopIteration, AttributeError):
+        return False
 
 
 @dataclass(frozen=True)
