@@ -33,7 +33,7 @@ class Settings(BaseSettings):
     toolcache_ttl: float = 300.0
     vllm_allow_any_version: bool = False
     vllm_max_hops: int = 8
-    vllm_default_max_tokens: int = 2048
+    vllm_default_max_tokens: int = 256  # the torch engine's: one default on both backends
     vllm_o3: bool = True
     vllm_format: str = "chatml"
     vllm_fallback: str = ""

@@ -2,6 +2,8 @@
 
 With no arguments it serves the embedded SmolLM2-135M-Instruct on CPU at 127.0.0.1:8000.
 With ``--backend vllm``, flags this command does not know are vLLM's own and go to it as given.
+A flag means the same on both backends (``--dtype auto``: bfloat16 on a GPU, float32 on a CPU);
+one that only one backend has is an error on the other, naming what to use there instead.
 """
 
 from __future__ import annotations
@@ -18,6 +20,50 @@ from .vllm._o2cli import add_o2_arguments
 PASS_UNKNOWN_ARGS = True
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]
+DTYPES = ["auto", "float32", "bfloat16", "float16"]
+#: the torch engine's defaults of the flags only it has (None on the command line: not given)
+TORCH_DEFAULTS = {"device": "cpu", "max_batch": 16, "kv_slots": 65536, "decoding": "off"}
+#: what to use under --backend vllm instead of each torch-only flag
+VLLM_EQUIVALENT = {
+    "device": "vLLM runs on the device its build targets (SPECTOOL_VLLM_FLAVOUR=cpu|gpu when "
+    "building .venv-vllm); choose GPUs with CUDA_VISIBLE_DEVICES",
+    "max_batch": "vLLM's equivalent is --max-num-seqs N",
+    "kv_slots": "vLLM sizes its KV cache in memory, not token slots: VLLM_CPU_KVCACHE_SPACE=<GiB> "
+    "on a CPU, --gpu-memory-utilization on a GPU",
+    "decoding": "tree decoding is the torch engine's; on vLLM spectool drafts with O2 "
+    "(--o2 auto|on|off, --num-draft-tokens)",
+}
+#: flags only the vLLM backend has, and why they mean nothing to the torch engine
+VLLM_ONLY = {
+    "compile": "the torch engine has no compile switch",
+    "print_command": "the torch engine is not a command to print",
+    "default_max_tokens": "the torch engine's default max_tokens is the same (256) and has no flag",
+}
+
+
+def resolve_dtype(dtype: str, *, gpu: bool) -> str:
+    """``auto``: bfloat16 on a GPU, float32 on a CPU (exact greedy checks, and the CPU kernels'
+    measured default); any other dtype as given. The same rule on both backends."""
+    if dtype == "auto":
+        return "bfloat16" if gpu else "float32"
+    return dtype
+
+
+def _refuse_other_backends_flags(args: argparse.Namespace) -> None:
+    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
+    if args.backend == "vllm":
+        given = [n for n in TORCH_DEFAULTS if getattr(args, n, None) is not None]
+        if given:
+            raise ConfigError(
+                "; ".join(f"{flag(n)} is the torch engine's, not vLLM's: {VLLM_EQUIVALENT[n]}" for n in given)
+            )
+        return
+    given = [n for n in VLLM_ONLY if getattr(args, n, None) not in (None, False)]
+    if given:
+        raise ConfigError("; ".join(f"{flag(n)} is for --backend vllm: {VLLM_ONLY[n]}" for n in given))
+    for name, default in TORCH_DEFAULTS.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, default)
 
 
 def add_arguments(p: argparse.ArgumentParser, *, positional: bool = True) -> None:
@@ -31,28 +77,37 @@ def add_arguments(p: argparse.ArgumentParser, *, positional: bool = True) -> Non
     p.add_argument("--model", dest="model_flag", default=None, help="the same as the positional model")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--device", default=None, help="torch backend: cpu (default) or cuda[:N]")
+    p.add_argument(
+        "--dtype", default="auto", choices=DTYPES, help="auto (default): bfloat16 on a GPU, float32 on a CPU"
+    )
     p.add_argument(
         "--format",
         dest="prompt_format",
         default=None,
         help="prompt format: chatml, qwen, llama3, xlam (default: detected)",
     )
-    p.add_argument("--max-batch", type=int, default=16, help="sequences decoded together")
-    p.add_argument("--kv-slots", type=int, default=65536, help="KV budget in token slots")
+    p.add_argument(
+        "--max-batch", type=int, default=None, help="torch backend: sequences decoded together (16)"
+    )
+    p.add_argument(
+        "--kv-slots", type=int, default=None, help="torch backend: KV budget in token slots (65536)"
+    )
     p.add_argument(
         "--api-key",
         action="append",
         default=None,
         help="accepted API key (repeatable); each key is its own tenant",
     )
-    p.add_argument("--no-tool-cache", action="store_true", help="plain engine (no O2/O3)")
+    p.add_argument(
+        "--no-tool-cache", action="store_true", help="plain engine: no O2 and no O3 (both backends)"
+    )
     p.add_argument(
         "--decoding",
-        default="off",
+        default=None,
         choices=["off", "unispec", "cast", "both"],
-        help="tree-drafted text decoding (docs/tree-decoding.md); O2 drafts first",
+        help="torch backend: tree-drafted text decoding (docs/tree-decoding.md; default off); "
+        "O2 drafts first",
     )
     p.add_argument(
         "--backend",
@@ -69,7 +124,7 @@ def add_arguments(p: argparse.ArgumentParser, *, positional: bool = True) -> Non
         "--default-max-tokens",
         type=int,
         default=None,
-        help="vllm backend: max_tokens of a request that sets none (default 2048; 0: vLLM's own)",
+        help="vllm backend: max_tokens of a request that sets none (default 256, as on torch; 0: vLLM's own)",
     )
     add_o2_arguments(p)
 
@@ -93,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
     if args.backend == "vllm" and getattr(args, "_argv", None) is not None:
         args = _vllm_args(args)
     args.model = args.model_flag or args.model
+    _refuse_other_backends_flags(args)
     # spectool's own log lines at the chosen level (debug also shows the dependencies' chatter
     # while the model loads, which is hidden otherwise)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
@@ -116,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         app = build_server(
             args.model,
             api_keys=set(args.api_key) if args.api_key else None,
-            dtype=args.dtype,
+            dtype=resolve_dtype(args.dtype, gpu=args.device.startswith("cuda")),
             device=args.device,
             prompt_format=args.prompt_format,
             max_batch=args.max_batch,

@@ -139,7 +139,7 @@ def test_sigterm_to_spectool_serve_stops_the_whole_vllm_process_tree(tmp_path):
 def test_the_setting_for_the_default_max_tokens_is_typed(monkeypatch):
     from spectool.settings import settings
 
-    assert settings().vllm_default_max_tokens == 2048
+    assert settings().vllm_default_max_tokens == 256  # the torch engine's default too
     monkeypatch.setenv("SPECTOOL_VLLM_DEFAULT_MAX_TOKENS", "64")
     assert settings().vllm_default_max_tokens == 64
     monkeypatch.setenv("SPECTOOL_VLLM_DEFAULT_MAX_TOKENS", "lots")

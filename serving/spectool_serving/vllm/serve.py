@@ -35,8 +35,9 @@ PROPOSER = "spectool_serving.vllm.proposer.ToolCacheProposer"
 EXTENSION = "spectool_serving.vllm.worker.ToolCacheWorkerExtension"
 #: ``max_tokens`` of a chat request that sets none, applied by the endpoint plugin (vLLM's own
 #: default, the rest of the context window, let one request run for 13 minutes on CPU); the
-#: default of ``SPECTOOL_VLLM_DEFAULT_MAX_TOKENS``, named here for the help text.
-DEFAULT_MAX_TOKENS = 2048
+#: default of ``SPECTOOL_VLLM_DEFAULT_MAX_TOKENS``, named here for the help text. The torch
+#: engine's default (spectool_serving.requests): one default on both backends.
+DEFAULT_MAX_TOKENS = 256
 
 
 def vllm_python() -> str:
@@ -224,7 +225,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="embedded", help="HF folder/id, a .gguf file, or 'embedded'")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 (float32: lossless checks)")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        help="auto (bfloat16 on a GPU, float32 on a CPU) | float32 | bfloat16 | float16",
+    )
     p.add_argument("--num-draft-tokens", type=int, default=8)
     p.add_argument("--no-o2", action="store_true", help="no tool-cache proposer (--o2 off)")
     add_o2_arguments(p)
@@ -273,11 +278,13 @@ def run(args: argparse.Namespace) -> int:
         check_free(host, port)  # fail in a second, not after converting and loading the model
     choice = o2_choice(args, extra)
     print(f"spectool serve: {choice.reason}", file=sys.stderr, flush=True)
+    from .._serve_cli import resolve_dtype  # here, not at import: the CLI imports this module
+
     cmd = build_command(
         opt("model") or "embedded",
         port=port,
         host=host,
-        dtype=opt("dtype", "auto"),
+        dtype=resolve_dtype(opt("dtype") or "auto", gpu=not _on_cpu(None)),
         num_draft_tokens=opt("num_draft_tokens", 8),
         o2=choice.on,
         eager=not opt("compile"),
@@ -294,6 +301,8 @@ def run(args: argparse.Namespace) -> int:
     env.setdefault("VLLM_LOGGING_LEVEL", level.upper())
     if opt("default_max_tokens") is not None:
         env["SPECTOOL_VLLM_DEFAULT_MAX_TOKENS"] = str(args.default_max_tokens)
+    if opt("no_tool_cache"):
+        env["SPECTOOL_VLLM_O3"] = "0"  # O3 too, as on the torch engine (O2 is off: choice above)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(cmd[0], cmd, env)  # never returns
