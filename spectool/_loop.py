@@ -99,9 +99,12 @@ async def run_agent(
     transcript = [as_dict(m) for m in messages]
     start = time.perf_counter()
     step = _chat_turn if api == "chat" else _responses_turn
+    # one set of create() arguments for every turn: the transcript list grows in place
+    kwargs: dict[str, Any] = {"model": model, "messages" if api == "chat" else "input": transcript}
+    kwargs.update(create_options, **({"stream": True} if stream else {}))
     turns = 0
     while turns < max_turns:
-        done, text, used = await step(client, transcript, model, stream, create_options, max_turns - turns)
+        done, text, used = await step(client, transcript, kwargs, max_turns - turns)
         turns += used
         if done:
             return AgentResult(transcript, text, turns, "answer", time.perf_counter() - start, client.stats())
@@ -109,19 +112,11 @@ async def run_agent(
 
 
 async def _chat_turn(
-    client: SpeculativeOpenAI,
-    transcript: list[dict[str, Any]],
-    model: str,
-    stream: bool,
-    options: dict[str, Any],
-    budget: int,
+    client: SpeculativeOpenAI, transcript: list[dict[str, Any]], kwargs: dict[str, Any], budget: int
 ) -> tuple[bool, str | None, int]:
     """One model call; returns (answered, final text, turns used). Each call an engine
     answered in place (O3) is a turn, as the same call made by the client would be: a response
     holding more than ``budget`` turns is cut where the client's own loop would have stopped."""
-    kwargs: dict[str, Any] = {"model": model, "messages": transcript, **options}
-    if stream:
-        kwargs["stream"] = True
     # The transcript is plain dicts and the options the caller's: the SDK's overloads cannot
     # tell which one applies, so the call goes through as Any (the result is checked below).
     create: Any = client.chat.completions.create
@@ -145,16 +140,8 @@ async def _chat_turn(
 
 
 async def _responses_turn(
-    client: SpeculativeOpenAI,
-    transcript: list[dict[str, Any]],
-    model: str,
-    stream: bool,
-    options: dict[str, Any],
-    budget: int,
+    client: SpeculativeOpenAI, transcript: list[dict[str, Any]], kwargs: dict[str, Any], budget: int
 ) -> tuple[bool, str | None, int]:
-    kwargs: dict[str, Any] = {"model": model, "input": transcript, **options}
-    if stream:
-        kwargs["stream"] = True
     create: Any = client.responses.create
     response = await create(**kwargs)
     if isinstance(response, SpeculativeStream):
