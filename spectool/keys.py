@@ -70,7 +70,7 @@ def _types_of(schema: Mapping[str, Any]) -> list[str]:
     return []
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):
@@ -104,7 +104,7 @@ _TRUE, _FALSE = {"1", "on", "t", "true", "y", "yes"}, {"0", "off", "f", "false",
 def _coerce(value: Any, target: str) -> Any:
     """``value`` as the scalar JSON ``target`` type the way pydantic's lax mode converts it,
     or _NO. Only conversions pydantic certainly makes (and agrees on the result of)."""
-    kind = _json_type(value)
+    kind = json_type(value)
     if kind == target or target in ("array", "object"):
         return value if kind == target else _NO
     if target == "integer":
@@ -171,7 +171,7 @@ def _normalize(value: Any, schema: Mapping[str, Any] | None, root: Mapping[str, 
     slot every valid value has one of the schema's types, this one has none of them).
     """
     options = _options(_resolve(schema, root), root) if schema is not None else []
-    kind = _json_type(value)
+    kind = json_type(value)
     chosen, coerced = None, value
     for option in options:
         if option["type"] == kind:

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..keys import json_type
 from ._common import assistant_calls, message_text
 
 __all__ = ["Candidate", "Evidence", "collect_evidence"]
@@ -198,18 +199,8 @@ def _types(schema: Mapping[str, Any]) -> set[str]:
     if isinstance(t, list):
         return set(t)
     if "enum" in schema:
-        return {type_name(v) for v in schema["enum"]}
+        return {json_type(v) for v in schema["enum"]}
     return set()
-
-
-def type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    return "string" if isinstance(value, str) else "object"
 
 
 def _scalar(raw: str) -> Any:
