@@ -20,7 +20,7 @@ from spectool.drafters._compact import (
 from spectool.testing import KeyValueWorld, call
 from tests.tree_fixtures import tiny_llama_for
 
-from .conftest import fn_tool
+from .conftest import TINY_TUNING, fn_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -271,12 +271,8 @@ def test_tuning_recipe_end_to_end_and_adapter_changes_outputs(tmp_path, smol_tok
         tiny(),
         smol_tokenizer,
         examples,
-        epochs=2,
-        rank=4,
-        lr=5e-2,
-        batch_size=2,
-        log_every=1,
         out=open(tmp_path / "log", "w"),
+        **TINY_TUNING,
     )
     assert report["steps"] == 4 and report["examples"] == 3 and len(report["loss_curve"]) == 4
     assert all(torch.isfinite(torch.tensor(p["loss"])) for p in report["loss_curve"])

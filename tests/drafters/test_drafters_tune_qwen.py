@@ -22,7 +22,7 @@ from spectool.drafters._common import tool_schemas
 from spectool.drafters._compact import COMPACT_FORMAT_VERSION
 from spectool_bench.drafters._prompt_eval import valid
 
-from .conftest import add_tool, tiny_qwen, weather_tool
+from .conftest import TINY_TUNING, add_tool, tiny_qwen, weather_tool
 
 pytest.importorskip("peft")
 
@@ -55,12 +55,8 @@ def test_tuning_recipe_end_to_end_on_the_qwen2_family(tmp_path, qwen_tokenizer) 
         model,
         tok,
         examples,
-        epochs=2,
-        rank=4,
-        lr=5e-2,
-        batch_size=2,
-        log_every=1,
         out=open(tmp_path / "log", "w"),
+        **TINY_TUNING,
     )
     assert report["steps"] == 4 and report["examples"] == 3
     assert all(torch.isfinite(torch.tensor(p["loss"])) for p in report["loss_curve"])
