@@ -23,18 +23,11 @@ from spectool.testing import (
     say,
 )
 
+from .kv_scripts import kv_scripts
+
 pytestmark = pytest.mark.anyio
 KEYS = ["a", "b"]
-calls = st.one_of(
-    st.builds(lambda k: call("get", key=k), st.sampled_from(KEYS)),
-    st.just(call("keys")),
-    st.builds(lambda k, v: call("put", key=k, value=v), st.sampled_from(KEYS), st.sampled_from("xy")),
-    st.builds(lambda k: call("delete", key=k), st.sampled_from(KEYS)),
-    st.builds(lambda a, b: call("add", a=a, b=b), st.integers(0, 2), st.integers(0, 2)),
-)
-scripts = st.lists(st.lists(calls, min_size=1, max_size=4), min_size=1, max_size=3).map(
-    lambda turns: [*turns, say("done")]
-)
+scripts = kv_scripts(KEYS, "xy", 2, max_calls=4, max_turns=3)
 
 
 async def _agent(script, url_or_model, *, eager, drafter=None, api="chat", latency=0.002):

@@ -11,19 +11,12 @@ from hypothesis import strategies as st
 import spectool
 from spectool.testing import KeyValueWorld, ScriptedDrafter, ScriptedModel, call, openai_client, say
 
+from .kv_scripts import kv_scripts
+
 pytestmark = pytest.mark.anyio
 KEYS = ["a", "b", "c"]
 
-calls = st.one_of(
-    st.builds(lambda k: call("get", key=k), st.sampled_from(KEYS)),
-    st.just(call("keys")),
-    st.builds(lambda k, v: call("put", key=k, value=v), st.sampled_from(KEYS), st.sampled_from("xyz")),
-    st.builds(lambda k: call("delete", key=k), st.sampled_from(KEYS)),
-    st.builds(lambda a, b: call("add", a=a, b=b), st.integers(0, 3), st.integers(0, 3)),
-)
-scripts = st.lists(st.lists(calls, min_size=1, max_size=3), min_size=1, max_size=4).map(
-    lambda turns: [*turns, say("done")]
-)
+scripts = kv_scripts(KEYS, "xyz", 3, max_calls=3, max_turns=4)
 
 
 class LookaheadDrafter(ScriptedDrafter):
