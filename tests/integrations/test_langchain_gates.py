@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from langchain_spectool import SpeculativeToolMiddleware
+from langchain_spectool import SpeculativeToolMiddleware, create_agent
 from spectool.testing import ScriptedDrafter
 
 from .test_langchain_middleware import MODEL_LATENCY, SCRIPT, World, oracle
@@ -133,7 +132,8 @@ def test_a_built_graph_with_interrupt_before_tools_runs_nothing_early(mode, gate
     g.add_edge(START, "agent")
     g.add_conditional_edges("agent", tools_condition)
     g.add_edge("tools", "agent")
-    graph = g.compile(checkpointer=InMemorySaver(), interrupt_before=["tools"] if gate else None)
+    # watch(): the wrappers read the compiled graph's interrupt_before (a public attribute)
+    graph = model.watch(g.compile(checkpointer=InMemorySaver(), interrupt_before=["tools"] if gate else None))
     try:
         _invoke(graph, {"messages": [("user", "populations please")]}, mode)
         lookups = [x for x in log if x.startswith("lookup")]
@@ -145,27 +145,33 @@ def test_a_built_graph_with_interrupt_before_tools_runs_nothing_early(mode, gate
         model.close()
 
 
-def test_unreadable_graph_internals_gate_every_tool_and_say_so(monkeypatch, caplog):
-    """If a LangGraph release moves the run internals the gates are read from, no tool runs
-    early (and a WARNING says why) rather than risk running a call a human has not seen.
-    The loop lookup is replaced to stand in for such a release; the run is real."""
+def test_an_agent_whose_middleware_spectool_was_not_told_runs_nothing_early(caplog):
+    """Built with LangChain's own create_agent, spectool does not know what else stands
+    between the model's calls and the tools (a gate may): no tool runs early, no draft is
+    made, and a WARNING says how to tell it. Control: the same agent built with
+    langchain_spectool.create_agent speculates."""
     import logging
 
-    from langchain_spectool import _gates
+    from langchain.agents import create_agent as plain_create_agent
 
-    monkeypatch.setattr(_gates, "_running_loop", lambda configurable: None)
-    monkeypatch.setattr(_gates, "_warned", False)
-    world = World()
-    agent, spec = _agent(world)  # no gate at all
-    try:
-        with caplog.at_level(logging.WARNING, logger="langchain_spectool"):
-            _invoke(agent, INPUT, "sync")
-        assert spec.stats()["admitted"] == 0 and spec.stats()["hits"] == 0
-        warned = [r for r in caplog.records if "approval gates" in r.getMessage()]
-        assert len(warned) == 1
-    finally:
-        spec.close()
-    assert _gates.graph_gates() == frozenset()  # outside a run: nothing to read, nothing gated
+    for told in (False, True):
+        world = World()
+        model = ScriptedChatModel(script=SCRIPT, latency=MODEL_LATENCY)
+        spec = SpeculativeToolMiddleware(ScriptedDrafter(oracle()), draft_timeout=1.0)
+        build = create_agent if told else plain_create_agent
+        agent = build(model, world.tools, middleware=[spec])
+        try:
+            with caplog.at_level(logging.WARNING, logger="langchain_spectool"):
+                _invoke(agent, INPUT, "sync")
+            stats = spec.stats()
+        finally:
+            spec.close()
+        warned = [r for r in caplog.records if "does not know this agent's middleware" in r.getMessage()]
+        if told:
+            assert stats["hits"] + stats["joins"] == 4 and len(warned) == 1  # (the earlier one)
+        else:
+            assert stats["drafts"] == 0 and stats["speculative_started"] == 0 and len(warned) == 1
+            assert len(world.runs("get_stock")) == 3  # each read once, by the model's call
 
 
 def test_a_tool_that_asks_for_approval_with_interrupt_is_never_run_early(mode):

@@ -12,10 +12,9 @@ import threading
 import time
 
 import pytest
-from langchain.agents import create_agent
 from langchain_core.tools import ToolException, tool
 
-from langchain_spectool import SpeculativeToolMiddleware, effect_of, speculable
+from langchain_spectool import SpeculativeToolMiddleware, create_agent, effect_of, speculable
 from langchain_spectool.testing import ScriptedChatModel, call, reply, transcript
 from spectool import Effect
 from spectool.testing import ScriptedDrafter

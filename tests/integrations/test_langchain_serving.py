@@ -10,11 +10,10 @@ import threading
 import time
 
 import pytest
-from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.tools import tool
 
-from langchain_spectool import SpeculativeToolMiddleware, speculable
+from langchain_spectool import SpeculativeToolMiddleware, create_agent, speculable
 from langchain_spectool.testing import transcript
 from spectool import ToolCall
 from spectool.testing import ScriptedDrafter

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 
-from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import HumanMessage, RemoveMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from langchain_spectool import SpeculativeToolMiddleware, speculable
+from langchain_spectool import SpeculativeToolMiddleware, create_agent, speculable
 from langchain_spectool._convert import conversation_key, session_key
 from langchain_spectool.testing import ScriptedChatModel, call, reply, transcript
 from spectool import ToolCall

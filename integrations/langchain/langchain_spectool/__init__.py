@@ -6,6 +6,7 @@
 LangChain tools may run early (every other tool is mutating and never does).
 """
 
+from ._agent import create_agent
 from ._effects import effect_of, speculable
 from ._middleware import SpeculativeToolMiddleware
 from ._wrap import SpeculativeChatModel, SpeculativeTool
@@ -16,6 +17,7 @@ __all__ = [
     "SpeculativeChatModel",
     "SpeculativeTool",
     "SpeculativeToolMiddleware",
+    "create_agent",
     "effect_of",
     "speculable",
 ]

@@ -77,7 +77,9 @@ def speculable(
     except ValueError as exc:
         allowed = ", ".join(e.value for e in Effect)
         raise ToolDefinitionError(f"effect must be one of {allowed}; got {effect!r}") from exc
-    if ttl is not None and ttl <= 0:
+    if not isinstance(scope, str) or not scope:
+        raise ToolDefinitionError(f"scope must be a non-empty string; got {scope!r}")
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
         raise ToolDefinitionError(f"ttl must be positive seconds or None; got {ttl!r}")
     if max_concurrency is not None and max_concurrency < 1:
         raise ToolDefinitionError(f"max_concurrency must be >= 1; got {max_concurrency!r}")
@@ -145,9 +147,9 @@ def _field_names(schema: Any) -> set[str]:
 
 
 def _interrupts(tool: BaseTool) -> bool:
-    from ._gates import calls_interrupt
+    from ._gates import calls_interrupt, marked_interrupting
 
-    return any(
+    return marked_interrupting(tool) or any(
         calls_interrupt(f) for f in (getattr(tool, "func", None), getattr(tool, "coroutine", None)) if f
     )
 

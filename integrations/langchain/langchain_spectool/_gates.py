@@ -1,57 +1,39 @@
-"""Which tools of the running graph sit behind a human approval, read from LangGraph's own
-configuration: a call behind a gate must not run before it is let through.
+"""Tools that ask LangGraph's ``interrupt()`` for a human's answer: they never run early.
 
-* ``HumanInTheLoopMiddleware(interrupt_on={...})`` in the agent: the tools it names (a ``when``
-  policy is not evaluated: the tool is gated as a whole, a draft cannot answer it).
-* ``interrupt_before`` / ``interrupt_after`` on the graph (compile or invoke time): every tool,
-  since a pause anywhere may be the review of the model's calls.
-* A tool whose own body calls LangGraph's ``interrupt()`` (the approval asked inside the
-  tool): found in the function's code, it is gated wherever it runs.
+* A tool whose own body calls ``interrupt`` (by that name, module level or closure, or as
+  ``<module>.interrupt``) is found in its code and gated wherever it runs.
+* A tool that reaches ``interrupt`` another way (through a helper function) is found when it
+  does so while running early: that run is dropped (the model's call runs the tool through
+  LangGraph, where the interrupt works), the tool is gated from then on, and a WARNING says so.
 
-The running graph is reached through LangGraph's run configuration (the loop that scheduled
-this task). Those are LangGraph internals: if they cannot be read inside a run, every tool is
-taken as gated (and a WARNING says so) rather than risk running a call a human has not seen.
+Early runs execute outside the graph's run context, so an ``interrupt()`` there raises
+instead of pausing the graph or reading another node's resume values.
+
+Gates from the agent's middleware (``interrupt_on``, unknown approval middleware,
+``interrupt_before``) are read from the middleware list: see ``_compose``.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Iterator
+import types
+import weakref
 from typing import Any
 
-__all__ = ["ALL", "Gates", "calls_interrupt", "graph_gates", "is_gated"]
+from spectool import SpectoolError
+
+__all__ = ["EarlyInterrupt", "calls_interrupt", "interrupted", "mark_interrupting", "marked_interrupting"]
 
 log = logging.getLogger("langchain_spectool")
 
-ALL = "*"
-#: Tool names behind a gate, or ``ALL``.
-Gates = frozenset[str]
-_warned = False
+# id(tool) -> name, for tools that called interrupt() while running early (entry goes with the tool)
+_INTERRUPTING: dict[int, str] = {}
 
 
-def graph_gates() -> Gates:
-    """The gated tool names of the LangGraph run this is called from (empty outside one)."""
-    try:
-        from langgraph.config import get_config
-
-        configurable = get_config().get("configurable") or {}
-    except (ImportError, RuntimeError):  # not inside a LangGraph run: no graph, no gates
-        return frozenset()
-    loop = _running_loop(configurable)
-    if loop is None:
-        _warn_once()
-        return frozenset({ALL})
-    if getattr(loop, "interrupt_before", None) or getattr(loop, "interrupt_after", None):
-        return frozenset({ALL})
-    names: set[str] = set()
-    for middleware in _hitl_middleware(getattr(loop, "nodes", {}) or {}):
-        names.update(getattr(middleware, "interrupt_on", None) or {})
-    return frozenset(names)
-
-
-def is_gated(gates: Gates, name: str) -> bool:
-    return ALL in gates or name in gates
+class EarlyInterrupt(SpectoolError):
+    """An early run reached ``interrupt()``: its outcome is never served (the model's call
+    runs the tool for real)."""
 
 
 def calls_interrupt(fn: Any) -> bool:
@@ -73,42 +55,46 @@ def calls_interrupt(fn: Any) -> bool:
     )
 
 
-def _running_loop(configurable: dict[str, Any]) -> Any:
-    call = configurable.get("__pregel_call")
-    schedule = getattr(call, "keywords", {}).get("schedule_task") if call is not None else None
-    loop = getattr(schedule, "__self__", None)
-    return loop if loop is not None and hasattr(loop, "nodes") else None
-
-
-def _hitl_middleware(nodes: dict[str, Any]) -> Iterator[Any]:
-    """The HumanInTheLoopMiddleware instances whose hooks are nodes of the graph."""
+def interrupted(exc: BaseException) -> bool:
+    """True when ``exc`` comes out of LangGraph's ``interrupt()`` (a GraphBubbleUp, or the
+    error ``interrupt`` raises outside a graph run), found by the function's own code."""
     try:
-        from langchain.agents.middleware import HumanInTheLoopMiddleware
+        from langgraph.errors import GraphBubbleUp
+        from langgraph.types import interrupt
     except ImportError:
+        return False
+    if isinstance(exc, GraphBubbleUp):
+        return True
+    code = inspect.unwrap(interrupt).__code__
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        tb: types.TracebackType | None = e.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code is code:
+                return True
+            tb = tb.tb_next
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def mark_interrupting(tool: Any) -> None:
+    """``tool`` called interrupt() while running early: gated from now on (WARNING once)."""
+    key = id(tool)
+    if key in _INTERRUPTING:
         return
-    for node in nodes.values():
-        for fn in _callables(getattr(node, "bound", None), depth=0):
-            owner = getattr(fn, "__self__", None)
-            if isinstance(owner, HumanInTheLoopMiddleware):
-                yield owner
+    _INTERRUPTING[key] = tool.name
+    try:
+        weakref.finalize(tool, _INTERRUPTING.pop, key, None)
+    except TypeError:  # not weakly referenceable: kept for the process
+        pass
+    log.warning(
+        "spectool: tool %r called interrupt() while running early; it never runs early from "
+        "now on (declare it with speculable(..., gated=True) to say so up front)",
+        tool.name,
+    )
 
 
-def _callables(runnable: Any, depth: int) -> Iterator[Any]:
-    if runnable is None or depth > 4:
-        return
-    for attr in ("func", "afunc"):
-        fn = getattr(runnable, attr, None)
-        if fn is not None:
-            yield fn
-    for step in getattr(runnable, "steps", None) or ():
-        yield from _callables(step, depth + 1)
-
-
-def _warn_once() -> None:
-    global _warned
-    if not _warned:
-        _warned = True
-        log.warning(
-            "spectool: cannot read this LangGraph run's approval gates (interrupt_on, "
-            "interrupt_before); no tool runs early in it"
-        )
+def marked_interrupting(tool: Any) -> bool:
+    return id(tool) in _INTERRUPTING

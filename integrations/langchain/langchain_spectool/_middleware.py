@@ -15,11 +15,14 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ToolCallRequest
 from langchain_core.tools import BaseTool
 
-from spectool import Drafter, Speculator, SyncSpeculator, ToolSpec, resolve_drafter
+from spectool import ConfigError, Drafter, Speculator, SyncSpeculator, ToolSpec, resolve_drafter
 
+from ._compose import Composition
 from ._convert import draft_messages, draft_tools, session_key, to_spectool_call
 from ._effects import to_tool_spec
-from ._gates import graph_gates, is_gated
+from ._gates import marked_interrupting
+from ._options import check_options
+from ._policy import Plan, PolicyDrafter
 from ._replay import ReplayTool, body_runner
 from ._run_stats import SpectoolState, apublish, publish
 from ._session import Sessions
@@ -30,37 +33,67 @@ log = logging.getLogger("langchain_spectool")
 
 
 def tool_specs(tools: Sequence[Any], *, asynchronous: bool) -> list[ToolSpec]:
-    """spectool specs of the LangChain tools in ``tools`` (provider dict tools skipped); the
-    ones the running graph puts behind an approval are gated (never run early)."""
-    gates = graph_gates()
+    """spectool specs of the LangChain tools in ``tools`` (provider dict tools skipped)."""
     return [
-        to_tool_spec(t, body_runner(t, asynchronous=asynchronous), gated=is_gated(gates, t.name))
-        for t in tools
-        if isinstance(t, BaseTool)
+        to_tool_spec(t, body_runner(t, asynchronous=asynchronous)) for t in tools if isinstance(t, BaseTool)
     ]
+
+
+#: Builds a turn's Plan from the conversation's PolicyDrafter (its unused early runs).
+PlanFor = Callable[[PolicyDrafter], Plan]
+
+
+def _drafting(session: Any, tools: Sequence[Any], plan_for: PlanFor | None) -> bool:
+    """Set this turn's plan on the session's drafter; False when no offered tool may run early
+    (then no draft is made at all: its calls could not be used)."""
+    policy = session.policy
+    if not isinstance(policy, PolicyDrafter):
+        return True  # no drafter: the core makes no drafts anyway
+    plan = plan_for(policy) if plan_for is not None else Plan()
+    plan.blocked = plan.blocked | {
+        t.name for t in tools if isinstance(t, BaseTool) and marked_interrupting(t)
+    }
+    policy.set_plan(plan)
+    for t in tools:
+        spec = session.spec(t.name) if isinstance(t, BaseTool) else None
+        if spec is not None and spec.speculable and not spec.gated and plan.may_run(t.name):
+            return True
+    return False
 
 
 class _Speculation:
     """What the middleware and the wrappers share: options, sessions, the two paths."""
 
     def __init__(self, drafter: Drafter | str | None, options: Mapping[str, Any], max_sessions: int):
+        self.options = check_options(options, max_sessions)
         self.drafter = resolve_drafter(drafter)  # once: one model for every conversation
-        self.options = dict(options)
         self.sessions = Sessions(self._speculator, self._sync_speculator, max_sessions)
 
+    def _policy(self) -> PolicyDrafter | None:
+        # one per conversation: its budgets are the conversation's
+        return PolicyDrafter(self.drafter) if self.drafter is not None else None
+
     def _speculator(self, tools: list[ToolSpec]) -> Speculator:
-        return Speculator(tools, self.drafter, **self.options)
+        return Speculator(tools, self._policy(), **self.options)
 
     def _sync_speculator(self, tools: list[ToolSpec]) -> SyncSpeculator:
-        return SyncSpeculator(tools, self.drafter, **self.options)
+        return SyncSpeculator(tools, self._policy(), **self.options)
 
     # -- sync -------------------------------------------------------------------------------
 
-    def start(self, key: str, messages: Sequence[Any], system: Any, tools: Sequence[Any]) -> Any:
+    def start(
+        self,
+        key: str,
+        messages: Sequence[Any],
+        system: Any,
+        tools: Sequence[Any],
+        plan_for: PlanFor | None = None,
+    ) -> Any:
         """Open the conversation's session and start drafting; None if that failed."""
         try:
             session = self.sessions.open_sync(key, tool_specs(tools, asynchronous=False))
-            session.start_turn(draft_messages(messages, system), draft_tools(tools))
+            if _drafting(session, tools, plan_for):
+                session.start_turn(draft_messages(messages, system), draft_tools(tools))
             return session
         except Exception:  # speculation must never break the main path
             log.warning("spectool: could not start drafts", exc_info=True)
@@ -82,14 +115,23 @@ class _Speculation:
         except Exception:
             log.warning("spectool: cache lookup failed; running the tool", exc_info=True)
             outcome = None
+        _served_early(session, tool, outcome)
         return run(tool if outcome is None else ReplayTool.of(tool, outcome))
 
     # -- async ------------------------------------------------------------------------------
 
-    async def astart(self, key: str, messages: Sequence[Any], system: Any, tools: Sequence[Any]) -> Any:
+    async def astart(
+        self,
+        key: str,
+        messages: Sequence[Any],
+        system: Any,
+        tools: Sequence[Any],
+        plan_for: PlanFor | None = None,
+    ) -> Any:
         try:
             session = await self.sessions.open_async(key, tool_specs(tools, asynchronous=True))
-            session.start_turn(draft_messages(messages, system), draft_tools(tools))
+            if _drafting(session, tools, plan_for):
+                session.start_turn(draft_messages(messages, system), draft_tools(tools))
             return session
         except Exception:
             log.warning("spectool: could not start drafts", exc_info=True)
@@ -114,7 +156,15 @@ class _Speculation:
         except Exception:
             log.warning("spectool: cache lookup failed; running the tool", exc_info=True)
             outcome = None
+        _served_early(session, tool, outcome)
         return await run(tool if outcome is None else ReplayTool.of(tool, outcome))
+
+
+def _served_early(session: Any, tool: BaseTool, outcome: Any) -> None:
+    """An early run served the model's call: the limit middleware counts that call itself."""
+    policy = session.policy
+    if outcome is not None and isinstance(policy, PolicyDrafter):
+        policy.note_served(tool.name)
 
 
 def _end_turn(session: Any) -> None:
@@ -148,6 +198,10 @@ class SpeculativeToolMiddleware(AgentMiddleware):
         samples: λ, drafts per model request.
         draft_timeout: seconds a draft may take before it is abandoned.
         max_sessions: conversations tracked at once (oldest closed first).
+        safe_middleware: middleware instances or classes the user declares safe: they
+            neither stop, edit, count nor repeat a tool call (by default a middleware
+            spectool does not know that overrides ``wrap_tool_call`` or ``after_model`` gates
+            every tool).
         **options: passed to spectool's ``Speculator`` / ``ToolCache`` (``max_concurrency``,
             ``capacity``, ``ttl``, ``max_proposals``).
     """
@@ -159,11 +213,62 @@ class SpeculativeToolMiddleware(AgentMiddleware):
         samples: int = 3,
         draft_timeout: float = 5.0,
         max_sessions: int = 64,
+        safe_middleware: Sequence[Any] = (),
         **options: Any,
     ) -> None:
         super().__init__()
         options = {"samples": samples, "draft_timeout": draft_timeout, **options}
         self._spec = _Speculation(drafter, options, max_sessions)
+        self._safe = list(safe_middleware)
+        self._middleware: list[Any] | None = None
+        self._composition: Composition | None = None
+        self._warned = False
+
+    def compose(
+        self, middleware: Sequence[Any], *, interrupt_before: Any = None, interrupt_after: Any = None
+    ) -> list[Any]:
+        """Tell spectool the agent's middleware list (this middleware among it) and its
+        ``interrupt_before`` / ``interrupt_after``; returns the list, for ``create_agent``.
+        ``langchain_spectool.create_agent`` calls it; without it no tool runs early (spectool
+        cannot know what stands between the model's calls and the tools)."""
+        middleware = list(middleware)
+        if self._middleware is not None and [id(m) for m in middleware] != [id(m) for m in self._middleware]:
+            raise ConfigError(
+                "this SpeculativeToolMiddleware is already part of another agent; use one per agent"
+            )
+        self._middleware = middleware
+        self._composition = Composition.of(
+            middleware,
+            owner=self,
+            safe=self._safe,
+            interrupt_before=interrupt_before,
+            interrupt_after=interrupt_after,
+        )
+        if self._composition.gated:
+            log.info(
+                "spectool: tools gated by the agent's middleware: %s", "; ".join(self._composition.reasons)
+            )
+        return middleware
+
+    def _plan_for(self, state: Any) -> PlanFor:
+        composition = self._composition
+        if composition is None:
+            composition = Composition.unknown()
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "spectool: SpeculativeToolMiddleware does not know this agent's middleware, so no "
+                    "tool runs early: build the agent with langchain_spectool.create_agent(...) or "
+                    "pass middleware=spectool_middleware.compose([...])"
+                )
+
+        def plan(policy: PolicyDrafter) -> Plan:
+            allowance = [
+                lim.remaining(state) - policy.unused(i) for i, lim in enumerate(composition.limiters)
+            ]
+            return Plan(allowance=allowance, composition=composition)
+
+        return plan
 
     #: the run's own counters land in the agent state under ``spectool`` (see ``_run_stats``)
     state_schema = SpectoolState
@@ -182,7 +287,8 @@ class SpeculativeToolMiddleware(AgentMiddleware):
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Any]) -> Any:
         key = session_key(_messages(request.state) or request.messages)
-        session = self._spec.start(key, request.messages, request.system_message, request.tools)
+        plan = self._plan_for(request.state)
+        session = self._spec.start(key, request.messages, request.system_message, request.tools, plan)
         try:
             return handler(request)
         finally:
@@ -192,7 +298,8 @@ class SpeculativeToolMiddleware(AgentMiddleware):
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[Any]]
     ) -> Any:
         key = session_key(_messages(request.state) or request.messages)
-        session = await self._spec.astart(key, request.messages, request.system_message, request.tools)
+        plan = self._plan_for(request.state)
+        session = await self._spec.astart(key, request.messages, request.system_message, request.tools, plan)
         try:
             return await handler(request)
         finally:

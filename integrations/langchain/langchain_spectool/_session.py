@@ -46,6 +46,33 @@ class _Session:
     """What both session kinds share: ``core`` is a Speculator or a SyncSpeculator."""
 
     core: Any
+    _speculator: Any
+    _failed: list[Outcome]
+    _failed_ids: list[str]
+
+    def _retried(self, call: ToolCall) -> bool:
+        """The same call (its id) was served a recorded failure already: a retry runs it for
+        real, and the cache is not asked again (so it counts no second hit)."""
+        return call.id is not None and call.id in self._failed_ids
+
+    def _once(self, call: ToolCall, outcome: Outcome | None) -> Outcome | None:
+        """A recorded early failure is served at most once: asked again (a retry), the call
+        runs for real. (A pure tool's entry stays in the cache; its error must not.)"""
+        if outcome is None or outcome.error is None:
+            return outcome
+        if any(o is outcome for o in self._failed):
+            return None
+        self._failed.append(outcome)
+        del self._failed[:-64]
+        if call.id is not None:
+            self._failed_ids.append(call.id)
+            del self._failed_ids[:-64]
+        return outcome
+
+    @property
+    def policy(self) -> Any:
+        """The conversation's PolicyDrafter (None without a drafter)."""
+        return self._speculator.drafter
 
     @contextmanager
     def mutating(self, scope: str) -> Iterator[None]:
@@ -65,7 +92,10 @@ class SyncSession(_Session):
 
     def __init__(self, core: SyncSpeculator) -> None:
         self.core = core.open()
+        self._speculator = core.speculator
         self._turn: Turn | None = None
+        self._failed = []
+        self._failed_ids = []
 
     def spec(self, name: str) -> ToolSpec | None:
         return _spec(self.core.speculator, name)
@@ -79,7 +109,9 @@ class SyncSession(_Session):
             self.core.cancel_turn(turn)  # the model answered: late drafts are moot
 
     def lookup(self, call: ToolCall) -> Outcome | None:
-        return _served(self.core.lookup(call))
+        if self._retried(call):
+            return None
+        return self._once(call, _served(self.core.lookup(call)))
 
     def close(self) -> None:
         self.core.close()
@@ -90,6 +122,9 @@ class AsyncSession(_Session):
 
     def __init__(self, core: Speculator) -> None:
         self.core = core
+        self._speculator = core
+        self._failed = []
+        self._failed_ids = []
         self.loop: asyncio.AbstractEventLoop | None = None
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -131,7 +166,9 @@ class AsyncSession(_Session):
             turn.cancel()
 
     async def lookup(self, call: ToolCall) -> Outcome | None:
-        return _served(await self.core.lookup(call))
+        if self._retried(call):
+            return None
+        return self._once(call, _served(await self.core.lookup(call)))
 
     async def aclose(self) -> None:
         if self._task is not None and not self._task.done():

@@ -33,10 +33,12 @@ from pydantic import ConfigDict, PrivateAttr
 
 from spectool import Drafter
 
+from ._compose import Composition
 from ._convert import session_key
 from ._effects import copy_declaration, has_injected_args
 from ._fields import stand_in_fields
 from ._middleware import _end_turn, _Speculation
+from ._policy import Plan
 
 __all__ = ["SpeculativeChatModel", "SpeculativeTool"]
 
@@ -87,6 +89,7 @@ class SpeculativeChatModel(BaseChatModel):
     _spec: _Speculation = PrivateAttr()
     _owners: _Owners = PrivateAttr(default_factory=_Owners)
     _tools: dict[str, BaseTool] = PrivateAttr(default_factory=dict)
+    _composition: Composition = PrivateAttr(default_factory=Composition)
 
     def model_post_init(self, context: Any) -> None:
         options = {"samples": self.samples, "draft_timeout": self.draft_timeout}
@@ -116,6 +119,18 @@ class SpeculativeChatModel(BaseChatModel):
             wrapped.append(SpeculativeTool.around(t, self))
         return wrapped
 
+    def watch(self, graph: Any) -> Any:
+        """Tell the wrappers the compiled graph they run in; returns it. A graph compiled with
+        ``interrupt_before`` / ``interrupt_after`` pauses before (or after) a node that may be
+        the review of the model's calls: no tool runs early in it."""
+        before = getattr(graph, "interrupt_before_nodes", None)
+        after = getattr(graph, "interrupt_after_nodes", None)
+        self._composition = Composition.of((), interrupt_before=before, interrupt_after=after)
+        return graph
+
+    def _plan(self, policy: Any) -> Plan:
+        return Plan(composition=self._composition)
+
     def stats(self) -> dict[str, Any]:
         """spectool's counters summed over every conversation so far."""
         return self._spec.sessions.stats()
@@ -135,7 +150,7 @@ class SpeculativeChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
     ) -> ChatResult:
         key = session_key(messages)
-        session = self._spec.start(key, messages, None, list(self._tools.values()))
+        session = self._spec.start(key, messages, None, list(self._tools.values()), self._plan)
         try:
             result = self.model._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
         finally:
@@ -147,7 +162,7 @@ class SpeculativeChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
     ) -> ChatResult:
         key = session_key(messages)
-        session = await self._spec.astart(key, messages, None, list(self._tools.values()))
+        session = await self._spec.astart(key, messages, None, list(self._tools.values()), self._plan)
         try:
             result = await self.model._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
         finally:
@@ -162,7 +177,7 @@ class SpeculativeChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
     ) -> Iterator[Any]:
         key = session_key(messages)
-        session = self._spec.start(key, messages, None, list(self._tools.values()))
+        session = self._spec.start(key, messages, None, list(self._tools.values()), self._plan)
         try:
             for chunk in self.model._stream(messages, stop=stop, run_manager=run_manager, **kwargs):
                 self._owners.note_chunk(chunk, key)
@@ -174,7 +189,7 @@ class SpeculativeChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
         key = session_key(messages)
-        session = await self._spec.astart(key, messages, None, list(self._tools.values()))
+        session = await self._spec.astart(key, messages, None, list(self._tools.values()), self._plan)
         try:
             async for chunk in self.model._astream(messages, stop=stop, run_manager=run_manager, **kwargs):
                 self._owners.note_chunk(chunk, key)
