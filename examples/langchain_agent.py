@@ -15,10 +15,9 @@ import asyncio
 import statistics
 import time
 
-from langchain.agents import create_agent
 from langchain_core.tools import tool
 
-from langchain_spectool import SpeculativeToolMiddleware, speculable
+from langchain_spectool import SpeculativeToolMiddleware, create_agent, speculable
 from langchain_spectool.testing import ScriptedChatModel, call, reply, transcript
 
 PRICES = {"AAPL": 227.5, "NVDA": 131.2, "MSFT": 441.0}

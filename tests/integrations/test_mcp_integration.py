@@ -227,11 +227,10 @@ def test_toolcall_keys_use_the_servers_schema() -> None:
 async def test_create_agent_with_adapters_tools_speculates(tmp_path: Path) -> None:
     """MCP tools loaded by langchain-mcp-adapters, declared, run by a create_agent agent with
     the middleware: read-only calls run early, the transcript is unchanged."""
-    from langchain.agents import create_agent
     from langchain_mcp_adapters.tools import load_mcp_tools
     from spectool_mcp.langchain import declare_mcp_tools
 
-    from langchain_spectool import SpeculativeToolMiddleware
+    from langchain_spectool import SpeculativeToolMiddleware, create_agent
     from langchain_spectool.testing import ScriptedChatModel, reply, transcript
     from langchain_spectool.testing import call as lc_call
 
