@@ -103,6 +103,7 @@ def smol():
 
 
 @pytest.mark.model
+@pytest.mark.timeout(120)  # the real model: a budget, well under the suite-wide 600 s
 @pytest.mark.anyio
 async def test_sampled_rows_give_lambda_valid_calls_off_the_event_loop(smol):
     options = LocalDrafterOptions(
@@ -134,6 +135,7 @@ async def test_sampled_rows_give_lambda_valid_calls_off_the_event_loop(smol):
 
 
 @pytest.mark.model
+@pytest.mark.timeout(120)  # the real model: a budget, well under the suite-wide 600 s
 @pytest.mark.anyio
 async def test_unconstrained_output_is_filtered_to_offered_tools(smol, monkeypatch):
     drafter = LocalDrafter(None, LocalDrafterOptions(constrained=False, max_new_tokens=24, dtype="float32"))
@@ -152,6 +154,7 @@ async def test_unconstrained_output_is_filtered_to_offered_tools(smol, monkeypat
 
 
 @pytest.mark.model
+@pytest.mark.timeout(120)  # the real model: a budget, well under the suite-wide 600 s
 @pytest.mark.anyio
 async def test_cancellation_returns_at_once_and_stops_the_worker(smol):
     drafter = LocalDrafter(None, LocalDrafterOptions(max_new_tokens=400, max_calls=3, dtype="float32"))
@@ -171,6 +174,7 @@ async def test_cancellation_returns_at_once_and_stops_the_worker(smol):
 
 
 @pytest.mark.model
+@pytest.mark.timeout(120)  # the real model: a budget, well under the suite-wide 600 s
 @pytest.mark.anyio
 async def test_int8_drafter_quantizes_every_linear_layer_and_still_drafts_valid_calls():
     import torch
