@@ -38,12 +38,15 @@ from ._evidence import Evidence, collect_evidence
 from ._flows import value_tag
 from ._history import _fan_out, _latest_user_text, _session_key, _tag, _trailing_run, _words
 from ._patterns import Patterns, mentioned_records, mine
-from ._plan import events_of, plan_scores
+from ._plan import events_of, own_plan, plan_scores
+from ._records import record_fillings
 from ._shapes import spans
 from ._values import RULES, ValueContext, rank_values
 
 __all__ = ["LearningDrafter", "learning_drafter"]
 
+#: calls of a tool seen filled from one record before its calls are filled record by record
+MIN_RECORD_USES = 2
 #: data-flow sources below this share of a parameter's uses are not offered as candidates
 MIN_SHARE = 0.1
 
@@ -167,11 +170,15 @@ class LearningDrafter:
         for name in ranked:
             if len(per_tool) >= need:
                 break
+            walked, lead = self._record_calls(name, tools[name]["parameters"], messages)
             fills = [
                 f
                 for f in self._fillings(name, tools[name]["parameters"], evidence, ctx)
                 if _tag(f) not in done
             ]
+            # records first where most calls were filled from one; else after the best filling
+            fills = walked + fills if lead else fills[:1] + walked + fills[1:]
+            fills = [f for i, f in enumerate(fills) if f not in fills[:i]]
             if fills:
                 per_tool.append(fills[: self.variants])
         parallel = (
@@ -197,7 +204,8 @@ class LearningDrafter:
         self, messages: Sequence[Mapping[str, Any]], tools: Mapping[str, Any], turn_start: bool
     ) -> list[str]:
         """Offered tools by plan score plus the request's words, best first; ties by name."""
-        scores = plan_scores(self.patterns, events_of(messages)) if self.plan else {}
+        events = events_of(messages)
+        scores = plan_scores(self.patterns, events, own=own_plan(events)) if self.plan else {}
         words = _words(_latest_user_text(messages))
         weight = 3.0 if turn_start else 1.0
         if scores:
@@ -208,6 +216,22 @@ class LearningDrafter:
             if words and tool_words:
                 out[name] = out.get(name, 0.0) + weight * len(words & tool_words) / len(tool_words)
         return sorted((n for n in tools if out.get(n, 0) > 0), key=lambda n: (-out[n], n))
+
+    def _record_calls(
+        self, name: str, params: Mapping[str, Any], messages: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[ToolCall], bool]:
+        """Fillings of ``name`` record by record (:mod:`._records`) where its calls were filled
+        from one output record at least :data:`MIN_RECORD_USES` times, and whether they were
+        in most calls (then the records lead)."""
+        seen = self.patterns.records.get((name, ""))
+        if "record" not in self.rules or not seen or seen[True] < MIN_RECORD_USES:
+            return [], False
+        fields = {
+            p: [src[2] for src, _ in _sources(self.patterns, name, p) if src[0] == "out"]
+            for p in (params.get("properties") or {})
+        }
+        found = record_fillings(name, params, messages, fields, self.variants)
+        return [ToolCall(name, args) for args in found], seen[True] >= seen[False]
 
     def _fillings(
         self, name: str, params: Mapping[str, Any], evidence: Evidence, ctx: ValueContext

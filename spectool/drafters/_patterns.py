@@ -26,6 +26,7 @@ from typing import Any
 
 from ._common import assistant_calls, message_text
 from ._flows import Source, output_fields, value_tag
+from ._records import MAX_RECORDS, records_of
 from ._shapes import anchors, shape
 
 __all__ = ["CONTEXT", "Patterns", "event", "mentioned_records", "mine", "outcome"]
@@ -65,6 +66,8 @@ class Patterns:
     shapes: dict[Key, Counter[str]] = field(default_factory=dict)
     anchors: dict[Key, Counter[str]] = field(default_factory=dict)
     linked: dict[Key, Counter[bool]] = field(default_factory=dict)
+    #: per (tool, ""): whether a call's arguments (two or more) all came from one output record
+    records: dict[Key, Counter[bool]] = field(default_factory=dict)
     sessions: int = 0
 
     def add(self, other: Patterns, sign: int = 1) -> None:
@@ -75,6 +78,7 @@ class Patterns:
             (self.shapes, other.shapes),
             (self.anchors, other.anchors),
             (self.linked, other.linked),
+            (self.records, other.records),
         ):
             for key, counts in theirs.items():  # type: ignore[attr-defined]
                 held = mine_.setdefault(key, Counter())  # type: ignore[attr-defined]
@@ -92,7 +96,7 @@ class Patterns:
 
     def size(self) -> int:
         """Counted entries in all: what memory grows with."""
-        tables = (self.plan, self.flows, self.shapes, self.anchors, self.linked)
+        tables = (self.plan, self.flows, self.shapes, self.anchors, self.linked, self.records)
         return len(self.uses) + sum(len(c) for t in tables for c in t.values())  # type: ignore[attr-defined]
 
     def to_json(self) -> dict[str, Any]:
@@ -108,6 +112,7 @@ class Patterns:
             "shapes": dump(self.shapes),
             "anchors": dump(self.anchors),
             "linked": dump(self.linked),
+            "records": dump(self.records),
             "uses": [[list(k), n] for k, n in self.uses.items()],
             "sessions": self.sessions,
         }
@@ -123,6 +128,7 @@ class Patterns:
             shapes=load(data.get("shapes")),
             anchors=load(data.get("anchors")),
             linked=load(data.get("linked"), bool),
+            records=load(data.get("records"), bool),
             uses=Counter({tuple(k): int(n) for k, n in data.get("uses") or ()}),  # type: ignore[misc]
             sessions=int(data.get("sessions") or 0),
         )
@@ -171,6 +177,7 @@ def mine(messages: Sequence[Mapping[str, Any]]) -> Patterns:
     user_text = ""
     pending: dict[str, str] = {}  # tool_call_id -> tool name
     calls = 0
+    records: list[set[str]] = []  # value tags of each output record read so far
     for m in messages:
         role = m.get("role")
         if role == "user":
@@ -184,6 +191,9 @@ def mine(messages: Sequence[Mapping[str, Any]]) -> Patterns:
                 for k in range(min(CONTEXT, len(events)) + 1):
                     p.plan.setdefault(tuple(events[len(events) - k :]), Counter())[call.name] += 1
                 _observe(p, call.name, call.arguments, seen, linked, user_text)
+                if len(call.arguments) >= 2:
+                    tags = {value_tag(v) for v in call.arguments.values()}
+                    p.records.setdefault((call.name, ""), Counter())[any(tags <= r for r in records)] += 1
                 for k, v in call.arguments.items():
                     seen.setdefault(value_tag(v), set()).add(("arg", call.name, str(k)))
                 pending[str(call.id)] = call.name
@@ -199,6 +209,8 @@ def mine(messages: Sequence[Mapping[str, Any]]) -> Patterns:
             for k, v in output_fields(content):
                 seen.setdefault(value_tag(v), set()).add(("out", tool, k))
             linked |= mentioned_records(content, user_text)
+            records.extend({value_tag(v) for v in r.values()} for r in records_of(content))
+            del records[:-MAX_RECORDS]
     return p
 
 

@@ -12,14 +12,14 @@ not, and an error predicts the retry the agent makes after errors.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._common import assistant_calls
 from ._patterns import CONTEXT, USER, Patterns, event, outcome
 
-__all__ = ["events_of", "plan_scores"]
+__all__ = ["events_of", "own_plan", "plan_scores"]
 
 
 def events_of(messages: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -41,14 +41,35 @@ def events_of(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     return events
 
 
+def own_plan(events: Sequence[str], context: int = CONTEXT) -> dict[tuple[str, ...], Counter[str]]:
+    """The conversation's own plan counts so far: an agent that searched three times in a row
+    searches again more often than the other sessions say."""
+    plan: dict[tuple[str, ...], Counter[str]] = {}
+    for i, ev in enumerate(events):
+        if ev == USER:
+            continue
+        name = ev.split("!", 1)[0]
+        for k in range(min(context, i) + 1):
+            plan.setdefault(tuple(events[i - k : i]), Counter())[name] += 1
+    return plan
+
+
 def plan_scores(
-    patterns: Patterns, events: Sequence[str], context: int = CONTEXT, backoff: float = 0.4
+    patterns: Patterns,
+    events: Sequence[str],
+    context: int = CONTEXT,
+    backoff: float = 0.4,
+    own: Mapping[tuple[str, ...], Counter[str]] | None = None,
 ) -> dict[str, float]:
-    """Tool -> score: the share of each context's next tools, longest context seen first."""
+    """Tool -> score: the share of each context's next tools, longest context seen first.
+    ``own``: the conversation's own counts (:func:`own_plan`), added to the mined ones."""
     scores: dict[str, float] = defaultdict(float)
     weight = 1.0
     for k in range(min(context, len(events)), -1, -1):
-        nexts = patterns.plan.get(tuple(events[len(events) - k :]))
+        tail = tuple(events[len(events) - k :])
+        nexts = patterns.plan.get(tail)
+        if own and tail in own:
+            nexts = (nexts or Counter()) + own[tail]
         if not nexts:
             continue
         total = sum(nexts.values())

@@ -32,7 +32,8 @@ from ._shapes import anchors, shape, spans
 
 __all__ = ["MIN_SEEN", "RULES", "ValueContext", "rank_values"]
 
-RULES = frozenset({"used", "shape", "anchor", "linked"})
+#: the value rules; "record" is applied by the drafter (:mod:`._records`), before these
+RULES = frozenset({"used", "shape", "anchor", "linked", "record"})
 #: values of a parameter seen before its shapes are trusted to drop a candidate
 MIN_SEEN = 3
 
