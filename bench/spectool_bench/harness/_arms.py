@@ -75,8 +75,7 @@ def _drafter(plan: Plan, name: str) -> tuple[Callable[[], Any], str]:
             lambda: drafters.EndpointDrafter(model=plan.drafter_model, base_url=plan.drafter_base_url)
         ), f"endpoint({plan.drafter_model})"
     raise ConfigError(
-        f"unknown drafter {name!r} (oracle, history, mined, learning, learning+train, local, tuned, "
-        "endpoint)"
+        f"unknown drafter {name!r} (oracle, history, mined, learning, learning+train, local, tuned, endpoint)"
     )
 
 

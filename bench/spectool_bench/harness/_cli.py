@@ -161,8 +161,12 @@ def build_plans(args: argparse.Namespace) -> list:
         bfcl, tau2 = long_plans()
         if getattr(args, "domains", None):
             tau2 = replace(tau2, categories=_tau2_categories(args))
-        halves = {"bfcl": [bfcl], "tau2": [tau2]}.get(getattr(args, "workload", None) or "", [bfcl, tau2])
-        return [build_plan(args, plan) for plan in halves]
+        # --categories names BFCL's half, --domains τ²'s
+        halves = [
+            build_plan(args, bfcl),
+            build_plan(argparse.Namespace(**{**vars(args), "categories": None}), tau2),
+        ]
+        return {"bfcl": halves[:1], "tau2": halves[1:]}.get(getattr(args, "workload", None) or "", halves)
     if args.full or args.validate or args.main is not None or getattr(args, "workload", None):
         return [build_plan(args)]
     return [build_plan(args), build_plan(args, tau2_plan()), quick_plan()]

@@ -15,6 +15,7 @@ __all__ = [
     "full_plan",
     "headline_drafters",
     "headline_plan",
+    "long_plans",
     "quick_plan",
     "replay_plan",
     "tau2_plan",
@@ -25,7 +26,7 @@ __all__ = [
 @dataclass
 class Plan:
     categories: tuple[str, ...] = ("multi_turn_base",)
-    tasks_per_agent: int = 1
+    tasks_per_agent: int = 1  # 0: every selected task, in order (one pass)
     agents: tuple[int, ...] = (1, 4)
     latencies: tuple[float, ...] = (0.5, 1.5)
     latency_cv: float = 0.2
@@ -115,7 +116,7 @@ def headline_plan() -> Plan:
     return Plan(
         main="replay",
         model="replay",
-        categories=("simple_python", "multiple", "parallel", "live_simple"),
+        categories=HEADLINE_CATEGORIES,
         split="test",
         tasks_per_category=2,
         agents=(1,),
@@ -134,9 +135,10 @@ def tau2_plan() -> Plan:
     """The main job's τ² section: airline and retail test tasks (τ²'s own split), gold actions
     replayed one call per response on the domain's real database, READ tools speculable.
 
-    The drafter is mined (the history drafter seeded with patterns mined from the train split's
-    replays, e.g. user → their reservations) at λ = 1, beside eager dispatch alone: more tasks
-    for fewer arms (history predicts almost nothing here: ``--drafters history,mined``). A τ² task
+    The drafter is the best mining one: the learning drafter primed with the train split's
+    replays (plan context and value selection; it goes on learning from the tasks it drafts for)
+    at λ = 1, beside eager dispatch alone: more tasks for fewer arms (history predicts almost
+    nothing here; ``--drafters history,mined,learning+train`` compares them). A τ² task
     makes 3–5 calls, so the replay's clock is a fast hosted model's (0.1 s per request, output at
     120 tok/s: G ≈ 0.3 s per call step, T ≈ G), stated in the output; the drafter's g (ms) is
     the same real time either way."""
@@ -145,13 +147,54 @@ def tau2_plan() -> Plan:
         categories=("tau2_airline", "tau2_retail"),
         tasks_per_category=6,
         tasks_per_agent=12,
-        drafters=("mined",),
+        drafters=("learning+train",),
         samples=(1,),
         rates=TokenRates(prefill_tok_s=16000.0, decode_tok_s=120.0, overhead_s=0.1),
         timeline=False,
         title="τ²-bench: airline + retail test tasks (τ²'s split), real tools and database, replay model",
         section="tau2",
     )
+
+
+#: the BFCL categories of the headline and of the long run (their content-clean test split)
+HEADLINE_CATEGORIES = ("simple_python", "multiple", "parallel", "live_simple")
+
+
+def long_drafters() -> tuple[str, ...]:
+    """The long run's drafter arms: the training-free history drafter, the learning drafter primed
+    on the train split (the best mining drafter), and the best model drafter — ``tuned`` where its
+    adapter is shipped, else the untuned ``local``."""
+    return ("history", "learning+train", headline_drafters()[1])
+
+
+def long_plans() -> list[Plan]:
+    """``--long``: the main job's two replay sections at a size that separates drafters.
+
+    BFCL: the first 16 test-split tasks of each headline category (64 content-clean tasks);
+    τ²: every airline and retail test task with a gold call (τ²'s split). Same clocks as the
+    main job, one agent, T ≈ G, λ = 1, eager dispatch on; arms: baseline, eager dispatch alone,
+    ``history``, the learning drafter primed on the train split and the best model drafter
+    (:func:`long_drafters`). ≈ 40 min on 2 quiet cores; ``--tasks-per-category N`` makes it
+    smaller, ``--drafters`` adds arms (``mined``, ``learning`` from nothing)."""
+    bfcl = replace(
+        headline_plan(),
+        tasks_per_category=16,
+        tasks_per_agent=0,
+        samples=(1,),
+        drafters=long_drafters(),
+        timeline=False,
+        title="Long run: BFCL test split (64 tasks), replay main model (T ≈ G)",
+        section="long_bfcl",
+    )
+    tau2 = replace(
+        tau2_plan(),
+        tasks_per_category=None,
+        tasks_per_agent=0,
+        drafters=long_drafters(),
+        title="Long run: τ²-bench, every airline + retail test task, real tools and database",
+        section="long_tau2",
+    )
+    return [bfcl, tau2]
 
 
 def replay_plan() -> Plan:

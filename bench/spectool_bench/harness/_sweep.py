@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import anyio
@@ -107,13 +107,18 @@ def expected_call_G(tasks: list, rates: TokenRates) -> float:
 
 
 def _warm_up(tasks: list) -> None:
-    """Pay one-time costs (imports of the BFCL classes and the client core) before any timed run,
-    so the first baseline of a sweep is not charged for them."""
+    """Pay one-time costs (imports of the BFCL classes, a τ² domain's database, the client core)
+    before any timed run, so the first baseline of a sweep is not charged for them. One world per
+    kind: a τ² world costs ≈ 0.5 s of CPU to build and its domain loads once, so building one per
+    task (as this once did) only added seconds to a τ² section."""
     from spectool import speculative  # noqa: F401
 
     from ._workloads import open_world
 
+    kinds = {}
     for t in tasks:
+        kinds.setdefault((t.category, tuple(t.classes or ())), t)
+    for t in kinds.values():
         open_world(t)
 
 
@@ -233,6 +238,10 @@ class _Cell:
 
 async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibration: Any) -> dict[str, Any]:
     tasks = _select_tasks(plan)
+    if plan.tasks_per_agent == 0:  # every selected task once, shared out between the agents
+        plan = replace(plan, tasks_per_agent=-(-len(tasks) // max(plan.agents)))
+    if progress:
+        sys.stderr.write(f"{plan.title or plan.section}: {len(tasks)} tasks\n")
     replay = ReplayModel(tasks, plan.rates) if plan.main == "replay" else None
     make_client = _make_client(plan, replay, base_url)
     truth_client = (
@@ -240,6 +249,10 @@ async def _run_plan(plan: Plan, progress: bool, base_url: str | None, calibratio
     )
     _warm_up(tasks[: max(plan.agents) * plan.tasks_per_agent])
     await _warm_main(make_client, plan, tasks[0])
+    if progress and plan.drafters:
+        sys.stderr.write(
+            f"warming the drafters ({', '.join(plan.drafters)}; mined ones read the train split)…\n"
+        )
     await warm_drafters(plan, tasks)
     bar = Progress(_expected_steps(plan, tasks), progress)
     main_label = _main_label(plan, tasks)
