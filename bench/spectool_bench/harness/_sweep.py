@@ -115,7 +115,7 @@ def _warm_up(tasks: list) -> None:
 
     from ._workloads import open_world
 
-    kinds = {}
+    kinds: dict[tuple[str, tuple[str, ...]], Any] = {}
     for t in tasks:
         kinds.setdefault((t.category, tuple(t.classes or ())), t)
     for t in kinds.values():
