@@ -4,14 +4,36 @@ from an internal class, or an AttributeError on the first request)."""
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
+import numbers
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["check_client", "check_options", "option_names"]
+__all__ = ["check_client", "check_options", "did_you_mean", "option_names"]
+
+
+def did_you_mean(word: object, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to a mistyped ``word``, or ''."""
+    if not isinstance(word, str):
+        return ""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+#: the session options whose values are checked here: a test, and what it asks for
+_VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "ttl": (lambda v: v is None or (_number(v) and v >= 0), "None or a number of seconds >= 0"),
+    "capacity": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an int >= 1"),
+    "max_concurrency": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an int >= 1"),
+}
 
 
 @functools.cache
@@ -32,10 +54,11 @@ def check_options(options: Mapping[str, Any], where: str, *accepting: Callable[.
     valid = option_names(*accepting)
     unknown = sorted(set(options) - valid)
     if unknown:
-        raise ConfigError(
-            f"{where}: unknown option(s) {', '.join(map(repr, unknown))}; "
-            f"valid options: {', '.join(sorted(valid))}"
-        )
+        named = ", ".join(f"{u!r}{did_you_mean(u, valid)}" for u in unknown)
+        raise ConfigError(f"{where}: unknown option(s) {named}; valid options: {', '.join(sorted(valid))}")
+    for name, (ok, wanted) in _VALUES.items():
+        if name in options and not ok(options[name]):
+            raise ConfigError(f"{where}: {name} must be {wanted}, got {options[name]!r}")
 
 
 def _describe(obj: Any) -> str:

@@ -51,6 +51,19 @@ class DraftCounters:
         return asdict(self)
 
 
+def _never_early(spec: ToolSpec, cache: ToolCache) -> str:
+    """Why ``spec`` never runs early in a session with ``cache`` ('' if it may)."""
+    if not spec.declared:
+        return "not declared, so mutating: declare it with @spectool.tool(effect=...)"
+    if spec.gated:
+        return "gated"
+    if not spec.speculable:
+        return spec.effect.value
+    if spec.external and not cache.speculate_external:
+        return "external: the session has speculate_external=False"
+    return ""
+
+
 def chat_tools(tools: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Tool entries in Chat Completions shape (Responses' flat function tools converted)."""
     out = []
@@ -166,6 +179,14 @@ class Speculator:
 
     async def __aenter__(self) -> Speculator:
         await self.cache.__aenter__()
+        quiet = [f"{spec.name} ({why})" for spec in self.toolbox if (why := _never_early(spec, self.cache))]
+        if quiet:  # once per session: an undeclared tool is otherwise silently never speculated
+            log.info(
+                "%d of %d tools never run early in this session: %s",
+                len(quiet),
+                len(self.toolbox),
+                "; ".join(quiet),
+            )
         return self
 
     async def __aexit__(self, *exc: Any) -> bool | None:
@@ -265,14 +286,15 @@ class Speculator:
         (drafts are best effort, but a drafter that never works should not pass unnoticed)."""
         self.draft_counters.draft_errors += 1
         if _first_failure(self.drafter):
+            # one line (a log viewer's row); the traceback is at DEBUG
             log.warning(
                 "drafter %s failed (%s: %s); speculation goes on without its drafts, "
                 "later failures are counted in draft_errors and logged at DEBUG",
                 type(self.drafter).__name__,
                 type(exc).__name__,
-                exc,
-                exc_info=exc,
+                " ".join(str(exc).split())[:300],
             )
+            log.debug("drafter %s failed", type(self.drafter).__name__, exc_info=exc)
         else:
             log.debug("drafter failed: %r", exc)
 

@@ -32,7 +32,8 @@ from typing import Any, TypeVar, overload
 import anyio.to_thread
 import pydantic
 
-from .errors import ToolArgumentsError, ToolDefinitionError, ToolNotFoundError
+from ._options import did_you_mean
+from .errors import ConfigError, ToolArgumentsError, ToolDefinitionError, ToolNotFoundError
 from .keys import KeyFunction, canonical_key, parse_arguments
 
 __all__ = ["Effect", "ToolSpec", "Toolbox", "tool", "tool_spec"]
@@ -78,6 +79,14 @@ class ToolSpec:
     validator: Callable[[dict[str, Any]], dict[str, Any]] | None = field(
         default=None, compare=False, repr=False
     )
+    #: False for a plain function offered without ``@tool`` (mutating by default): the
+    #: session's INFO line says so, since the user may have meant to declare it.
+    declared: bool = field(default=True, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.effect, Effect):
+            object.__setattr__(self, "effect", _effect(self.effect))
+        _check_spec(self)
 
     @property
     def speculable(self) -> bool:
@@ -205,14 +214,42 @@ def _json_exact(value: Any) -> bool:
     return False
 
 
+def _effect(value: Any) -> Effect:
+    try:
+        return Effect(value)
+    except ValueError as exc:
+        allowed = [e.value for e in Effect]
+        raise ToolDefinitionError(
+            f"effect must be one of {', '.join(allowed)}; got {value!r}{did_you_mean(value, allowed)}"
+        ) from exc
+
+
 def _coerce_option(name: str, value: Any) -> Any:
-    if name == "effect":
-        try:
-            return Effect(value)
-        except ValueError as exc:
-            allowed = ", ".join(e.value for e in Effect)
-            raise ToolDefinitionError(f"effect must be one of {allowed}; got {value!r}") from exc
-    return value
+    return _effect(value) if name == "effect" else value
+
+
+def _check_spec(spec: ToolSpec) -> None:
+    """ToolDefinitionError for an option out of range, naming the tool and the option."""
+
+    def bad(option: str, wanted: str) -> ToolDefinitionError:
+        value = getattr(spec, option)
+        return ToolDefinitionError(
+            f"tool {spec.name!r}: {option} must be {wanted}, got {value!r}", tool=spec.name
+        )
+
+    if not isinstance(spec.name, str) or not spec.name:
+        raise ToolDefinitionError(f"a tool name must be a non-empty string, got {spec.name!r}")
+    if not isinstance(spec.scope, str) or not spec.scope:
+        raise bad("scope", "a non-empty string (the state the tool reads or writes)")
+    ttl = spec.ttl
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl >= 0):
+        raise bad("ttl", "None or a number of seconds >= 0")
+    limit = spec.max_concurrency
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise bad("max_concurrency", "None or an int >= 1")
+    for flag in ("external", "gated"):
+        if not isinstance(getattr(spec, flag), bool):
+            raise bad(flag, "True or False")
 
 
 def _build_spec(fn: Callable[..., Any], options: dict[str, Any]) -> ToolSpec:
@@ -289,7 +326,8 @@ def tool(fn: Any = None, /, **options: Any) -> Any:
     allowed = {"effect", "name", "description", "scope", "ttl", "key", "max_concurrency", "external", "gated"}
     unknown = set(options) - allowed
     if unknown:
-        raise ToolDefinitionError(f"unknown @tool option(s): {', '.join(sorted(unknown))}")
+        named = ", ".join(f"{u!r}{did_you_mean(u, allowed)}" for u in sorted(unknown))
+        raise ToolDefinitionError(f"unknown @tool option(s): {named}; valid: {', '.join(sorted(allowed))}")
     if "key" in options:
         options["key_function"] = options.pop("key")
 
@@ -312,7 +350,7 @@ def tool_spec(obj: Any) -> ToolSpec:
     if spec is None:
         # Undecorated plain functions are accepted as mutating tools: never speculated.
         if callable(obj):
-            return _build_spec(obj, {})
+            return _build_spec(obj, {"declared": False})
         raise ToolDefinitionError(f"{obj!r} is not a tool")
     return spec
 
@@ -322,6 +360,17 @@ class Toolbox:
 
     def __init__(self, tools: Iterable[Any] = ()) -> None:
         self._specs: dict[str, ToolSpec] = {}
+        if (
+            callable(tools)
+            or isinstance(tools, (str, bytes, Mapping, ToolSpec))
+            or not isinstance(tools, Iterable)
+        ):
+            one = getattr(tools, "__name__", None) or getattr(tools, "name", None)
+            hint = f": pass [{one}]" if isinstance(one, str) and one else ""
+            raise ConfigError(
+                f"tools must be a list of tools (functions, ToolSpecs) or a Toolbox; got "
+                f"{type(tools).__name__} {tools!r:.60}{hint}"
+            )
         for t in tools:
             self.add(t)
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
@@ -29,18 +30,33 @@ class Settings(BaseSettings):
     cpu_kernels: bool = True
     lean_forward: bool = True
     packed_gemm: bool = True
-    pack_max_gb: float = 4.0
-    toolcache_ttl: float = 300.0
+    pack_max_gb: float = Field(4.0, gt=0)
+    toolcache_ttl: float = Field(300.0, ge=0)
     vllm_allow_any_version: bool = False
-    vllm_max_hops: int = 8
-    vllm_default_max_tokens: int = 256  # the torch engine's: one default on both backends
+    vllm_max_hops: int = Field(8, ge=1)
+    # the torch engine's default (spectool_serving.requests): one default on both backends
+    vllm_default_max_tokens: int = Field(256, ge=0)
     vllm_o3: bool = True
     vllm_format: str = "chatml"
     vllm_fallback: str = ""
     vllm_python: str | None = None
-    vllm_flavour: str = "cpu"
+    vllm_flavour: Literal["cpu", "gpu"] = "cpu"
     vllm_shared_dir: Path | None = None
     vllm_advertise_url: str | None = None
+
+    @field_validator(
+        "cache",
+        "tree_calibration",
+        "kernel_cache",
+        "vllm_python",
+        "vllm_shared_dir",
+        "vllm_advertise_url",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # ``SPECTOOL_CACHE=`` is the variable unset, not Path("") (the working directory)
+        return None if isinstance(value, str) and not value.strip() else value
 
 
 _LAST: tuple[tuple[tuple[str, str], ...], Settings | None] = ((), None)

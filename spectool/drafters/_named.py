@@ -18,6 +18,7 @@ import shutil
 import sys
 from collections.abc import Callable
 
+from .._options import did_you_mean
 from .._types import Drafter
 from ..errors import ConfigError, missing_extra
 
@@ -85,7 +86,8 @@ def resolve_drafter(drafter: Drafter | str | None) -> Drafter | None:
         make = DRAFTER_NAMES.get(drafter)
         if make is None:
             raise ConfigError(
-                f"unknown drafter name {drafter!r}; spectool's drafters: {', '.join(DRAFTER_NAMES)}"
+                f"unknown drafter name {drafter!r}{did_you_mean(drafter, DRAFTER_NAMES)}; "
+                f"spectool's drafters: {', '.join(DRAFTER_NAMES)}"
             )
         return make()
     if not callable(getattr(drafter, "propose", None)):

@@ -78,3 +78,36 @@ def test_the_vllm_endpoint_reads_its_variables_through_settings(monkeypatch):
     monkeypatch.setenv("SPECTOOL_VLLM_MAX_HOPS", "many")
     with pytest.raises(ConfigError, match="SPECTOOL_VLLM_MAX_HOPS"):  # was a bare ValueError
         SpectoolEndpoint()
+
+
+# -- ranges and enums, checked where the variable is read ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("SPECTOOL_TOOLCACHE_TTL", "-5", "greater than or equal to 0"),
+        ("SPECTOOL_VLLM_DEFAULT_MAX_TOKENS", "-1", "greater than or equal to 0"),
+        ("SPECTOOL_VLLM_FLAVOUR", "tpu", "'cpu' or 'gpu'"),
+        ("SPECTOOL_VLLM_MAX_HOPS", "0", "greater than or equal to 1"),
+        ("SPECTOOL_PACK_MAX_GB", "-1", "greater than 0"),
+    ],
+)
+def test_out_of_range_and_unknown_values_are_refused(monkeypatch, variable, value, says):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError, match=variable) as caught:
+        settings()
+    assert says in str(caught.value)
+    monkeypatch.delenv(variable)
+    settings()  # control: the default is fine
+
+
+def test_an_empty_cache_variable_is_unset_not_the_working_directory(monkeypatch, tmp_path):
+    from spectool.embedded import cache_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SPECTOOL_CACHE", "")
+    assert settings().cache is None
+    assert Path(cache_dir()).resolve() != tmp_path.resolve()
+    monkeypatch.setenv("SPECTOOL_CACHE", str(tmp_path / "models"))  # control: a path is used
+    assert settings().cache == tmp_path / "models"

@@ -199,3 +199,15 @@ async def test_drafts_and_hits_are_in_the_sdks_trace() -> None:
         s for s in collect.spans if s.span_data.type == "custom" and s.span_data.name == "spectool.hit"
     ]
     assert hit_span.parent_id == function.span_id  # under the call it served
+
+
+@pytest.mark.anyio
+async def test_speculate_on_something_that_is_not_an_agent_is_a_clear_error() -> None:
+    from spectool import ConfigError
+
+    with pytest.raises(ConfigError, match=r"takes an agents\.Agent.*got str"):
+        async with speculate("agent", oracle()):  # type: ignore[arg-type]
+            pass
+    with pytest.raises(ConfigError, match=r"RunConfig\(model_provider"):
+        async with speculate(Agent(name="q"), oracle(), model_provider=Gateway([])):
+            pass

@@ -110,6 +110,11 @@ async def speculate(
     agent's model): spectool never picks one. ``drafter`` may be one of spectool's by name
     (``"history"``, ``"local"``, ``"tuned"``).
     """
+    if not isinstance(agent, Agent):
+        raise ConfigError(
+            f"speculate() takes an agents.Agent to copy, got {type(agent).__name__} {agent!r:.60}: "
+            "speculate(Agent(name=..., tools=[...]), drafter, effects={...})"
+        )
     if "model_provider" in options:
         raise ConfigError(
             "speculate() takes no model_provider: the run resolves the model as it would without "
