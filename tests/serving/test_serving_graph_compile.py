@@ -101,3 +101,20 @@ def test_the_chooser_keeps_eager_glue_on_a_cpu():
     assert layer_ops("cpu").name == "eager"
     with pytest.raises(ValueError, match="CUDA device with Triton"):
         layer_ops("cpu", "compiled")
+
+
+def test_a_glue_op_whose_compile_fails_runs_eagerly():
+    """No Triton toolchain, say: the step must go on, on the eager twin, and say why."""
+    from spectool_serving.backends.layer_glue import _Guarded, swiglu
+
+    torch._dynamo.reset()
+
+    def broken(gm, example_inputs):
+        raise RuntimeError("no toolchain")
+
+    op = _Guarded(swiglu, broken)
+    x, y = torch.randn(2, 8), torch.randn(2, 8)
+    assert torch.equal(op(x, y), swiglu(x, y))
+    assert op.failed is not None and "no toolchain" in op.failed
+    working = _Guarded(swiglu, "aot_eager")
+    assert torch.equal(working(x, y), swiglu(x, y)) and working.failed is None  # control

@@ -67,7 +67,8 @@ def lean_for(model: Any, *, packed: bool = True) -> Any:
         if flag and fusable(model):
             built[flag] = FusedLlama(model, lean_for(model, packed=False))
         else:
-            built[flag] = LeanLlama(model, linear_kernels(model, packed=flag))
+            # the layer glue fused where a GPU and Triton are there, eager (unchanged) elsewhere
+            built[flag] = LeanLlama(model, linear_kernels(model, packed=flag), layer_ops(model.device))
     return built[flag]
 
 

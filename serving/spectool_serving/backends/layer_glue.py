@@ -18,13 +18,16 @@ can part from eager's only where two logits are tied to a unit in the last place
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["LayerOps", "eager_ops", "layer_ops"]
+__all__ = ["LayerOps", "compiled_ops", "eager_ops", "layer_ops"]
+
+log = logging.getLogger("spectool.serving.backends")
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -69,13 +72,30 @@ def eager_ops() -> LayerOps:
     return LayerOps("eager", rms, add_rms, rotary, swiglu)
 
 
+class _Guarded:
+    """A compiled operation that falls back to its eager twin, for good, if compiling or
+    running it fails (no Triton toolchain, an unsupported shape): the fusing is an
+    optimisation and must never fail a step. The reason is logged once."""
+
+    def __init__(self, fn: Any, backend: str) -> None:
+        # dynamic: one kernel for every row count (bucket, prefill) and width (model)
+        self.compiled = torch.compile(fn, fullgraph=True, dynamic=True, backend=backend)
+        self.eager, self.failed = fn, None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.failed is None:
+            try:
+                return self.compiled(*args)
+            except Exception as exc:  # noqa: BLE001 - mapped to the eager path, said once
+                self.failed = repr(exc)
+                log.warning("compiled %s failed, eager from now on: %s", self.eager.__name__, self.failed)
+        return self.eager(*args)
+
+
 @functools.cache
 def _compiled(backend: str) -> LayerOps:
-    def comp(fn: Any) -> Any:
-        # dynamic: one kernel for every row count (bucket) and width (model), compiled once
-        return torch.compile(fn, fullgraph=True, dynamic=True, backend=backend)
-
-    return LayerOps(f"compiled[{backend}]", comp(rms), comp(add_rms), comp(rotary), comp(swiglu))
+    parts = [_Guarded(fn, backend) for fn in (rms, add_rms, rotary, swiglu)]
+    return LayerOps(f"compiled[{backend}]", *parts)
 
 
 def compiled_ops(backend: str = "inductor") -> LayerOps:

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from .fastpath import attention_backends
+from .layer_glue import LayerOps, eager_ops
 
 __all__ = ["LeanLlama", "supports"]
 
@@ -82,8 +83,12 @@ class _Layer:
 class LeanLlama:
     """The decoder of one Llama model as a flat loop over its layers' weights."""
 
-    def __init__(self, model: Any, linear: Callable[[torch.nn.Linear], Linear]) -> None:
+    def __init__(
+        self, model: Any, linear: Callable[[torch.nn.Linear], Linear], ops: LayerOps | None = None
+    ) -> None:
         cfg, inner = model.config, model.model
+        # the layer glue: eager (transformers' operator order) unless the chooser fused it
+        self.ops = ops or eager_ops()
         self.heads = cfg.num_attention_heads
         self.kv_heads = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
@@ -123,9 +128,7 @@ class LeanLlama:
         return cos.to(dtype), sin.to(dtype)
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        h = x.to(torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return weight * h.to(x.dtype)
+        return self.ops.rms(x, weight, self.eps)
 
     def __call__(
         self,
@@ -159,20 +162,20 @@ class LeanLlama:
         hk, rep, dim = self.kv_heads, self.heads // self.kv_heads, self.head_dim
         cos_q, sin_q = cos[:, None, None], sin[:, None, None]  # [B, 1, 1, Q, D]
         cos_k, sin_k = cos[:, None], sin[:, None]  # [B, 1, Q, D]
+        ops = self.ops
         for i, layer in enumerate(self.layers):
             h = self._rms(x, layer.ln_in)
             q = layer.q(h).view(bsz, q_len, hk, rep, dim).permute(0, 2, 3, 1, 4)
             k = layer.k(h).view(bsz, q_len, hk, dim).transpose(1, 2)  # [B, Hk, Q, D]
             v = layer.v(h).view(bsz, q_len, hk, dim).transpose(1, 2)
-            q = (q * cos_q + q.roll(dim // 2, -1) * sin_q).reshape(bsz, hk, rep * q_len, dim)
-            k = k * cos_k + k.roll(dim // 2, -1) * sin_k
+            q = ops.rotary(q, cos_q, sin_q).reshape(bsz, hk, rep * q_len, dim)
+            k = ops.rotary(k, cos_k, sin_k)
             keys, values = cache.update(k, v, i)  # [B, Hk, L+Q, D]
             a = F.scaled_dot_product_attention(
                 q, keys, values, attn_mask=gmask, scale=self.scaling
             )  # [B, Hk, rep*Q, D]
             # reshape, not view: cuda's memory-efficient kernel returns [B, rep*Q, Hk, D] storage
             a = a.reshape(bsz, hk * rep, q_len, dim).transpose(1, 2).reshape(bsz, q_len, -1)
-            x = x + layer.o(a)
-            h = self._rms(x, layer.ln_post)
-            x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
+            x, h = ops.add_rms(x, layer.o(a), layer.ln_post, self.eps)
+            x = x + layer.down(ops.swiglu(layer.gate(h), layer.up(h)))
         return x
