@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -30,12 +30,12 @@ class Settings(BaseSettings):
     cpu_kernels: bool = True
     lean_forward: bool = True
     packed_gemm: bool = True
-    pack_max_gb: float = Field(4.0, gt=0)
-    toolcache_ttl: float = Field(300.0, ge=0)
+    pack_max_gb: Annotated[float, Field(gt=0)] = 4.0
+    toolcache_ttl: Annotated[float, Field(ge=0)] = 300.0
     vllm_allow_any_version: bool = False
-    vllm_max_hops: int = Field(8, ge=1)
+    vllm_max_hops: Annotated[int, Field(ge=1)] = 8
     # the torch engine's default (spectool_serving.requests): one default on both backends
-    vllm_default_max_tokens: int = Field(256, ge=0)
+    vllm_default_max_tokens: Annotated[int, Field(ge=0)] = 256
     vllm_o3: bool = True
     vllm_format: str = "chatml"
     vllm_fallback: str = ""
