@@ -80,7 +80,8 @@ class _Guarded:
     def __init__(self, fn: Any, backend: str) -> None:
         # dynamic: one kernel for every row count (bucket, prefill) and width (model)
         self.compiled = torch.compile(fn, fullgraph=True, dynamic=True, backend=backend)
-        self.eager, self.failed = fn, None
+        self.eager = fn
+        self.failed: str | None = None
 
     def __call__(self, *args: Any) -> Any:
         if self.failed is None:
