@@ -37,8 +37,8 @@ from ._compose import Composition
 from ._convert import session_key
 from ._effects import copy_declaration, has_injected_args
 from ._fields import stand_in_fields
-from ._middleware import _end_turn, _Speculation
 from ._policy import Plan
+from ._speculation import Speculation, end_turn
 
 __all__ = ["SpeculativeChatModel", "SpeculativeTool"]
 
@@ -86,7 +86,7 @@ class SpeculativeChatModel(BaseChatModel):
     samples: int = 3
     draft_timeout: float = 5.0
     max_sessions: int = 64
-    _spec: _Speculation = PrivateAttr()
+    _spec: Speculation = PrivateAttr()
     _owners: _Owners = PrivateAttr(default_factory=_Owners)
     _tools: dict[str, BaseTool] = PrivateAttr(default_factory=dict)
     _composition: Composition = PrivateAttr(default_factory=Composition)
@@ -94,7 +94,7 @@ class SpeculativeChatModel(BaseChatModel):
     def model_post_init(self, context: Any) -> None:
         options = {"samples": self.samples, "draft_timeout": self.draft_timeout}
         drafter: Drafter | None = self.drafter
-        self._spec = _Speculation(drafter, options, self.max_sessions)
+        self._spec = Speculation(drafter, options, self.max_sessions)
 
     @property
     def _llm_type(self) -> str:
@@ -154,7 +154,7 @@ class SpeculativeChatModel(BaseChatModel):
         try:
             result = self.model._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
         finally:
-            _end_turn(session)
+            end_turn(session)
         self._owners.note(result, key)
         return result
 
@@ -166,7 +166,7 @@ class SpeculativeChatModel(BaseChatModel):
         try:
             result = await self.model._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
         finally:
-            _end_turn(session)
+            end_turn(session)
         self._owners.note(result, key)
         return result
 
@@ -183,7 +183,7 @@ class SpeculativeChatModel(BaseChatModel):
                 self._owners.note_chunk(chunk, key)
                 yield chunk
         finally:
-            _end_turn(session)
+            end_turn(session)
 
     async def _astream(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
@@ -195,7 +195,7 @@ class SpeculativeChatModel(BaseChatModel):
                 self._owners.note_chunk(chunk, key)
                 yield chunk
         finally:
-            _end_turn(session)
+            end_turn(session)
 
 
 def _unwrapped(tool: Any) -> Any:
