@@ -110,6 +110,13 @@ def add_arguments(p: argparse.ArgumentParser, *, positional: bool = True) -> Non
         "O2 drafts first",
     )
     p.add_argument(
+        "--cuda-graphs",
+        default="auto",
+        choices=["auto", "off"],
+        help="auto: on a CUDA device, one-token decode steps replay CUDA graphs captured per "
+        "batch bucket (docs/serving.md); off: every step eager. A CPU is unaffected",
+    )
+    p.add_argument(
         "--backend",
         default="torch",
         choices=["torch", "vllm"],
@@ -179,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
             kv_slots=args.kv_slots,
             tool_cache=not args.no_tool_cache,
             decoding=args.decoding,
+            cuda_graphs=args.cuda_graphs,
         )
     except BaseException:
         sock.close()

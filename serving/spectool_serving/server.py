@@ -26,10 +26,11 @@ def build_engine(
     tool_cache: bool = True,
     loaded: Any = None,
     decoding: str = "off",
+    cuda_graphs: str = "auto",
 ) -> Engine:
     lm = loaded or load_model(source, dtype=dtype, device=device, prompt_format=prompt_format)
     return Engine(
-        Runner(lm.model, lm.device),
+        Runner(lm.model, lm.device, graphs=cuda_graphs),
         lm.tokenizer,
         lm.fmt,
         store=ToolOutputStore() if tool_cache else None,

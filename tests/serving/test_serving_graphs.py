@@ -195,3 +195,45 @@ def test_qwen2_runs_the_lean_and_static_step_off_the_cpu_only():
         assert not torch.allclose(
             lean(ids, torch.arange(n)[None], mask[None, None], DynamicCache()), want, atol=1e-3
         )
+
+
+def test_serve_passes_cuda_graphs_to_the_runner(monkeypatch):
+    """``spectool serve --cuda-graphs off`` reaches the engine's runner; auto is the default."""
+    import socket
+
+    import spectool_serving.server as server
+    from spectool.cli import main as cli_main
+
+    seen: list = []
+
+    class Started(Exception):
+        pass
+
+    def build_server(model, **kwargs):
+        seen.append(kwargs["cuda_graphs"])
+        raise Started
+
+    monkeypatch.setattr(server, "build_server", build_server)
+    for argv in (["--cuda-graphs", "off"], []):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = str(s.getsockname()[1])
+        with pytest.raises(Started):
+            cli_main(["serve", "--port", port, *argv])
+    assert seen == ["off", "auto"]
+    with pytest.raises(SystemExit):  # control: only auto and off
+        cli_main(["serve", "--cuda-graphs", "static"])
+    engine = server.build_engine(loaded=_loaded(), cuda_graphs="off")
+    assert engine.runner.graphs == "off"
+
+
+def _loaded():
+    from transformers import AutoTokenizer
+
+    from spectool.embedded import embedded_hf_folder
+    from spectool_serving.models import LoadedModel
+    from spectool_serving.toolcalls import detect_format
+
+    tok = AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
+    fmt = detect_format(getattr(tok, "chat_template", None), "")
+    return LoadedModel(tiny_llama_for(tok, seed=1), tok, fmt, "tiny", "cpu")
