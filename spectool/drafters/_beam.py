@@ -24,7 +24,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._decode import DecodeStats, PrefixCache, _forced, _forward, _only_stop, _Row, _Stopped, common_prefix
+from ._decode import (
+    DecodeInputs,
+    DecodeStats,
+    PrefixCache,
+    _forced,
+    _forward,
+    _only_stop,
+    _Row,
+    _Stopped,
+    common_prefix,
+)
 from ._row_limits import StringGuard
 
 __all__ = ["beam_rows"]
@@ -41,13 +51,7 @@ class _Hyp:
 
 
 def beam_rows(
-    model: Any,
-    tokenizer: Any,
-    grammar: Any,
-    xgr: Any,
-    prompt: Sequence[int],
-    prefix: PrefixCache,
-    stop: threading.Event,
+    inputs: DecodeInputs,
     *,
     width: int,
     max_new_tokens: int,
@@ -65,6 +69,7 @@ def beam_rows(
     Their log-probabilities are left in ``stats.row_logps`` in the same order. A set ``stop``
     ends the search before its next forward (``[]``).
     """
+    model, tokenizer, grammar, xgr, prompt, prefix, stop = inputs
     stats = stats if stats is not None else DecodeStats()
     stops = {int(s) for s in stop_ids}
     guard = StringGuard.make(tokenizer, max_string_length)

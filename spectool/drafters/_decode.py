@@ -18,12 +18,12 @@ import functools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..hf_compat import cache_keyword
 from ._row_limits import StringGuard, repeats_a_call
 
-__all__ = ["DecodeStats", "PrefixCache", "decode_rows"]
+__all__ = ["DecodeInputs", "DecodeStats", "PrefixCache", "decode_rows"]
 
 #: Prompt tokens fed per forward while prefilling, so a cancelled draft stops within one chunk.
 PREFILL_CHUNK = 128
@@ -118,6 +118,20 @@ def _forward(model: Any, cache: Any, tokens: list[int], stats: DecodeStats) -> A
     return out.logits[0, -1].float()
 
 
+class DecodeInputs(NamedTuple):
+    """What every row decoder (:func:`decode_rows`, ``_beam.beam_rows``) decodes from: the
+    model and its tokenizer, the compiled grammar (or a future of one, or None) with its
+    xgrammar module, the prompt ids, the model's prefix cache, and the flag that stops a draft."""
+
+    model: Any
+    tokenizer: Any
+    grammar: Any
+    xgr: Any
+    prompt: Sequence[int]
+    prefix: PrefixCache
+    stop: threading.Event
+
+
 class _Row:
     """One row's grammar state: xgrammar matcher + a bitmask, applied to a logits vector."""
 
@@ -153,13 +167,7 @@ def _pick(scores: Any, temperature: float, top_p: float, generator: Any) -> int:
 
 
 def decode_rows(
-    model: Any,
-    tokenizer: Any,
-    grammar: Any,
-    xgr: Any,
-    prompt: Sequence[int],
-    prefix: PrefixCache,
-    stop: threading.Event,
+    inputs: DecodeInputs,
     *,
     rows: int,
     max_new_tokens: int,
@@ -189,6 +197,7 @@ def decode_rows(
     token may carry it a little past): the same bound as a grammar ``maxLength``, which xgrammar
     compiles as a bounded repetition costing ~0.2 s per new tool set at 64, for ~free.
     """
+    model, tokenizer, grammar, xgr, prompt, prefix, stop = inputs
     import torch
 
     stats = stats if stats is not None else DecodeStats()

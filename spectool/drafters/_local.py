@@ -31,7 +31,7 @@ from ..errors import ConfigError, DrafterError
 from ..toolcall_text import salvage_tool_calls
 from ._common import call_key, tool_schemas, with_known_tools
 from ._copy import CopyBias, source_text, token_table
-from ._decode import DecodeStats, decode_rows
+from ._decode import DecodeInputs, DecodeStats, decode_rows
 from ._loading import (
     COMPILER,
     DEFAULT_LOCAL_MODEL,
@@ -272,18 +272,13 @@ class LocalDrafter:
             "stats": stats,
             "max_string_length": max_string,
         }
+        inputs = DecodeInputs(loaded.model, loaded.tokenizer, grammar, xgr, ids, loaded.prefix, stop)
         if opts.diversity == "beam" and grammar is not None:
             from ._beam import beam_rows
 
             schemas = tool_schemas(request.tools)
             return beam_rows(
-                loaded.model,
-                loaded.tokenizer,
-                grammar,
-                xgr,
-                ids,
-                loaded.prefix,
-                stop,
+                inputs,
                 width=lam,
                 key=lambda text: _answer_key(text, schemas),
                 **common,  # type: ignore[arg-type]
@@ -291,13 +286,7 @@ class LocalDrafter:
         branch = opts.diversity == "branch"
         rows = lam if (opts.temperature > 0 or branch) else 1
         return decode_rows(
-            loaded.model,
-            loaded.tokenizer,
-            grammar,
-            xgr,
-            ids,
-            loaded.prefix,
-            stop,
+            inputs,
             rows=rows,
             temperature=opts.temperature,
             top_p=opts.top_p,

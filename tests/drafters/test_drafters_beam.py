@@ -17,7 +17,7 @@ from spectool import DraftRequest
 from spectool.drafters import LocalDrafter, LocalDrafterOptions
 from spectool.drafters._beam import beam_rows
 from spectool.drafters._common import call_key, tool_schemas
-from spectool.drafters._decode import DecodeStats, PrefixCache, decode_rows
+from spectool.drafters._decode import DecodeInputs, DecodeStats, PrefixCache, decode_rows
 from spectool.drafters._grammar import GrammarConstraint
 from spectool.drafters._local import _answer_key
 from spectool_bench.drafters._prompt_eval import valid
@@ -56,17 +56,14 @@ def _search(tiny, tools, width, key=None, **kw):
         "stats": stats,
         "max_string_length": 12,
     }
+    inputs = DecodeInputs(
+        model, tok, grammar.compiled(tools), grammar.xgr, ids, PrefixCache(), threading.Event()
+    )
     with torch.inference_mode():
         if width == 0:  # the greedy row, for comparison
-            rows = decode_rows(
-                model, tok, grammar.compiled(tools), grammar.xgr, ids, PrefixCache(), threading.Event(),
-                rows=1, **common, **kw,
-            )  # fmt: skip
+            rows = decode_rows(inputs, rows=1, **common, **kw)
         else:
-            rows = beam_rows(
-                model, tok, grammar.compiled(tools), grammar.xgr, ids, PrefixCache(), threading.Event(),
-                width=width, key=key, **common, **kw,
-            )  # fmt: skip
+            rows = beam_rows(inputs, width=width, key=key, **common, **kw)
     return [tok.decode(r) for r in rows], stats.row_logps
 
 
@@ -146,28 +143,23 @@ def test_after_a_beam_the_shared_cache_gives_what_a_fresh_one_gives(tiny):
     opts = {"max_new_tokens": 40, "stop_ids": grammar.stop_token_ids, "vocab": grammar.vocab_size}
     shared = PrefixCache()
     with torch.inference_mode():
+        compiled = grammar.compiled(FREE)
         beam_rows(
-            model, tok, grammar.compiled(FREE), grammar.xgr, ids, shared, threading.Event(), width=3, **opts
+            DecodeInputs(model, tok, compiled, grammar.xgr, ids, shared, threading.Event()), width=3, **opts
         )
         assert shared.ids == list(ids) and shared.cache.get_seq_length() == len(ids)  # back to the prompt
         again = decode_rows(
-            model, tok, grammar.compiled(FREE), grammar.xgr, ids, shared, threading.Event(), rows=1, **opts
+            DecodeInputs(model, tok, compiled, grammar.xgr, ids, shared, threading.Event()), rows=1, **opts
         )
         fresh = decode_rows(
-            model,
-            tok,
-            grammar.compiled(FREE),
-            grammar.xgr,
-            ids,
-            PrefixCache(),
-            threading.Event(),
+            DecodeInputs(model, tok, compiled, grammar.xgr, ids, PrefixCache(), threading.Event()),
             rows=1,
             **opts,
         )
         stop = threading.Event()
         stop.set()
         stopped = beam_rows(
-            model, tok, grammar.compiled(FREE), grammar.xgr, ids, PrefixCache(), stop, width=3, **opts
+            DecodeInputs(model, tok, compiled, grammar.xgr, ids, PrefixCache(), stop), width=3, **opts
         )
     assert again == fresh
     assert stopped == []  # a set stop flag ends the search before its next forward

@@ -22,7 +22,7 @@ from spectool import ConfigError, DraftRequest
 from spectool.drafters import LocalDrafter, LocalDrafterOptions
 from spectool.drafters._common import tool_schemas
 from spectool.drafters._copy import open_string_value
-from spectool.drafters._decode import DecodeStats, PrefixCache, decode_rows
+from spectool.drafters._decode import DecodeInputs, DecodeStats, PrefixCache, decode_rows
 from spectool.drafters._grammar import GrammarConstraint
 from spectool.drafters._options import TUNED_LIMITS, UNTUNED_LIMITS
 from spectool.drafters._row_limits import repeats_a_call
@@ -66,13 +66,9 @@ def _decode(
     model, tok = tiny
     options.setdefault("max_new_tokens", 48)
     return decode_rows(
-        model,
-        tok,
-        grammar.compiled(TOOLS),
-        grammar.xgr,
-        ids,
-        prefix,
-        stop or threading.Event(),
+        DecodeInputs(
+            model, tok, grammar.compiled(TOOLS), grammar.xgr, ids, prefix, stop or threading.Event()
+        ),
         rows=rows,
         stop_ids=grammar.stop_token_ids,
         vocab=grammar.vocab_size,
@@ -233,13 +229,7 @@ def test_a_set_stop_flag_ends_the_draft_at_the_next_forward_and_the_cache_stays_
     wrapped = _StopAfter(model, stop, after)
     with torch.inference_mode():
         got = decode_rows(
-            wrapped,
-            tok,
-            grammar.compiled(TOOLS),
-            grammar.xgr,
-            ids,
-            prefix,
-            stop,
+            DecodeInputs(wrapped, tok, grammar.compiled(TOOLS), grammar.xgr, ids, prefix, stop),
             rows=3,
             max_new_tokens=48,
             stop_ids=grammar.stop_token_ids,
