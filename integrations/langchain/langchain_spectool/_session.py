@@ -27,6 +27,7 @@ log = logging.getLogger("langchain_spectool")
 __all__ = ["AsyncSession", "Sessions", "SyncSession"]
 
 Drafts = list[dict[str, Any]]
+_failures_lock = threading.Lock()  # guards the sessions' served-failure lists (short holds)
 
 
 def _served(outcome: Outcome | None) -> Outcome | None:
@@ -53,20 +54,22 @@ class _Session:
     def _retried(self, call: ToolCall) -> bool:
         """The same call (its id) was served a recorded failure already: a retry runs it for
         real, and the cache is not asked again (so it counts no second hit)."""
-        return call.id is not None and call.id in self._failed_ids
+        with _failures_lock:
+            return call.id is not None and call.id in self._failed_ids
 
     def _once(self, call: ToolCall, outcome: Outcome | None) -> Outcome | None:
         """A recorded early failure is served at most once: asked again (a retry), the call
         runs for real. (A pure tool's entry stays in the cache; its error must not.)"""
         if outcome is None or outcome.error is None:
             return outcome
-        if any(o is outcome for o in self._failed):
-            return None
-        self._failed.append(outcome)
-        del self._failed[:-64]
-        if call.id is not None:
-            self._failed_ids.append(call.id)
-            del self._failed_ids[:-64]
+        with _failures_lock:  # ToolNode's pool threads look up at once
+            if any(o is outcome for o in self._failed):
+                return None
+            self._failed.append(outcome)
+            del self._failed[:-64]
+            if call.id is not None:
+                self._failed_ids.append(call.id)
+                del self._failed_ids[:-64]
         return outcome
 
     @property
