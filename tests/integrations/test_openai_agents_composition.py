@@ -211,3 +211,21 @@ async def test_speculate_on_something_that_is_not_an_agent_is_a_clear_error() ->
     with pytest.raises(ConfigError, match=r"RunConfig\(model_provider"):
         async with speculate(Agent(name="q"), oracle(), model_provider=Gateway([])):
             pass
+
+
+@pytest.mark.anyio
+async def test_two_agents_with_a_tool_of_the_same_name() -> None:
+    """Undeclared, two different tools of one name are fine (both stay mutating); declaring
+    the name is ambiguous, and an error."""
+    from spectool import ConfigError
+
+    one, other = Market(), Market()
+    shop = Agent(name="shop", tools=[other.quote], model="gw-shop")
+    triage = Agent(name="triage", tools=[one.quote], handoffs=[shop], model="gw-triage")
+    script = [_call("transfer_to_shop", 1), _call("quote", 2, symbol="NVDA"), _say("done")]
+    async with speculate(triage, oracle()) as fast:
+        await Runner.run(fast, "NVDA?", run_config=RunConfig(model_provider=Gateway(script)))
+    assert one.runs == [] and other.runs == ["NVDA"]  # the handoff agent's own tool ran, once
+    with pytest.raises(ConfigError, match="two different function tools"):
+        async with speculate(triage, oracle(), effects={"quote": "read_only"}):
+            pass

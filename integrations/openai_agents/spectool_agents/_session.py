@@ -38,18 +38,19 @@ def _reachable(agent: Agent[Any]) -> list[Agent[Any]]:
     return list(seen.values())
 
 
-def _function_tools(agents: list[Agent[Any]]) -> dict[str, FunctionTool]:
-    """One function tool per name across the agents; two different tools of one name are
-    ambiguous for a drafter that proposes calls by name."""
+def _function_tools(agents: list[Agent[Any]], declared: set[str]) -> dict[str, FunctionTool]:
+    """One function tool per name across the agents. Two different tools of one name may both
+    stay mutating (never early, one scope), but declaring that name is ambiguous: a drafted
+    call names its tool, and could run the wrong one early."""
     out: dict[str, FunctionTool] = {}
     for a in agents:
         for t in a.tools:
             if isinstance(t, FunctionTool):
                 known = out.setdefault(t.name, t)
-                if known is not t and known.on_invoke_tool is not t.on_invoke_tool:
+                if t.name in declared and known is not t and known.on_invoke_tool is not t.on_invoke_tool:
                     raise ConfigError(
-                        f"two different function tools are named {t.name!r} (agents of one run "
-                        "share a session, and a drafted call names its tool): rename one"
+                        f"effects declare {t.name!r}, and two different function tools of the "
+                        "agents in this run have that name (a drafted call names its tool): rename one"
                     )
     return out
 
@@ -122,7 +123,7 @@ async def speculate(
             "run_config=RunConfig(model_provider=...))"
         )
     effects = dict(effects or {})
-    tools = _function_tools(_reachable(agent))
+    tools = _function_tools(_reachable(agent), set(effects))
     unknown = set(effects) - set(tools)
     if unknown:
         raise ConfigError(f"effects name tools the agent does not have: {', '.join(sorted(unknown))}")
