@@ -318,3 +318,49 @@ def test_options_are_checked_when_the_middleware_is_built():
     with pytest.raises(ToolDefinitionError, match="ttl"):
         speculable(lookup, effect="pure", ttl=-5)
     assert speculable(lookup, effect="pure", scope="db", ttl=5) is lookup
+
+
+def test_what_each_middleware_makes_of_the_tools():
+    """The classification behind the tests above, one middleware at a time (by class, from the
+    list given to create_agent)."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware, ModelCallLimitMiddleware
+
+    from langchain_spectool._compose import ALL, Composition
+
+    class Guard(AgentMiddleware):  # may drop or edit the model's calls
+        def after_model(self, state, runtime):
+            return None
+
+    class Tracer(AgentMiddleware):  # model-side only: sees no tool call
+        def before_model(self, state, runtime):
+            return None
+
+    def gated(*middleware, **kw):
+        return Composition.of(list(middleware), **kw).gated
+
+    assert gated(retry(), ModelCallLimitMiddleware(run_limit=3), Tracer()) == frozenset()
+    assert gated(HumanInTheLoopMiddleware(interrupt_on={"buy": True, "quote": False})) == {"buy"}
+    fake = ScriptedChatModel(script=[reply("x")])
+    assert gated(LLMToolEmulator(tools=["quote"], model=fake)) == {"quote"}
+    assert gated(LLMToolEmulator(model=fake)) == {ALL}
+    assert gated(ToolCallLimitMiddleware(run_limit=2)) == frozenset()
+    assert gated(ToolCallLimitMiddleware(run_limit=2, exit_behavior="end")) == {ALL}
+    assert gated(Approval()) == {ALL} and gated(Guard()) == {ALL}
+    assert gated(Approval(), safe=[Approval]) == frozenset()
+    guard = Guard()
+    assert gated(guard, Guard(), safe=[guard]) == {ALL}  # an instance declares itself only
+    assert gated(interrupt_before=["tools"]) == {ALL}
+    limiter = Composition.of(
+        [ToolCallLimitMiddleware(tool_name="quote", thread_limit=5, run_limit=2)]
+    ).limiters[0]
+    state = {"thread_tool_call_count": {"quote": 4}, "run_tool_call_count": {"quote": 0}}
+    assert limiter.remaining(state) == 1 and limiter.covers("quote") and not limiter.covers("news")
+
+
+def test_one_middleware_belongs_to_one_agent():
+    spec = SpeculativeToolMiddleware("history")
+    market = Market()
+    model = ScriptedChatModel(script=[reply("hi")])
+    create_agent(model, market.tools, middleware=[spec])
+    with pytest.raises(ConfigError, match="one per agent"):
+        create_agent(model, market.tools, middleware=[retry(), spec])
