@@ -22,7 +22,13 @@ PASS_UNKNOWN_ARGS = True
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 DTYPES = ["auto", "float32", "bfloat16", "float16"]
 #: the torch engine's defaults of the flags only it has (None on the command line: not given)
-TORCH_DEFAULTS = {"device": "cpu", "max_batch": 16, "kv_slots": 65536, "decoding": "off"}
+TORCH_DEFAULTS = {
+    "device": "cpu",
+    "max_batch": 16,
+    "kv_slots": 65536,
+    "decoding": "off",
+    "cuda_graphs": "auto",
+}
 #: what to use under --backend vllm instead of each torch-only flag
 VLLM_EQUIVALENT = {
     "device": "vLLM runs on the device its build targets (SPECTOOL_VLLM_FLAVOUR=cpu|gpu when "
@@ -32,6 +38,8 @@ VLLM_EQUIVALENT = {
     "on a CPU, --gpu-memory-utilization on a GPU",
     "decoding": "tree decoding is the torch engine's; on vLLM spectool drafts with O2 "
     "(--o2 auto|on|off, --num-draft-tokens)",
+    "cuda_graphs": "vLLM runs eager here unless --compile, which lets vLLM compile and capture "
+    "its own CUDA graphs",
 }
 #: flags only the vLLM backend has, and why they mean nothing to the torch engine
 VLLM_ONLY = {
@@ -111,7 +119,7 @@ def add_arguments(p: argparse.ArgumentParser, *, positional: bool = True) -> Non
     )
     p.add_argument(
         "--cuda-graphs",
-        default="auto",
+        default=None,
         choices=["auto", "off"],
         help="auto: on a CUDA device, one-token decode steps replay CUDA graphs captured per "
         "batch bucket (docs/serving.md); off: every step eager. A CPU is unaffected",

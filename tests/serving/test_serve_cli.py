@@ -110,6 +110,7 @@ def test_dtype_auto_is_bf16_on_a_gpu_on_torch(torch_build, device, wanted) -> No
         (["--kv-slots", "4096"], "VLLM_CPU_KVCACHE_SPACE"),
         (["--decoding", "unispec"], "--o2"),
         (["--device", "cuda:1"], "CUDA_VISIBLE_DEVICES"),
+        (["--cuda-graphs", "off"], "--compile"),
     ],
 )
 def test_a_torch_only_flag_on_vllm_is_an_error_naming_the_equivalent(
