@@ -22,6 +22,7 @@ captured step's code without capture, on any device (what a CPU can check of it)
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,7 @@ class Runner:
             raise ConfigError(f"graphs must be one of {', '.join(GRAPH_MODES)}; got {self.graphs!r}")
         self._graphs: Any = None
         self._graphs_built = False
+        self._last_prefill: tuple[tuple, torch.Tensor, Any] | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -62,7 +64,21 @@ class Runner:
 
     def prefill(self, token_ids: list[int], keep: int = 1) -> tuple[torch.Tensor, Any]:
         """token_ids [L] -> (logits in fp32 on the model's device, batch-1 DynamicCache): of
-        the last token [V], or with ``keep`` > 1 of the last ``keep`` tokens [keep', V]."""
+        the last token [V], or with ``keep`` > 1 of the last ``keep`` tokens [keep', V].
+
+        The same tokens prefilled again before the next :meth:`forward` (the ``n`` choices of
+        one request, admitted together) share the first result: the cache's layers are new
+        objects over the same tensors, which nobody writes in place (appends make new ones,
+        :meth:`.kv.BatchKV.join` copies), so no choice sees another's growth."""
+        key = (tuple(token_ids), keep)
+        if self._last_prefill is not None and self._last_prefill[0] == key:
+            _, logits, cache = self._last_prefill
+            return logits.clone(), _share(cache)
+        logits, cache = self._prefill(token_ids, keep)
+        self._last_prefill = (key, logits, _share(cache))
+        return logits, cache
+
+    def _prefill(self, token_ids: list[int], keep: int) -> tuple[torch.Tensor, Any]:
         from transformers import DynamicCache
 
         cache = DynamicCache()
@@ -95,6 +111,7 @@ class Runner:
 
         The cache grows by G slots per row; the caller marks which of them stay valid.
         """
+        self._last_prefill = None  # shared prefills live until the batch moves on
         graphs = self.decode_graphs()
         if graphs is not None:
             with torch.inference_mode():
@@ -154,3 +171,10 @@ class Runner:
 
         on_cpu = torch.device(self.device).type == "cpu"
         return lean_for(self.model, packed=on_cpu and kernels.available())
+
+
+def _share(cache: Any) -> Any:
+    """A cache whose layer objects are new but hold the same key/value tensors."""
+    twin = copy.copy(cache)
+    twin.layers = [copy.copy(layer) for layer in cache.layers]
+    return twin

@@ -237,3 +237,24 @@ def _loaded():
     tok = AutoTokenizer.from_pretrained(str(embedded_hf_folder()))
     fmt = detect_format(getattr(tok, "chat_template", None), "")
     return LoadedModel(tiny_llama_for(tok, seed=1), tok, fmt, "tiny", "cpu")
+
+
+def test_the_same_prompt_prefilled_twice_runs_the_model_once(model):
+    """The n choices of one request share one prefill; their caches are independent (one
+    growing leaves the other as it was), and another prompt, or a forward between, recomputes."""
+    runner = Runner(model, "cpu", graphs="off")
+    calls = []
+    lean = runner._lean()
+    runner._lean = lambda: lambda *a, **k: calls.append(1) or lean(*a, **k)  # count forwards
+    a_logits, a = runner.prefill([1, 2, 3, 4])
+    b_logits, b = runner.prefill([1, 2, 3, 4])
+    assert len(calls) == 1 and torch.equal(a_logits, b_logits)
+    assert a is not b and a.layers[0] is not b.layers[0]
+    a.layers[0].keys = torch.cat([a.layers[0].keys, a.layers[0].keys[:, :, :1]], dim=2)  # a grows
+    assert b.layers[0].keys.shape[2] == 4  # b does not
+    runner.prefill([1, 2, 3, 5])  # control: another prompt is computed
+    runner.forward(
+        torch.tensor([[7]]), torch.tensor([[4]]), torch.zeros(1, 1, 1, 5), b
+    )  # a forward ends the sharing
+    runner.prefill([1, 2, 3, 5])
+    assert len(calls) == 4
