@@ -126,9 +126,10 @@ class Engine:
         batch = self._schedule()
         if not batch:
             return
+        t_step = time.perf_counter()
         plan = self._plan(batch)
         logits, t_fwd = self._run(plan)
-        self._postprocess(plan, logits, t_fwd)
+        self._postprocess(plan, logits, t_fwd, t_step)
 
     def _admit(self) -> None:
         for seq in self.scheduler.admit(self.kv.width):
@@ -153,7 +154,11 @@ class Engine:
     def _prefill(self, seq: Sequence) -> None:
         self.stats.prefill_tokens += len(seq.tokens)
         self.stats.reprefilled_tokens += self._history_overlap(seq.tokens)
-        logits, cache = self.runner.prefill(seq.tokens)
+        keep = min(self.decoding.warm_rows, len(seq.tokens)) if self.decoding is not None else 1
+        logits, cache = self.runner.prefill(seq.tokens, keep=keep)
+        if keep > 1:  # the prompt's last positions seed the decoding policy's store
+            self.decoding.warm(seq.tokens, logits)
+            logits = logits[-1]
         self.kv.join(seq.seq_id, cache)
         seq.n_cached = len(seq.tokens)
         _, nxt, _ = choose(seq, logits[None], [], self.ctx.grammar)
@@ -197,7 +202,7 @@ class Engine:
             elif self.decoding is not None and seq.phase is Phase.TEXT and seq.pending:
                 row.kind = Kind.TEXT  # the policy drafts it (maybe nothing) and learns from it
                 text.append(row)
-        if text:
+        if text and self.decoding.should_draft():
             self._text_drafts(text, len(batch), room)
         return StepPlan(rows)
 
@@ -231,25 +236,30 @@ class Engine:
         self.stats.decode_rows += sum(r.seq is not None for r in plan.rows)
         return logits, time.perf_counter() - t_fwd
 
-    def _postprocess(self, plan: StepPlan, logits: torch.Tensor, t_fwd: float) -> None:
-        """Verify every row, advance its sequence, keep the accepted slots, retire the done."""
+    def _postprocess(self, plan: StepPlan, logits: torch.Tensor, t_fwd: float, t_step: float) -> None:
+        """Verify every row, advance its sequence, keep the accepted slots, retire the done;
+        the decoding policy learns from its text rows and from the step's wall time."""
         kept: list[list[int]] = []
+        text_tokens = 0
         for b, row in enumerate(plan.rows):
             seq = row.seq
             if seq is None:
                 kept.append([])
                 continue
-            p, root = len(seq.pending), seq.pending[-1:]
+            p, root, prev = len(seq.pending), seq.pending[-1:], seq.tokens[-2]
             accepted = verify(row, logits[b], self.ctx.grammar)
             kept.append(self._apply(seq, accepted, p))
             if row.kind is Kind.TREE:
                 tree = row.tree
-                self.decoding.observe_tree(seq.seq_id, tree, logits[b, : len(tree)], accepted.path, t_fwd)
+                self.decoding.observe_tree(prev, tree, logits[b, : len(tree)], accepted.path, t_fwd)
             elif row.kind is Kind.TEXT:
                 d = len(row.draft or ())
                 fed = [*root, *(row.draft or ())]
-                self.decoding.observe(seq.seq_id, fed, logits[b, p - 1 : p + d], accepted.n_draft, t_fwd)
+                self.decoding.observe(prev, fed, logits[b, p - 1 : p + d], accepted.n_draft, t_fwd)
+            text_tokens += len(accepted.tokens) if row.kind in (Kind.TREE, Kind.TEXT) else 0
         self.kv.commit(kept, plan.width)
+        if self.decoding is not None:
+            self.decoding.end_step(text_tokens, time.perf_counter() - t_step, t_fwd)
         for row in plan.rows:
             if row.seq is not None and row.seq.finish_reason is not None:
                 self._retire(row.seq)

@@ -50,8 +50,6 @@ STDLIB = set(sys.stdlib_module_names)
 # the layers whose install names that extra, skipped in the others.
 ALLOWED = {
     ("spectool._model_cli", "matplotlib"): "bench",  # `spectool model figure`; else a missing-extra error
-    ("spectool_serving.tree.calibrate", "scipy"): "bench",  # the g* fit, reached from
-    ("spectool_serving.tree.calibrate", "scikit-learn"): "bench",  # `calibrate` / `decode-bench` only
     # LocalDrafterOptions(runtime="llama.cpp"): opt-in, built from its sdist by the set-up
     ("spectool.drafters._llamacpp", "llama-cpp-python"): "llamacpp",
 }
@@ -153,7 +151,6 @@ def test_allowed_imports_are_real_and_their_extra_brings_them(module, dist):
         ("local", "local", "xgrammar"),
         # measurement's own additions are checked although the layer also names [serve]
         ("bench", "bench", "matplotlib"),
-        ("bench", "bench", "scikit-learn"),  # an ALLOWED import (tree.calibrate) counts in [bench]'s layer
         ("core", None, "pydantic-settings"),
         # spectool-bench's own additions, and the layer its requirement on spectool[serve] brings
         (BENCH, BENCH, "matplotlib"),

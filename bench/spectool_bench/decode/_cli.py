@@ -1,6 +1,6 @@
 """``spectool decode-bench`` and ``spectool calibrate``: tree speculative decoding jobs.
 
-Both live in ``spectool_serving.tree`` (torch, transformers) and are imported lazily here.
+Both drive the serving engine (torch, transformers), imported lazily here.
 """
 
 from __future__ import annotations
@@ -44,6 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="re-measure cost tables and g* instead of reusing stored ones",
     )
+    parser.add_argument(
+        "--no-gate",
+        action="store_true",
+        help="draft every step (the policies' draft gate off), to measure what the gate buys",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         refresh=args.recalibrate,
         log=lambda m: print(m, file=sys.stderr),
         prompt_ids=args.prompt,
+        gate=not args.no_gate,
     )
     summary = {d: r["summary"] for d, r in res["dtypes"].items()}
     print(json.dumps(summary, indent=1))
@@ -90,7 +96,7 @@ def _calibrate(bench, dtypes, batches, threads) -> int:
     for dtype in dtypes:
         model, tok = load_causal_lm(dtype=dtype)
         table = bench.cost_table(model, dtype, list(batches), refresh=True)
-        cal = bench.get_calibration(model, tok, dtype, table, refresh=True)
+        cal = bench.get_calibration(model, tok, dtype, table, refresh=True)  # through the engine
         print(
             f"{dtype}: g* = {cal.g_star} ({cal.method}); s(g) = "
             + ", ".join(f"{g}:{s * 1e3:.0f}ms" for g, s in zip(cal.gs, cal.s))

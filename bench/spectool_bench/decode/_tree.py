@@ -4,11 +4,13 @@ Every method decodes the same prompts in the same process, interleaved prompt by
 the ratios are side by side even on a shared, noisy CPU. Speed = generated tokens per second
 including prefill. The reference output is HF ``generate`` greedy at batch 1 (``ar``).
 
-Two autoregressive baselines, because the tree policies run on spectool's own forward
-(:mod:`spectool_serving.backends.lean`), not transformers': ``ar`` is HF ``generate`` —
-what prompt lookup is measured against too — and ``engine_ar`` is plain one-token decoding
-through the very forward the trees use. ``speedup_vs_ar`` includes whatever the forward
-itself gains over transformers; ``speedup_vs_engine_ar`` is the speculation alone.
+The tree policies run where users run them: the serving engine with a
+:class:`~spectool_serving.tree.policy.DecodingPolicy` (:mod:`._loop`), as ``spectool serve
+--decoding`` builds it. Two autoregressive baselines, because the engine runs spectool's own
+forward (:mod:`spectool_serving.backends.lean`), not transformers': ``ar`` is HF ``generate``
+— what prompt lookup is measured against too — and ``engine_ar`` is the same engine with no
+policy (plain one-token decoding). ``speedup_vs_ar`` includes whatever the forward itself
+gains over transformers; ``speedup_vs_engine_ar`` is the speculation alone.
 """
 
 from __future__ import annotations
@@ -22,16 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from spectool_serving.tree.calibrate import (
-    MODEL_NAME,
-    Calibration,
-    calibrate,
-    cost_table,
-    device_name,
-    load_calibration,
-)
-from spectool_serving.tree.cast import CastShaper, CostTable
-from spectool_serving.tree.decode import decode
+from spectool_serving.tree.calibrate import MODEL_NAME, cost_table, device_name
+from spectool_serving.tree.cast import CostTable
+from spectool_serving.tree.policy import DecodingPolicy
+
+from ._calibrate import Calibration, calibrate, load_calibration
+from ._loop import Run, bench_engine, run_engine
 
 __all__ = ["load_calibration_prompts", "load_prompts", "run_bench"]
 
@@ -40,7 +38,7 @@ TREE_POLICIES = ("unispec", "cast", "both")
 
 def _prompt_data() -> dict[str, Any]:
     return json.loads(
-        resources.files("spectool_serving").joinpath("data/decode_prompts.json").read_text(encoding="utf-8")
+        resources.files("spectool_bench.decode").joinpath("prompts.json").read_text(encoding="utf-8")
     )
 
 
@@ -78,10 +76,14 @@ def get_calibration(
         # every category, held out from the bench: τ(g) saturates early on fresh text, and
         # copy-heavy prompts alone (as before v3) pushed g* past where most prompts gain
         prompts = [_ids(tok, i["messages"]) for i in load_calibration_prompts()]
-        cal = calibrate(
-            model, MODEL_NAME, prompts, batch=batch, max_new_tokens=24, eos=_eos(model), table=table
-        )
+        cal = calibrate(model, tok, _fmt(tok), MODEL_NAME, prompts, table, batch=batch, max_new_tokens=24)
     return cal
+
+
+def _fmt(tok: Any) -> Any:
+    from spectool_serving.toolcalls import detect_format
+
+    return detect_format(getattr(tok, "chat_template", None), "")
 
 
 def _ids(tok: Any, messages: list[dict[str, str]]) -> list[int]:
@@ -127,7 +129,9 @@ def _record(outs: list[list[int]], secs: float, refs: list[list[int]], **extra: 
     }
 
 
-def _run_dtype(dtype: str, items: list[dict], n: int, batches: list[int], log: Any, refresh: bool) -> dict:
+def _run_dtype(
+    dtype: str, items: list[dict], n: int, batches: list[int], log: Any, refresh: bool, gate: bool = True
+) -> dict:
     from spectool.embedded import load_causal_lm
 
     model, tok = load_causal_lm(dtype=dtype)
@@ -138,7 +142,7 @@ def _run_dtype(dtype: str, items: list[dict], n: int, batches: list[int], log: A
         + ", ".join(f"{g}:{t:.2f}" for g, t in zip(cal.gs, cal.tau))
     )
     prompts = [_ids(tok, i["messages"]) for i in items]
-    eos = _eos(model)
+    engine = _EngineArgs(model, tok, table, gate)
     rows: list[dict] = []
     single_refs: list[list[int]] = []
     for item, ids in zip(items, prompts):
@@ -153,14 +157,14 @@ def _run_dtype(dtype: str, items: list[dict], n: int, batches: list[int], log: A
         for look in (3, 10):
             outs, secs = _hf(model, tok, [ids], n, look)
             rec["methods"][f"pl{look}"] = _record(outs, secs, ref)
-        _run_engine(rec, model, [ids], n, table, cal, eos, ref)
+        _run_engine(rec, engine, [ids], n, ref)
         rows.append(rec)
         log(
             f"[{dtype}] {item['id']}: "
             + "  ".join(f"{k} {v['tok_s']:.1f}" for k, v in rec["methods"].items())
         )
     for bsz in [b for b in batches if b > 1]:
-        rows += _run_batched(model, tok, items, prompts, single_refs, n, bsz, table, cal, log, dtype)
+        rows += _run_batched(engine, items, prompts, single_refs, n, bsz, log, dtype)
     return {
         "g_star": cal.g_star,
         "calibration": cal.__dict__,
@@ -170,24 +174,33 @@ def _run_dtype(dtype: str, items: list[dict], n: int, batches: list[int], log: A
     }
 
 
+class _EngineArgs:
+    """What every engine run of one dtype shares: one engine over the model (its tokenizer and
+    prompt format), the cost table (CAST) and whether the policies' draft gate is on."""
+
+    def __init__(self, model: Any, tok: Any, table: CostTable, gate: bool = True) -> None:
+        self.model, self.tok, self.table, self.gate = model, tok, table, gate
+        self.engine = bench_engine(model, tok, _fmt(tok))
+
+    def run(self, prompts: list[list[int]], n: int, mode: str = "off") -> Run:
+        policy = None
+        if mode != "off":  # the policy `spectool serve --decoding MODE` builds
+            vocab = self.model.config.vocab_size
+            policy = DecodingPolicy(mode, vocab, table=self.table, gate=self.gate)
+        return run_engine(self.engine, prompts, n, policy)
+
+
 def _run_engine(
-    rec: dict,
-    model: Any,
-    prompts: list[list[int]],
-    n: int,
-    table: CostTable,
-    cal: Calibration,
-    eos: set[int],
-    refs: list[list[int]],
+    rec: dict, engine: _EngineArgs, prompts: list[list[int]], n: int, refs: list[list[int]]
 ) -> None:
-    """``engine_ar`` and the tree policies, all on spectool's forward, into ``rec``."""
-    res = decode(model, prompts, n, "ar", eos=eos)
+    """``engine_ar`` and the tree policies, all through the serving engine, into ``rec``."""
+    res = engine.run(prompts, n)
     # Every method's decode phase is its time after engine_ar's prefill of the same prompt, so
     # what a tree policy adds to its own prefill (the store's warm-up rows) counts against it.
     prefill_s = res.prefill_s
     rec["methods"]["engine_ar"] = _record(res.outputs, res.total_s, refs, **_phase(res, prefill_s))
     for pol in TREE_POLICIES:
-        res = decode(model, prompts, n, pol, g=cal.g_star, eos=eos, cast=CastShaper(table))
+        res = engine.run(prompts, n, pol)
         rec["methods"][pol] = _record(
             res.outputs,
             res.total_s,
@@ -195,13 +208,13 @@ def _run_engine(
             **_phase(res, prefill_s),
             tau=res.tau,
             draft=res.mean_draft,
-            verify_s=res.verify_s,
-            plain_steps=res.plain_steps,  # steps the draft gate decoded without drafting
+            verify_s=res.stats.verify_s,
+            plain_steps=res.stats.plain_steps,  # steps the draft gate decoded without drafting
             steps=res.steps,
         )
 
 
-def _phase(res: Any, prefill_s: float) -> dict[str, float]:
+def _phase(res: Run, prefill_s: float) -> dict[str, float]:
     """The decode phase, where speculation acts: tokens per second after the prompt's forward.
     With long prompts and short answers (agentic) the prefill is most of a request, and a
     whole-request ratio then measures the prefill as much as the speculation."""
@@ -213,11 +226,11 @@ def _phase(res: Any, prefill_s: float) -> dict[str, float]:
     }
 
 
-def _run_batched(model, tok, items, prompts, single_refs, n, bsz, table, cal, log, dtype) -> list[dict]:
+def _run_batched(engine, items, prompts, single_refs, n, bsz, log, dtype) -> list[dict]:
     """Batches of ``bsz`` prompts; "identical" compares with each prompt's batch-1 output
     (HF prompt lookup has no batched mode, so it is absent here)."""
     rows = []
-    eos = _eos(model)
+    model, tok = engine.model, engine.tok
     for start in range(0, len(prompts) - bsz + 1, bsz):
         group = prompts[start : start + bsz]
         refs = single_refs[start : start + bsz]
@@ -228,7 +241,7 @@ def _run_batched(model, tok, items, prompts, single_refs, n, bsz, table, cal, lo
             "batch": bsz,
             "methods": {"ar": _record(outs, secs, refs)},
         }
-        _run_engine(rec, model, group, n, table, cal, eos, refs)
+        _run_engine(rec, engine, group, n, refs)
         rows.append(rec)
         log(
             f"[{dtype}] batch {bsz} {rec['id']}: "
@@ -342,6 +355,7 @@ def run_bench(
     refresh: bool = False,
     log: Any = print,
     prompt_ids: list[str] | None = None,
+    gate: bool = True,
 ) -> dict:
     import torch
 
@@ -357,10 +371,11 @@ def run_bench(
         "max_new_tokens": n,
         "threads": torch.get_num_threads(),
         "prompts": [i["id"] for i in items],
+        "gate": gate,
         "dtypes": {},
     }
     for dtype in dtypes:
-        results["dtypes"][dtype] = _run_dtype(dtype, items, n, list(batches), log, refresh)
+        results["dtypes"][dtype] = _run_dtype(dtype, items, n, list(batches), log, refresh, gate)
         (out / "results.json").write_text(json.dumps(results, indent=1))
     _plot(results, out / "speedup_vs_draft.png")
     return results

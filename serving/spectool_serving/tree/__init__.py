@@ -1,29 +1,25 @@
-"""Training-free tree speculative decoding: UniSpec drafting, calibration, CAST trees."""
+"""Training-free tree speculative decoding for the engine: UniSpec drafting, CAST trees,
+the decoding policy the engine drafts ordinary text with."""
 
-from .accept import greedy_tree_accept, recursive_rejection, sample_tree_accept
-from .decode import POLICIES, DecodeResult, decode, make_drafter
+from .accept import greedy_tree_accept
 from .gate import DraftGate
+from .policy import DecodingPolicy, PolicyStats
 from .suffix import SuffixIndex
-from .tree import DraftTree, ancestor_matrix, pad_trees
+from .tree import DraftTree, ancestor_matrix
 from .unispec import ContextIndex, NGramStore, TopG, TreeDrafter
 from .verifier import TreeVerifier
 
 __all__ = [
-    "POLICIES",
     "ContextIndex",
-    "DecodeResult",
+    "DecodingPolicy",
     "DraftGate",
     "DraftTree",
     "NGramStore",
+    "PolicyStats",
     "SuffixIndex",
     "TopG",
     "TreeDrafter",
     "TreeVerifier",
     "ancestor_matrix",
-    "decode",
     "greedy_tree_accept",
-    "make_drafter",
-    "pad_trees",
-    "recursive_rejection",
-    "sample_tree_accept",
 ]

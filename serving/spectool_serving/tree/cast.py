@@ -63,14 +63,6 @@ class CostTable:
         """Cost for n = 1..max(ns) tokens, interpolated, suffix-min monotone. Shape [max_n]."""
         return np.minimum.accumulate(self._raw(batch, ctx)[::-1])[::-1]
 
-    def best_width(self, batch: int, ctx: int, n: int) -> int:
-        """The cheapest forward width ≥ n: CPU math libraries switch kernels with the row
-        count, so padding a small tree up can cost less than running it as it is."""
-        raw = self._raw(batch, ctx)
-        if n > len(raw):
-            return n
-        return n + int(np.argmin(raw[n - 1 :]))
-
     def _raw(self, batch: int, ctx: int) -> np.ndarray:
         b = min(self.batches, key=lambda x: (abs(x - batch), x))
         measured = np.asarray(self.seconds[f"{b}/{self.select(ctx)}"], dtype=np.float64)
@@ -223,16 +215,12 @@ class CastShaper:
         cost = np.asarray([self._cost(n) for n in range(1, len(scores) + 1)]) + self.overhead
         return int(np.argmax(expected / cost)) + 1
 
-    def batch_width(self, trees: list[DraftTree], remaining: list[int] | None = None) -> int:
+    def batch_width(self, trees: list[DraftTree]) -> int:
         """C3 across a batch: all rows are verified at one width, the widest tree's, so the
         width w is chosen once for the step from each row's expected tokens E_b(w) (its best
         w nodes) and the cost f(B, c, w) + overhead. w = 1 is plain decoding for everyone.
-
-        A running batch that refills as rows finish (the engine) wants the most tokens per
-        unit cost, Σ_b E_b(w) / cost(w). A fixed batch (``remaining[b]``: tokens row b still
-        has to produce) lasts as long as its slowest row, so w minimises
-        cost(w) · max_b remaining[b] / E_b(w) instead: a draft that does not speed up the
-        row everyone waits for is not worth verifying.
+        The engine's batch refills as rows finish, so it wants the most tokens per unit cost,
+        Σ_b E_b(w) / cost(w).
         """
         longest = max(len(t) for t in trees)
         gains = np.ones((len(trees), longest))  # E_b(w), w = 1..longest
@@ -240,10 +228,7 @@ class CastShaper:
             gain = 1.0 + np.cumsum([0.0] + [t.conf[i] for i in t.best_first()[1:]])
             gains[b] = np.pad(gain, (0, longest - len(t)), mode="edge")
         cost = np.asarray([self._cost(w) for w in range(1, longest + 1)]) + self.overhead
-        if remaining is None:
-            return int(np.argmax(gains.sum(axis=0) / cost)) + 1
-        left = np.asarray(remaining, dtype=np.float64)[:, None]
-        return int(np.argmin(cost * (left / gains).max(axis=0))) + 1
+        return int(np.argmax(gains.sum(axis=0) / cost)) + 1
 
     def note_overhead(self, seconds: float) -> None:
         """Per-step time outside the forward (drafting, acceptance, bookkeeping), as an EMA

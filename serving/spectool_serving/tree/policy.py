@@ -1,16 +1,20 @@
-"""A per-server decoding policy for ordinary text, shaped for an engine that verifies chains.
+"""A per-server decoding policy for ordinary text: the one tree-decoding loop is the engine's.
 
 The serving engine verifies one draft per row: O2 tool-call drafts are chains; text drafts
 from this object are trees for greedy rows (:meth:`draft_tree`, verified with ancestor masks
 in the same batched forward) and the tree's best chain otherwise (:meth:`draft`). After the
-forward the engine hands back the verifier's logits so the n-gram store stays fresh. Tool-cache (O2)
-drafts take precedence: call :meth:`draft` only when the tool-cache proposer returned nothing.
+forward the engine hands back the verifier's logits so the n-gram store stays fresh. Tool-cache
+(O2) drafts take precedence: the policy drafts only rows the tool cache left without one.
 
-Hook (engine side, three lines)::
+Per engine step (the engine's side)::
 
-    draft = propose_draft(seq, ctx) or policy.draft(seq.seq_id, seq.tokens)
-    ...
-    policy.observe(seq.seq_id, root_and_draft_tokens, logits_for_them, n_accepted, verify_s)
+    policy.warm(tokens, prefill_logits)        # at admission: the prompt's last positions
+    if policy.should_draft(): ...draft_tree / draft per text row, fit_batch...
+    policy.observe_tree(...) / policy.observe(...)   # per text row, after the forward
+    policy.end_step(tokens, seconds, forward_s)      # the step's text tokens and wall time
+
+``gate``: a :class:`~.gate.DraftGate` turns drafting off while plain steps deliver more
+tokens per second (text the model writes fresh), and probes now and then whether it pays again.
 """
 
 from __future__ import annotations
@@ -21,25 +25,35 @@ from typing import Any
 import torch
 
 from .cast import CastShaper, CostTable
+from .gate import DraftGate
 from .tree import DraftTree
 from .unispec import ContextIndex, NGramStore, Shaper, TopG, TreeDrafter
 
-__all__ = ["DecodingPolicy", "PolicyStats"]
+__all__ = ["MODES", "DecodingPolicy", "PolicyStats"]
 
 MODES = ("off", "unispec", "cast", "both")
+WARM_ROWS = 64  # prompt positions whose verifier top-k seeds the store (they come with the prefill)
 
 
 @dataclass
 class PolicyStats:
+    """Per text row-step: ``steps`` verifications, ``drafted`` nodes, ``accepted`` drafts;
+    ``plain_steps``: engine steps the gate decoded without drafting (probes included)."""
+
     steps: int = 0
     drafted: int = 0
     accepted: int = 0
     verify_s: float = 0.0
+    plain_steps: int = 0
 
     @property
     def tau(self) -> float:
         """Mean tokens emitted per verification (accepted drafts + 1)."""
         return (self.accepted + self.steps) / self.steps if self.steps else 0.0
+
+    @property
+    def mean_draft(self) -> float:
+        return self.drafted / self.steps if self.steps else 0.0
 
     def as_dict(self) -> dict[str, float]:
         return {
@@ -47,22 +61,26 @@ class PolicyStats:
             "tree_drafted": self.drafted,
             "tree_accepted": self.accepted,
             "tree_tau": self.tau,
-            "tree_mean_draft": self.drafted / self.steps if self.steps else 0.0,
+            "tree_mean_draft": self.mean_draft,
             "tree_verify_s": self.verify_s,
         }
 
 
 @dataclass
 class DecodingPolicy:
-    """``mode``: off | unispec | cast | both; one store per server (shared by its rows)."""
+    """``mode``: unispec | cast | both (``off`` drafts nothing); one store per server, shared
+    by its rows. ``table``: the measured forward costs CAST shapes trees by (cast, both)."""
 
     mode: str
     vocab: int
-    g: int = 16
+    g: int = 8
     table: CostTable | None = None
+    gate: bool = True
     stats: PolicyStats = field(default_factory=PolicyStats)
     _drafter: TreeDrafter | None = field(default=None, init=False, repr=False)
+    _gate: DraftGate | None = field(default=None, init=False, repr=False)
     _ctx: dict[Any, ContextIndex] = field(default_factory=dict, init=False, repr=False)
+    _step: bool | None = field(default=None, init=False, repr=False)  # this step drafts
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -78,6 +96,37 @@ class DecodingPolicy:
             shaper = TopG(g=self.g)
         full = self.mode in ("unispec", "both")
         self._drafter = TreeDrafter(NGramStore(self.vocab), shaper, use_context=full, use_next_next=full)
+        self._gate = DraftGate() if self.gate else None
+
+    @property
+    def warm_rows(self) -> int:
+        """Prompt positions whose logits :meth:`warm` wants from the prefill."""
+        return WARM_ROWS if self._drafter is not None else 1
+
+    def warm(self, tokens: list[int], logits: torch.Tensor) -> None:
+        """Seed the store from a prefill: ``logits`` [m, V] of the last m of ``tokens``."""
+        if self._drafter is None or logits.dim() != 2:
+            return
+        n, m = len(tokens), logits.shape[0]
+        parents = [tokens[i - 1] if i else -1 for i in range(n - m, n)]
+        self._drafter.store.refresh(tokens[n - m :], parents, logits)
+
+    def should_draft(self) -> bool:
+        """Whether this engine step drafts its text rows (the gate's call); one per step."""
+        self._step = self._drafter is not None and (self._gate is None or self._gate.should_draft())
+        return self._step
+
+    def end_step(self, tokens: int, seconds: float, forward_s: float) -> None:
+        """The step's text rows emitted ``tokens`` in ``seconds`` of wall time, ``forward_s``
+        of it in the forward: the gate's and CAST's measure of what drafting costs."""
+        drafted, self._step = self._step, None
+        if drafted is None or self._drafter is None:
+            return
+        self.stats.plain_steps += not drafted
+        if drafted and hasattr(self._drafter.shaper, "note_overhead"):
+            self._drafter.shaper.note_overhead(max(seconds - forward_s, 0.0))
+        if self._gate is not None:
+            self._gate.observe(drafted, tokens, seconds)
 
     def draft(self, row: Any, tokens: list[int], batch: int = 1) -> list[int]:
         """A linear draft continuing ``tokens`` (their last token is the root)."""
@@ -107,13 +156,14 @@ class DecodingPolicy:
         return [t.top(width) for t in trees]
 
     def observe_tree(
-        self, row: Any, tree: DraftTree, logits: torch.Tensor, path: list[int], verify_s: float = 0.0
+        self, prev: int, tree: DraftTree, logits: torch.Tensor, path: list[int], verify_s: float = 0.0
     ) -> None:
-        """After a tree row was verified: logits [len(tree), V], ``path`` the accepted node ids
-        (root first). Refreshes the store at every node and learns the edge rates."""
+        """After a tree row was verified: ``prev`` the token before the root, logits
+        [len(tree), V], ``path`` the accepted node ids (root first). Refreshes the store at
+        every node and learns the edge rates."""
         if self._drafter is None:
             return
-        parents = [self._prev(row)] + [tree.tokens[p] for p in tree.parents[1:]]
+        parents = [prev] + [tree.tokens[p] for p in tree.parents[1:]]
         self._drafter.store.refresh(tree.tokens, parents, logits)
         self._drafter.learn(tree, path)
         if hasattr(self._drafter.shaper, "observe"):
@@ -121,18 +171,14 @@ class DecodingPolicy:
         self._count(len(tree) - 1, len(path) - 1, verify_s)
 
     def observe(
-        self, row: Any, fed: list[int], logits: torch.Tensor, n_accepted: int, verify_s: float = 0.0
+        self, prev: int, fed: list[int], logits: torch.Tensor, n_accepted: int, verify_s: float = 0.0
     ) -> None:
-        """fed: [d+1] root + draft tokens; logits: [d+1, V] the verifier's outputs for them."""
+        """fed: [d+1] root + draft tokens (``prev`` the token before the root); logits:
+        [d+1, V] the verifier's outputs for them."""
         if self._drafter is None:
             return
-        self._drafter.store.refresh(fed, [self._prev(row)] + fed[:-1], logits)
+        self._drafter.store.refresh(fed, [prev] + fed[:-1], logits)
         self._count(len(fed) - 1, n_accepted, verify_s)
-
-    def _prev(self, row: Any) -> int:
-        """The token before the row's root (-1 when unknown): the root's parent in the store."""
-        seq = self._ctx[row].seq if row in self._ctx else []
-        return seq[-2] if len(seq) > 1 else -1
 
     def _count(self, drafted: int, accepted: int, verify_s: float) -> None:
         self.stats.steps += 1

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["DraftTree", "ancestor_matrix", "pad_trees", "tree_depths"]
+__all__ = ["DraftTree", "ancestor_matrix", "tree_depths"]
 
 
 @dataclass
@@ -100,26 +100,3 @@ def ancestor_matrix(parents: list[int]) -> torch.Tensor:
         if i:
             anc[i] |= anc[parents[i]]  # parents precede children, so their rows are final
     return anc
-
-
-def pad_trees(
-    trees: list[DraftTree], min_size: int = 1
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Batch trees to one width G: ``tokens [B,G]``, ``depth [B,G]``, ``anc [B,G,G]``, ``real [B,G]``.
-
-    Padding nodes see only themselves (never a fully masked row) and are never accepted.
-    ``min_size`` pads small trees up, e.g. to 4 in fp32 where 2-3 token rows cost more.
-    """
-    width = max(min_size, max(len(t) for t in trees))
-    bsz = len(trees)
-    tokens = torch.zeros(bsz, width, dtype=torch.long)
-    depth = torch.zeros(bsz, width, dtype=torch.long)
-    anc = torch.eye(width, dtype=torch.bool).repeat(bsz, 1, 1)
-    real = torch.zeros(bsz, width, dtype=torch.bool)
-    for b, t in enumerate(trees):
-        g = len(t)
-        tokens[b, :g] = torch.tensor(t.tokens)
-        depth[b, :g] = torch.tensor(t.depths())
-        anc[b, :g, :g] = ancestor_matrix(t.parents)
-        real[b, :g] = True
-    return tokens, depth, anc, real

@@ -1,6 +1,5 @@
 """Tree verification on the serving path: the engine's :class:`~..runner.Runner` over its
-:class:`~..kv.BatchKV`, for code that drives trees without an engine (the decoding loop of
-:mod:`.decode`, CAST's cost tables, calibration).
+:class:`~..kv.BatchKV`, for code that scores trees without an engine (CAST's cost tables).
 
 One forward scores a whole tree per row (ancestor-only attention among the new nodes, depth
 positions); :meth:`TreeVerifier.commit` keeps each row's accepted path and leaves the other

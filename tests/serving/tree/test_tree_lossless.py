@@ -1,78 +1,92 @@
-"""Tree decoding with suffix drafts and the draft gate is lossless: the same tokens as plain
-decoding on the same forward — and a verifier that lies is caught by that very comparison.
+"""Tree decoding in the engine, with suffix drafts and the draft gate, is lossless: the same
+tokens as the same engine's plain decoding — and a verifier that lies is caught by that very
+comparison.
 
-A tiny random Llama (no weights here to download); random models fall into loops, so the
-suffix index finds long matches and drafts are really accepted (checked: τ > 1)."""
+A tiny random Llama over the embedded tokenizer that writes from a small alphabet (no weights
+to download): it soon repeats itself, so drafts are really accepted (checked: τ > 1)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from spectool_serving.tree import TreeVerifier, decode
-from tests.tree_fixtures import tiny_llama
+from spectool_bench.decode._loop import bench_engine, run_engine
+from spectool_serving.engine import Engine
+from spectool_serving.tree.gate import DraftGate
+from spectool_serving.tree.policy import DecodingPolicy
+from tests.tree_fixtures import embedded_tokenizer, looping_llama
 
-PROMPT = [5, 6, 7, 8, 9, 10, 11] * 5 + [5, 6, 7]
-
-
-@pytest.fixture(scope="module")
-def model():
-    return tiny_llama(4, 2, seed=3)
+PROMPT = list(range(1000, 1040))
 
 
 @pytest.fixture(scope="module")
-def reference(model):
-    return decode(model, [PROMPT], 60, "ar").outputs
+def engine():
+    tok, fmt = embedded_tokenizer()
+    return bench_engine(looping_llama(tok, seed=3), tok, fmt)
+
+
+@pytest.fixture(scope="module")
+def reference(engine):
+    return run_engine(engine, [PROMPT], 60).outputs
+
+
+def _policy(engine, gate: bool = False, mode: str = "unispec") -> DecodingPolicy:
+    return DecodingPolicy(mode, engine.runner.model.config.vocab_size, g=12, gate=gate)
 
 
 @pytest.mark.parametrize("gate", [True, False])
-def test_suffix_tree_decoding_equals_plain_decoding(model, reference, gate):
-    res = decode(model, [PROMPT], 60, "unispec", g=12, gate=gate)
+def test_tree_decoding_in_the_engine_equals_plain_decoding(engine, reference, gate):
+    res = run_engine(engine, [PROMPT], 60, _policy(engine, gate))
     assert res.outputs == reference
     # drafts were accepted, so the comparison is not vacuous; with the gate on, how many is a
     # matter of wall time (it may stop drafting on a loaded machine), so only that some were
     assert res.tau > (1.0 if gate else 1.5)
-    assert (res.plain_steps > 0) == gate  # the gate probes plain steps; without it none
+    assert (res.stats.plain_steps > 0) == gate  # the gate probes plain steps; without it none
 
 
-def test_batched_rows_equal_their_plain_decoding(model, reference):
-    other = [3, 4] * 10
-    ref_other = decode(model, [other], 40, "ar").outputs[0]
-    res = decode(model, [PROMPT, other], 40, "unispec", g=8)
+def test_batched_rows_equal_their_plain_decoding(engine, reference):
+    other = PROMPT[5:30]
+    ref_other = run_engine(engine, [other], 40).outputs[0]
+    res = run_engine(engine, [PROMPT, other], 40, _policy(engine))
     assert res.outputs == [reference[0][:40], ref_other]
+    assert res.tau > 1.0
 
 
-def test_a_corrupted_verifier_is_detected(model, reference, monkeypatch):
+def test_a_corrupted_verifier_is_detected(engine, reference, monkeypatch):
     """Negative control: a verifier that vouches for every drafted child (its logits pushed
-    to the first child's token) makes outputs differ, and the comparison says so."""
-    real = TreeVerifier.forward
+    to the child's token at its parent) makes outputs differ, and the comparison says so."""
+    real = Engine._run
 
-    def lying(self, trees, width=1):
-        logits = real(self, trees, width).clone()  # inference tensors are read-only
-        for b, t in enumerate(trees):
-            for i in range(1, len(t)):
-                logits[b, t.parents[i], t.tokens[i]] = torch.finfo(logits.dtype).max
-        return logits
+    def lying(self, plan):
+        logits, t = real(self, plan)
+        logits = logits.clone()  # inference tensors are read-only
+        for b, row in enumerate(plan.rows):
+            t_ = row.tree
+            for i in range(1, len(t_) if t_ is not None else 0):
+                logits[b, t_.parents[i], t_.tokens[i]] = torch.finfo(logits.dtype).max
+        return logits, t
 
-    monkeypatch.setattr(TreeVerifier, "forward", lying)
-    res = decode(model, [PROMPT], 60, "unispec", g=12, gate=False)
-    assert res.outputs != reference
+    monkeypatch.setattr(Engine, "_run", lying)
+    assert run_engine(engine, [PROMPT], 60, _policy(engine)).outputs != reference
 
 
-def test_calibration_sees_every_step_even_where_a_gate_would_stop_drafting(model, monkeypatch):
-    """τ(g) is measured per step; a gate that turned drafting off would leave it no steps
-    (or only the ones where drafting paid). Calibration drafts every step."""
-    import importlib
+def test_a_gate_that_never_drafts_decodes_plainly(engine, reference, monkeypatch):
+    """The gate inside the policy decides per step: forced shut, no step drafts, the
+    output is the same, and the policy counts every step as plain."""
+    monkeypatch.setattr(DraftGate, "should_draft", lambda self: False)
+    res = run_engine(engine, [PROMPT], 12, _policy(engine, gate=True))
+    assert res.outputs == [reference[0][:12]]
+    assert res.stats.drafted == 0 and res.stats.plain_steps == res.steps == 11  # + the prefill's token
+    assert res.tau == 1.0
 
-    from spectool_serving.tree.calibrate import measure_tau
-    from spectool_serving.tree.gate import DraftGate
 
-    class Never(DraftGate):  # the gate's decision forced: drafting never pays
-        def should_draft(self) -> bool:
-            return False
-
-    # the module, not the package's re-exported function of the same name
-    monkeypatch.setattr(importlib.import_module("spectool_serving.tree.decode"), "DraftGate", Never)
-    assert decode(model, [PROMPT], 12, "unispec", g=4).plain_steps == 12  # the patch bites
-    tau = measure_tau(model, [PROMPT], [1, 4], 12)
-    assert tau[0] == pytest.approx(1.0) and tau[1] > 1.0
+def test_the_prompt_warms_the_store():
+    """The prefill's last positions seed the n-gram store: after warming on a prompt whose
+    logits say 4 follows 3, the policy drafts 4 after 3 before any step was verified."""
+    pol = DecodingPolicy("unispec", vocab=40, g=8, gate=False)
+    logits = torch.full((3, 40), -10.0)
+    logits[0, 4] = logits[1, 5] = logits[2, 6] = 10.0  # after 3 -> 4, after 4 -> 5, 5 -> 6
+    assert pol.warm_rows > 1 and DecodingPolicy("off", vocab=40).warm_rows == 1
+    assert pol.draft("r", [9, 8, 3]) == []  # cold store
+    pol.warm([1, 2, 3, 4, 5], logits)
+    assert pol.draft("r", [9, 8, 3])[:3] == [4, 5, 6]

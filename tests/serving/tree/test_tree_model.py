@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spectool_serving.tree import DraftTree, TreeVerifier, decode, greedy_tree_accept
-from spectool_serving.tree.cast import CastShaper, CostTable
+from spectool_bench.decode._loop import bench_engine, run_engine
+from spectool_serving.tree import DecodingPolicy, DraftTree, TreeVerifier, greedy_tree_accept
+from spectool_serving.tree.cast import CostTable
 
 pytestmark = pytest.mark.model
 
@@ -74,62 +75,39 @@ def test_tree_logits_equal_path_by_path_and_gather_matches_plain(lm):
     assert after[0].argmax(-1).tolist() == ref[4:6]
 
 
-@pytest.mark.parametrize("policy", ["ar", "unispec", "cast", "both"])
-def test_greedy_identical_to_autoregressive_fp32(lm, refs, policy):
-    model, tok, prompts = lm
-    table = CostTable([1, 2], [512], [1, 8, 32], {"1/512": [1.0, 1.1, 1.5], "2/512": [1.0, 1.3, 2.0]})
+TABLE = CostTable([1, 2], [512], [1, 8, 32], {"1/512": [1.0, 1.1, 1.5], "2/512": [1.0, 1.3, 2.0]})
+
+
+@pytest.fixture(scope="module")
+def engine(lm):
+    from spectool_serving.toolcalls import detect_format
+
+    model, tok, _ = lm
+    return bench_engine(model, tok, detect_format(tok.chat_template, ""))
+
+
+def _policy(engine, mode):
+    # gate off: the gate decides by wall time, so on a loaded machine it may stop drafting
+    # and leave tau at 1 (its own losslessness is tested in test_tree_lossless.py)
+    vocab = engine.runner.model.config.vocab_size
+    return None if mode == "off" else DecodingPolicy(mode, vocab, g=12, table=TABLE, gate=False)
+
+
+@pytest.mark.parametrize("mode", ["off", "unispec", "cast", "both"])
+def test_greedy_identical_to_autoregressive_fp32(lm, refs, engine, mode):
+    _, tok, prompts = lm
     n = 24
     for ids, ref in zip(prompts, refs):
-        # gate off: the gate decides by wall time, so on a loaded machine it may stop drafting
-        # and leave tau at 1 (its own losslessness is tested in test_tree_lossless.py)
-        res = decode(model, [ids], n, policy, g=12, cast=CastShaper(table), eos=tok.eos_token_id, gate=False)
+        res = run_engine(engine, [ids], n, _policy(engine, mode))
         assert res.outputs[0] == ref[: len(res.outputs[0])]
-        assert len(res.outputs[0]) == n or res.outputs[0][-1] == tok.eos_token_id
-    if policy != "ar":
+        assert len(res.outputs[0]) == n or res.outputs[0][-1] in (tok.eos_token_id, engine.eos_id)
+    if mode != "off":
         assert res.tau > 1.0
 
 
-def test_batched_tree_decoding_matches_single(lm, refs):
-    model, tok, prompts = lm
-    table = CostTable([1, 2], [512], [1, 8, 32], {"1/512": [1.0, 1.1, 1.5], "2/512": [1.0, 1.3, 2.0]})
-    res = decode(model, prompts, 16, "both", cast=CastShaper(table), eos=tok.eos_token_id)
+def test_batched_tree_decoding_matches_single(lm, refs, engine):
+    _, tok, prompts = lm
+    res = run_engine(engine, prompts, 16, _policy(engine, "both"))
     for ref, out in zip(refs, res.outputs):
         assert out == ref[: len(out)]
-        assert len(out) == 16 or out[-1] == tok.eos_token_id  # a prefix only when it stopped at EOS
-
-
-def test_verify_kernels_packed_gemms_match_stock_and_restore_the_model(lm, monkeypatch):
-    """A 16-token tree scores the same on the packed kernels (the fused C layers on the panel
-    kernel of :mod:`.kernels`, or MKL's packed weights without it) as on the stock ones, up to fp32
-    summation order, and the model is left exactly as it was (a shared model's generate is
-    untouched)."""
-    from spectool_serving.backends import fastpath
-
-    model, _, prompts = lm
-    ids = prompts[1]
-    chain = DraftTree.root(ids[-1])
-    for tok in range(100, 115):
-        chain.add(len(chain) - 1, tok, 0.5)
-    assert len(chain) == 16
-
-    def score() -> torch.Tensor:
-        verifier = TreeVerifier(model)
-        verifier.prefill([ids[:-1]])
-        return verifier.forward([chain])
-
-    from spectool_serving.backends import lean_for
-    from spectool_serving.backends.fused import FusedLlama
-
-    packed = score()
-    # the fused C layers hold their own packed copy; otherwise each Linear module gets one
-    assert isinstance(lean_for(model), FusedLlama) or fastpath._PACKED.get(model), (
-        "fp32 on CPU: weights should be packed"
-    )
-    monkeypatch.setenv("SPECTOOL_PACKED_GEMM", "0")
-    stock = score()
-    # logits of magnitude ~30 after 30 layers: a different k order moves them by ~1e-4
-    assert torch.allclose(packed, stock, atol=1e-3, rtol=0)
-    assert packed.argmax(-1).tolist() == stock.argmax(-1).tolist()
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    assert all("forward" not in m.__dict__ for m in linears)
-    assert model.config._attn_implementation == "sdpa"
+        assert len(out) == 16 or out[-1] in (tok.eos_token_id, engine.eos_id)  # a prefix only at EOS
