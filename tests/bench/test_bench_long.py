@@ -37,7 +37,7 @@ def test_the_long_preset_selects_64_clean_bfcl_tasks_and_every_tau2_test_task():
     every = [t.id for c in ("tau2_airline", "tau2_retail") for t in split_tasks(c, "test")]
     assert [t.id for t in _sweep._select_tasks(tau2)] == every
     for plan in (bfcl, tau2):
-        assert plan.main == "replay" and plan.eager_arm and plan.samples == (1,)
+        assert plan.main == "replay" and plan.eager_arm and plan.eager_alone and plan.samples == (1,)
         assert plan.drafters[:2] == ("history", "learning+train") and len(plan.drafters) == 3
     assert tau2.rates == _sweep.tau2_plan().rates and bfcl.rates == _sweep.headline_plan().rates
     (only,) = build_plans(_args("--long", "--workload", "tau2", "--domains", "retail"))
@@ -48,7 +48,8 @@ def test_the_long_preset_selects_64_clean_bfcl_tasks_and_every_tau2_test_task():
 
 def test_the_quick_tau2_section_uses_the_best_mining_drafter():
     _, tau2, _ = build_plans(_args("--quick"))
-    assert tau2.drafters == ("learning+train",) and tau2.eager_arm
+    assert tau2.drafters == ("learning+train",) and tau2.eager_arm  # drafter arms dispatch eagerly
+    assert not tau2.eager_alone and tau2.tasks_per_category == 6  # eager alone: only the long run
 
 
 def test_a_small_long_run_writes_both_sections_with_cis_and_same(tmp_path, capsys):

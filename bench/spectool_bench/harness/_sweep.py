@@ -183,7 +183,7 @@ def _expected_steps(plan: Plan, tasks: list) -> int:
 
     runs_per_cell = (
         1
-        + plan.eager_arm
+        + (plan.eager_arm and plan.eager_alone)
         + sum(len(plan.samples) if d != "oracle" else len(plan.oracle_alphas) for d in plan.drafters)
         * len(plan.configs)
     )
@@ -321,7 +321,7 @@ async def _cell_rows(cell: _Cell) -> list[dict[str, Any]]:
     base, base_cpu = await _timed_cpu(run_agents(cell.assignment, Setup(latency=cell.latency, **cell.common)))
     rows = [run_row(meta, base, base, plan.prices, cell.calibration, truth=cell.truth)]
     ref = None
-    if plan.eager_arm:
+    if plan.eager_arm and plan.eager_alone:
         cell.bar.label = f"eager dispatch alone {where}"
         ref = await run_agents(
             cell.assignment, Setup(latency=cell.latency, eager="speculable", **cell.common)
