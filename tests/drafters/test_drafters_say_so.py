@@ -82,7 +82,7 @@ def test_names_resolve_in_one_place_everywhere() -> None:
     assert resolve_drafter(None) is None
     mine = ScriptedDrafter(lambda m: [])
     assert resolve_drafter(mine) is mine
-    with pytest.raises(ConfigError, match="unknown drafter name 'locl'.*history, local, tuned"):
+    with pytest.raises(ConfigError, match="unknown drafter name 'locl'.*history, learning, local, tuned"):
         resolve_drafter("locl")
     with pytest.raises(ConfigError, match="got int"):
         resolve_drafter(3)
