@@ -76,7 +76,11 @@ def _openai_traced(drafter: Any) -> bool:
         cls = type(getattr(getattr(client, "chat", None), "completions", None))
     if cls is None or not issubclass(cls, (module.AsyncCompletions, module.Completions)):
         return False
-    return hasattr(inspect.getattr_static(cls, "create", None), "__wrapped__")
+    # wrapt's proxy, as the instrumentations patch (openai's own decorators use functools.wraps,
+    # which sets __wrapped__ too: that is not a sign of instrumentation)
+    wrapt = sys.modules.get("wrapt")
+    wrapper = getattr(wrapt, "FunctionWrapper", None)
+    return wrapper is not None and isinstance(inspect.getattr_static(cls, "create", None), wrapper)
 
 
 def _json(value: Any) -> str:

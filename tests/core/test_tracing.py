@@ -226,6 +226,7 @@ async def test_a_model_drafter_call_is_a_genai_chat_span_under_the_draft(spans) 
     # the drafter's peer is the scripted OpenAI-compatible server (no model can run here)
     drafter_model = ScriptedModel([call("get", key="a")])
     drafter = EndpointDrafter(openai_client(drafter_model), model="tiny-drafter")
+    assert drafter.client.chat.completions  # the SDK's resources loaded: decorated, not instrumented
     world = KeyValueWorld()
     async with Speculator(world.toolbox, drafter, samples=1) as spec:
         turn = spec.start_turn([{"role": "user", "content": "a?"}])
