@@ -342,10 +342,14 @@ class Engine:
         with self._wake:
             self._stop = True
             self._wake.notify()
+        alive = False
         if self._thread is not None:
             self._thread.join(timeout=30)
+            alive = self._thread.is_alive()
             self._thread = None
         _RUNNING.discard(self)
+        if not alive:  # no step running: the captured graphs and their memory pool go
+            self.runner.close()
 
     def _loop(self) -> None:
         while True:

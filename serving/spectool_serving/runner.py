@@ -163,6 +163,7 @@ class Runner:
         if self._graphs is not None:
             self._graphs.close()
             self._graphs = None
+        self._graphs_built = False  # a restarted engine captures afresh
 
     def _lean(self) -> Any:
         """The lean forward; the C kernels are asked for only on a CPU, so they never decide

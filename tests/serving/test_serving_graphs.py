@@ -258,3 +258,22 @@ def test_the_same_prompt_prefilled_twice_runs_the_model_once(model):
     )  # a forward ends the sharing
     runner.prefill([1, 2, 3, 5])
     assert len(calls) == 4
+
+
+def test_stopping_the_engine_frees_its_graphs(model, monkeypatch):
+    """Shutdown releases the graphs (Runner.close); a restarted engine builds them afresh."""
+    engine = server_engine(model)
+    graphs = engine.runner.decode_graphs()
+    closed = []
+    monkeypatch.setattr(graphs, "close", lambda: closed.append(1))
+    engine.stop()
+    assert closed == [1] and engine.runner._graphs is None
+    assert engine.runner.decode_graphs() is not graphs  # rebuilt on next use
+
+
+def server_engine(model):
+    from spectool_serving.server import build_engine
+
+    loaded = _loaded()
+    loaded.model = tiny_llama_for(loaded.tokenizer, seed=1)
+    return build_engine(loaded=loaded, cuda_graphs="static")
