@@ -45,6 +45,8 @@ from ._values import RULES, ValueContext, rank_values
 
 __all__ = ["LearningDrafter", "learning_drafter"]
 
+#: weight of the request's words beside a plan that has seen the context
+PLAN_WORDS = 0.2
 #: calls of a tool seen filled from one record before its calls are filled record by record
 MIN_RECORD_USES = 2
 #: data-flow sources below this share of a parameter's uses are not offered as candidates
@@ -79,6 +81,7 @@ class LearningDrafter:
             raise ConfigError(f"unknown value rule(s) {sorted(unknown)}; known: {sorted(RULES)}")
         self.max_sessions, self.variants, self.fan_out = max_sessions, variants, fan_out
         self.rules, self.plan = frozenset(rules), plan
+        self.plan_words = PLAN_WORDS
         self.path = Path(path) if path is not None else None
         self.patterns = Patterns()  # primed + every remembered session
         self._sessions: OrderedDict[str, Patterns] = OrderedDict()
@@ -205,11 +208,12 @@ class LearningDrafter:
     ) -> list[str]:
         """Offered tools by plan score plus the request's words, best first; ties by name."""
         events = events_of(messages)
-        scores = plan_scores(self.patterns, events, own=own_plan(events)) if self.plan else {}
+        own = own_plan(events)
+        scores = plan_scores(self.patterns, events, own=own) if self.plan else {}
         words = _words(_latest_user_text(messages))
         weight = 3.0 if turn_start else 1.0
         if scores:
-            weight *= 0.2  # the plan knows; the words break its ties
+            weight *= self.plan_words  # the plan knows; the words break its ties
         out: dict[str, float] = {n: s for n, s in scores.items() if n in tools}
         for name, body in tools.items():
             tool_words = _words(f"{name} {body['description']}".replace("_", " "))

@@ -7,7 +7,7 @@ finished conversations, so a candidate that does not look like the values a para
 * :func:`shape`: strings by character class — a run of upper-case letters ``A``, lower-case
   ``a``, a digit run with its length ``0{n}``, other characters as they are; ids written in
   upper-case letters and digits mixed (``4OG6T3``) as ``X{n}``; numbers and booleans by type.
-  ``#W6729841`` → ``#A0{7}``, ``noah_ito_3850`` → ``a_a_0{4}``, ``Mei`` → ``Aa``.
+  ``#W6729841`` → ``#A0{7}``, ``noah_ito_3850`` → ``a_a_0{4}``, ``Mei`` → ``Aa``, 3 and 3.5 → ``<num>``.
 * :func:`anchors`: the words right before and after a value's occurrence in a text, a
   capitalized neighbour as ``<Cap>`` and a number as ``<num>`` (``"You are Mei Kovacs"``: Mei
   has ``are`` before and ``<Cap>`` after), so a parameter learns where its value is written.
@@ -37,10 +37,8 @@ def shape(value: Any) -> str:
 def _other_shape(value: Any) -> str:
     if isinstance(value, bool):
         return "<bool>"
-    if isinstance(value, int):
-        return "<int>"
-    if isinstance(value, float):
-        return "<float>"
+    if isinstance(value, (int, float)):
+        return "<num>"  # 108 and 108.0 are one shape: the schema says which to write
     return ""
 
 

@@ -8,11 +8,14 @@ each rule one name in ``rules`` so it can be switched off (and its hits measured
 
 * ``used``: a value this tool already took for this parameter in the conversation goes last
   (a list of order ids is walked, not repeated);
-* ``shape``: with :data:`MIN_SEEN` values seen, one whose shape (:func:`._shapes.shape`) the
-  parameter never took is dropped (``"Reason"`` is no ``user_id``);
-* ``anchor``: a value the user wrote scores the share of the parameter's past values that had
-  the same word before / after it (``are Mei <Cap>``: a first name), and the share of values
-  the flows say came from the user's text;
+* ``shape``: where a parameter's values came in few id shapes (digits, ``#_@`` or capitals
+  only in each; at least :data:`MIN_SEEN` values, three per shape: order ids, user ids,
+  dates, zips, codes), a candidate of another shape (:func:`._shapes.shape`) is dropped
+  (``"Reason"`` is no ``user_id``); where they came in few one-word shapes, one of another
+  shape ranks last (``"Mei Kovacs"`` is no first name);
+* ``anchor``: where the values came in few one-word shapes (first names, zips), a value the
+  user wrote with the same word before / after it as some past values (``are Mei <Cap>``: a
+  first name) scores that share plus the share of values the flows say came from the user;
 * ``linked``: a value from a tool output whose record names something the user wrote (the
   keyboard's ``product_id``) scores the share of past values that were so linked.
 
@@ -21,6 +24,7 @@ Then stronger evidence, then more recent, then earlier in its text. Pure: no I/O
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +40,8 @@ __all__ = ["MIN_SEEN", "RULES", "ValueContext", "rank_values"]
 RULES = frozenset({"used", "shape", "anchor", "linked", "record"})
 #: values of a parameter seen before its shapes are trusted to drop a candidate
 MIN_SEEN = 3
+#: what makes a shape an id's: digits, or the marks ids are written with
+_ID_MARK = re.compile(r"0\{|[#_@]|^[XA]\{")
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,11 @@ def rank_values(
             seen.add(value_tag(c.value))
             found.append(c)
     shapes = patterns.shapes.get(key)
-    known_shapes = shapes is not None and sum(shapes.values()) >= MIN_SEEN
+    seen_n = sum(shapes.values()) if shapes else 0
+    # values that came in few shapes: ids drop the misfits, one-word values read anchors
+    closed = seen_n >= MIN_SEEN and shapes is not None and len(shapes) * 3 <= seen_n
+    ids = closed and shapes is not None and all(_ID_MARK.search(s) for s in shapes)
+    words = closed and shapes is not None and not any(" " in s or "," in s for s in shapes)
     flows = patterns.flows.get(key)
     uses = patterns.uses.get(key, 0)
     user_share = (flows or {}).get(("user",), 0) / uses if uses else 0.0
@@ -98,16 +108,18 @@ def rank_values(
     ranked: list[tuple[tuple[Any, ...], Candidate]] = []
     for i, c in enumerate(found):
         tag = value_tag(c.value)
-        if "shape" in rules and known_shapes and shapes is not None and shape(c.value) not in shapes:
+        if "shape" in rules and ids and shapes is not None and shape(c.value) not in shapes:
             continue
         score = c.strength
-        if "anchor" in rules and user_share and c.strength < 2:
-            around = set(anchors(ctx.user_text, c.value))
-            if around:
-                score = 2 + user_share + _share(anchor_counts, around)
+        if "anchor" in rules and words and user_share and c.strength < 2:
+            fit = _share(anchor_counts, set(anchors(ctx.user_text, c.value)))
+            if fit:
+                score = 2 + user_share + fit
         if "linked" in rules and tag in ctx.linked:
             score += _share(linked_counts, (True,))
         used = "used" in rules and (tool, pname, tag) in ctx.used
-        ranked.append(((used, -score, -c.recency, c.order, i), c))
+        # one-word parameters rank a value of another shape ("Mei Kovacs" for a first name) last
+        misfit = "shape" in rules and words and shapes is not None and shape(c.value) not in shapes
+        ranked.append(((used, misfit, -score, -c.recency, c.order, i), c))
     ranked.sort(key=lambda x: x[0])
     return [c for _, c in ranked]

@@ -86,7 +86,7 @@ def _first(drafter: LearningDrafter, messages: list[dict], samples: int = 1) -> 
 def test_shape_and_anchor_words():
     assert shape("#W6729841") == "#A0{7}" and shape("noah_ito_3850") == "a_a_0{4}"
     assert shape("4OG6T3") == "X{6}" and shape("ORD") == "A{3}" and shape("Mei") == "Aa"
-    assert shape(3) == "<int>" and shape(True) == "<bool>" and shape([1]) == ""
+    assert shape(3) == shape(3.5) == "<num>" and shape(True) == "<bool>" and shape([1]) == ""
     assert list(anchors("You are Mei Kovacs, zip 28236.", "Mei")) == ["before:are", "after:<Cap>"]
     assert list(anchors("You are Mei Kovacs, zip 28236.", "28236")) == ["before:zip", "after:<none>"]
     assert list(anchors("Meiko", "Mei")) == []  # whole words only
