@@ -15,7 +15,7 @@ bench: setup
 # Static checks, each its own line so a failure names its tool: ruff (lint rules and format,
 # pyproject [tool.ruff]), import-linter (the layers of docs/architecture.md, .importlinter),
 # mypy (pyproject [tool.mypy]).
-LINT_PATHS := spectool serving integrations bench tests
+LINT_PATHS := spectool serving integrations bench tests scripts
 lint: setup
 	.venv/bin/ruff check $(LINT_PATHS)
 	.venv/bin/ruff format --check $(LINT_PATHS)

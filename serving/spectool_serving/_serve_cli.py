@@ -13,13 +13,13 @@ import logging
 
 from spectool.errors import ConfigError, missing_extra
 
+from ._serve_options import LOG_LEVELS, resolve_dtype
 from .vllm._o2cli import add_o2_arguments
 
 #: ``spectool`` parses this command with ``parse_known_args`` and hands the rest over as
 #: ``args._unknown``: vLLM's own flags under ``--backend vllm``, an error otherwise.
 PASS_UNKNOWN_ARGS = True
 
-LOG_LEVELS = ["debug", "info", "warning", "error"]
 DTYPES = ["auto", "float32", "bfloat16", "float16"]
 #: the torch engine's defaults of the flags only it has (None on the command line: not given)
 TORCH_DEFAULTS = {
@@ -47,14 +47,6 @@ VLLM_ONLY = {
     "print_command": "the torch engine is not a command to print",
     "default_max_tokens": "the torch engine's default max_tokens is the same (256) and has no flag",
 }
-
-
-def resolve_dtype(dtype: str, *, gpu: bool) -> str:
-    """``auto``: bfloat16 on a GPU, float32 on a CPU (exact greedy checks, and the CPU kernels'
-    measured default); any other dtype as given. The same rule on both backends."""
-    if dtype == "auto":
-        return "bfloat16" if gpu else "float32"
-    return dtype
 
 
 def _refuse_other_backends_flags(args: argparse.Namespace) -> None:

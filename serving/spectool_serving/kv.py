@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .tree.tree import ancestor_matrix, tree_depths
+from .masks import ancestor_matrix, tree_depths
 
 __all__ = ["BatchKV"]
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from ..kv import BatchKV
+from ..runner import Runner
 from .tree import DraftTree
 
 __all__ = ["TreeVerifier"]
@@ -21,10 +23,6 @@ class TreeVerifier:
     """Rows of prompts in one batched KV; trees verified against them."""
 
     def __init__(self, model: Any, kv: Any = None) -> None:
-        # imported here: kv needs tree.tree, and this package's __init__ imports this module
-        from ..kv import BatchKV
-        from ..runner import Runner
-
         device = next(model.parameters()).device
         self.runner = Runner(model, str(device))
         self.kv = kv or BatchKV()

@@ -24,7 +24,7 @@ from typing import Any
 from spectool.errors import ConfigError
 from spectool.settings import settings
 
-from .._serve_cli import LOG_LEVELS
+from .._serve_options import LOG_LEVELS, resolve_dtype
 from ._o2cli import add_o2_arguments, o2_choice
 
 __all__ = ["VllmServer", "add_arguments", "build_command", "run", "vllm_env_missing", "vllm_python"]
@@ -278,8 +278,6 @@ def run(args: argparse.Namespace) -> int:
         check_free(host, port)  # fail in a second, not after converting and loading the model
     choice = o2_choice(args, extra)
     print(f"spectool serve: {choice.reason}", file=sys.stderr, flush=True)
-    from .._serve_cli import resolve_dtype  # here, not at import: the CLI imports this module
-
     cmd = build_command(
         opt("model") or "embedded",
         port=port,
