@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The engine on a lent GPU machine (torch + transformers there, nothing to fetch), with
 # randomly initialised models of SmolLM2-135M's and a 1B Llama's shape: greedy outputs vs HF
-# generate (fp32, bf16), batched decode tok/s at 1/8/32 streams, tree decoding, O2/O3.
-# What it runs: scripts/gpu_check.py (its docstring says what each check asserts).
+# generate (fp32, bf16), batched decode tok/s at 1/8/32 streams, tree decoding, O2/O3 (all
+# with CUDA graphs on), ms per decode step with graphs on and off beside the captured-step
+# floor of transformers' own model, and a Qwen2-0.5B-shape drafter served by the engine.
+# What it runs: scripts/gpu_check.py and scripts/gpu_speed.py (their docstrings say what each
+# check asserts and measures). GPU_CHECK_TIMEOUT (seconds, default 480) bounds the run.
 #
 #   scripts/gpu-check.sh --bundle     # here, before: gather what travels into build/gpu-check/
 #   scripts/gpu-check.sh              # there (carry build/gpu-check): the checks on cuda, <= 8 min
@@ -56,4 +59,4 @@ if [ -d "$bundle/wheels" ] && [ "$dry" = 0 ]; then  # the bundle is for the GPU 
   args+=(--tokenizer "$bundle/tokenizer")
 fi
 export PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}"
-exec timeout 480 "$py" "$root/scripts/gpu_check.py" "${args[@]}"
+exec timeout "${GPU_CHECK_TIMEOUT:-480}" "$py" "$root/scripts/gpu_check.py" "${args[@]}"

@@ -16,6 +16,17 @@ Checks, each printed as one JSON line and gathered in ``--out``:
    ``unispec`` decoding policy equal the same engine's plain decoding, with τ and the speedup.
 4. ``o2o3``: a forced call written under the grammar; the same request again with that call
    cached: O2 drafts accepted, O3 hit, and the transcript equal to the client-run loop's.
+5. ``floor``: one decode step of transformers' model of the same shape over a ``StaticCache``,
+   captured once as a CUDA graph and replayed (ms/step at 1/8/32 rows): the reference.
+6. ``step``: the engine's decode phase with CUDA graphs on and off at 1/8/32 streams: ms per
+   step (prefills timed apart), tok/s, graphs captured and replayed, any fallback's reason.
+7. ``drafter``: a model of Qwen2-0.5B's shape served by the engine, asked as
+   ``EndpointDrafter`` asks (``n`` = λ choices, a required call, ~600 prompt tokens): seconds
+   for a 40-token draft at λ 1 and 3. (:mod:`gpu_speed` holds 5-7.)
+
+Every engine here runs with CUDA graphs on (``Runner(graphs="auto")``; on the CPU of a dry run
+``"static"``, the captured step's code uncaptured), so checks 1-4 hold with graphs on; their
+rows say how many steps replayed a graph (``graphs``).
 
 Needs torch and transformers; the engine also imports spectool's core (pydantic, anyio) and
 the call grammar needs xgrammar: ``gpu-check.sh --bundle`` gathers their wheels and the
@@ -92,15 +103,42 @@ def _tokenizer(folder: Path) -> tuple[Any, Any]:
     return tok, detect_format(getattr(tok, "chat_template", None), "")
 
 
-def _engine(model: Any, tok: Any, fmt: Any, device: str, batch: int = 32, decoding: Any = None) -> Any:
+def _engine(
+    model: Any,
+    tok: Any,
+    fmt: Any,
+    device: str,
+    batch: int = 32,
+    decoding: Any = None,
+    widths: tuple[int, ...] = (1,),
+) -> Any:
     from spectool_serving.engine import Engine
     from spectool_serving.runner import Runner
     from spectool_serving.scheduler import Scheduler
     from spectool_serving.store import ToolOutputStore
 
     sched = Scheduler(max_batch=batch, max_slots=1 << 20, prefills_per_step=batch)
+    graphs = "auto" if device.startswith("cuda") else "static"  # the captured step's code either way
     return Engine(
-        Runner(model, device), tok, fmt, store=ToolOutputStore(), scheduler=sched, decoding=decoding
+        Runner(model, device, graphs=graphs, graph_widths=widths),
+        tok,
+        fmt,
+        store=ToolOutputStore(),
+        scheduler=sched,
+        decoding=decoding,
+    )
+
+
+def _graphs(*engines: Any) -> dict:
+    """How the engines' decode steps ran: replayed from static buffers, or eagerly (prefills
+    are not steps), and why capture was switched off, if it was."""
+    stats = [e.runner.decode_graphs().stats for e in engines if e.runner.decode_graphs() is not None]
+    return dict(
+        graphs=dict(
+            replayed=sum(s.replays for s in stats),
+            eager=sum(s.eager for s in stats),
+            fallback=next((s.fallback for s in stats if s.fallback), None) if stats else "no graphs",
+        )
     )
 
 
@@ -220,6 +258,7 @@ def check_greedy(shape: str, tok: Any, fmt: Any, device: str, n: int) -> list[di
                 margins=[
                     None if k is None or k >= len(r[1]) else round(r[1][k], 4) for k, r in zip(parted, refs)
                 ],
+                **_graphs(engine),
             )
         )
         del model, engine
@@ -338,6 +377,7 @@ def check_throughput(
                 engine_tok_s=round(made / t_engine, 1),
                 hf_tok_s=round(hf_made / t_hf, 1),
                 ratio=round((made / t_engine) / (hf_made / t_hf), 3),
+                **_graphs(engine),
             )
         )
     return rows
@@ -352,20 +392,24 @@ def check_tree(shape: str, tok: Any, fmt: Any, device: str, n: int) -> list[dict
         messages = [{"role": "user", "content": p}]
         base = _engine(model, tok, fmt, device, batch=1)
         out, t_base = _timed(device, _run, base, [_sequence(base, messages, n)])
-        # every step drafted: the gate decides by wall time, which a check must not depend on
-        policy = DecodingPolicy("unispec", len(tok), g=16, gate=False)
-        spec = _engine(model, tok, fmt, device, batch=1, decoding=policy)
-        got, t_spec = _timed(device, _run, spec, [_sequence(spec, messages, n)])
-        rows.append(
-            dict(
-                check="tree",
-                shape=shape,
-                identical=got == out,
-                tau=round(policy.stats.tau, 2),
-                speedup=round(t_base / t_spec, 2),
-                tokens=len(got[0]),
+        # tree steps eager (the default), then captured per width too: whether capture pays
+        for tree_widths in ((1,), tuple(range(1, 18))):
+            # every step drafted: the gate decides by wall time, which a check must not depend on
+            policy = DecodingPolicy("unispec", len(tok), g=16, gate=False)
+            spec = _engine(model, tok, fmt, device, batch=1, decoding=policy, widths=tree_widths)
+            got, t_spec = _timed(device, _run, spec, [_sequence(spec, messages, n)])
+            rows.append(
+                dict(
+                    check="tree",
+                    shape=shape,
+                    tree_steps="captured" if len(tree_widths) > 1 else "eager",
+                    identical=got == out,
+                    tau=round(policy.stats.tau, 2),
+                    speedup=round(t_base / t_spec, 2),
+                    tokens=len(got[0]),
+                    **_graphs(spec),
+                )
             )
-        )
     return rows
 
 
@@ -415,8 +459,39 @@ def check_o2o3(shape: str, tok: Any, fmt: Any, device: str) -> list[dict]:
             o2_accepted=c["o2_accepted"],
             o3_hits=c["o3_hits"],
             call=call["function"],
+            **_graphs(ref, eng),
         )
     ]
+
+
+def _speed_model(shape: str, tok: Any, device: str) -> Any:
+    return _model(shape, len(tok), torch.bfloat16 if device.startswith("cuda") else torch.float32, device)
+
+
+def check_floor(shape: str, tok: Any, fmt: Any, device: str, streams: list[int]) -> list[dict]:
+    import gpu_speed
+
+    return gpu_speed.check_floor(shape, _speed_model(shape, tok, device), device, streams)
+
+
+def check_step(shape: str, tok: Any, fmt: Any, device: str, n: int, streams: list[int]) -> list[dict]:
+    import gpu_speed
+
+    def sequences(engine: Any, b: int, tokens: int) -> list:
+        return [
+            _sequence(engine, [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], tokens)
+            for i in range(b)
+        ]
+
+    return gpu_speed.check_step(
+        shape, _speed_model(shape, tok, device), tok, fmt, device, n, streams, sequences
+    )
+
+
+def check_drafter(shape: str, tok: Any, fmt: Any, device: str, dry: bool) -> list[dict]:
+    import gpu_speed
+
+    return gpu_speed.check_drafter(tok, fmt, device, WEATHER, dry)
 
 
 def _call(finish: dict) -> Any:
@@ -492,11 +567,16 @@ def main(argv: list[str] | None = None) -> int:
         ),
         flush=True,
     )
-    for shape in shapes:
+    for i, shape in enumerate(shapes):
         attempt("greedy", shape, check_greedy, n)
         attempt("throughput", shape, check_throughput, n, streams, a.profile)
-    attempt("tree", shapes[0], check_tree, n)
-    attempt("o2o3", shapes[0], check_o2o3)
+        attempt("step", shape, check_step, n, streams)
+        if i == 0:
+            attempt("tree", shape, check_tree, n)
+            attempt("o2o3", shape, check_o2o3)
+            attempt("drafter", "qwen2-0.5b", check_drafter, a.dry_run)
+        # last: it captures transformers' own forward, which the engine does not depend on
+        attempt("floor", shape, check_floor, streams)
     print("FAILED" if failed else "OK", flush=True)
     return 1 if failed else 0
 

@@ -200,9 +200,9 @@ def drafter_model(vocab: int, device: str, dry: bool) -> Any:
     return model.to(dtype=torch.float32 if dry else torch.bfloat16).eval()
 
 
-def _draft_body(tool: dict, samples: int, prompt_words: int) -> dict:
+def _draft_body(tool: dict, samples: int, prompt_words: int, max_tokens: int = 40) -> dict:
     """What ``EndpointDrafter`` sends: the conversation, the tools, ``n`` = λ, required call."""
-    history = " ".join(f"order {i} shipped to Paris on day {i % 28 + 1};" for i in range(prompt_words // 16))
+    history = " ".join(f"order {i} shipped to Paris on day {i % 28 + 1};" for i in range(prompt_words // 19))
     return {
         "model": "drafter",
         "messages": [
@@ -213,7 +213,7 @@ def _draft_body(tool: dict, samples: int, prompt_words: int) -> dict:
         "tool_choice": "required",
         "n": samples,
         "temperature": 0.7,
-        "max_tokens": 40,
+        "max_tokens": max_tokens,
     }
 
 
@@ -226,7 +226,8 @@ def check_drafter(tok: Any, fmt: Any, device: str, tool: dict, dry: bool) -> lis
     eng = engine(model, tok, fmt, device, 4, graphs)
     rows = []
     for samples in (1, 3, 1, 3):  # the first pair warms up (captures buckets 1 and 4)
-        seqs = build_sequences(_draft_body(tool, samples, 600), eng, f"chatcmpl-d{len(rows)}", "")
+        body = _draft_body(tool, samples, 40, 8) if dry else _draft_body(tool, samples, 600)
+        seqs = build_sequences(body, eng, f"chatcmpl-d{len(rows)}", "")
         events: list = []
         for s in seqs:
             s.emit = events.append

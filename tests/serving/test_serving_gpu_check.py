@@ -34,13 +34,30 @@ def test_dry_run_passes_every_check(tmp_path):
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=600,  # 3.4 min measured on 2 busy cores
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")
     rows = json.loads(out.read_text())
     kinds = {r["check"] for r in rows}
-    assert kinds == {"greedy", "throughput", "tree", "o2o3"}
+    assert kinds == {"greedy", "throughput", "tree", "o2o3", "floor", "step", "drafter"}
+    # the correctness checks ran the captured step's code (uncaptured on the CPU), no fallback
+    for r in rows:
+        if r["check"] in ("greedy", "throughput", "o2o3"):
+            assert r["graphs"]["replayed"] > 0 and r["graphs"]["fallback"] is None, r
+    steps = [r for r in rows if r["check"] == "step"]
+    assert sorted((r["graphs"], r["streams"]) for r in steps) == [
+        ("off", 1),
+        ("off", 2),
+        ("on", 1),
+        ("on", 2),
+    ]
+    assert all(r["replayed"] > 0 and r["eager_steps"] == 0 for r in steps if r["graphs"] == "on")
+    assert all(r["replayed"] == 0 and r["decode_ms_per_step"] > 0 for r in steps if r["graphs"] == "off")
+    tree = [r for r in rows if r["check"] == "tree"]
+    assert {r["tree_steps"] for r in tree} == {"eager", "captured"} and all(r["identical"] for r in tree)
+    assert [r["samples"] for r in rows if r["check"] == "drafter"] == [1, 3]
+    assert all(r["ms_per_step"] > 0 for r in rows if r["check"] == "floor")
     greedy = [r for r in rows if r["check"] == "greedy"]
     assert {r["dtype"] for r in greedy} == {"float32", "bfloat16"}
     assert all(r["identical"] == r["prompts"] for r in greedy)  # tiny shapes: no ties expected
