@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The engine on a lent GPU machine (torch + transformers there, nothing to fetch), with
+# The engine on an offline GPU machine with torch and transformers installed, with
 # randomly initialised models of SmolLM2-135M's and a 1B Llama's shape: greedy outputs vs HF
 # generate (fp32, bf16), batched decode tok/s at 1/8/32 streams, tree decoding, O2/O3 (all
 # with CUDA graphs on), ms per decode step with graphs on and off beside the captured-step
@@ -7,11 +7,11 @@
 # What it runs: scripts/gpu_check.py and scripts/gpu_speed.py (their docstrings say what each
 # check asserts and measures). GPU_CHECK_TIMEOUT (seconds, default 480) bounds the run.
 #
-#   scripts/gpu-check.sh --bundle     # here, before: gather what travels into build/gpu-check/
-#   scripts/gpu-check.sh              # there (carry build/gpu-check): the checks on cuda, <= 8 min
+#   scripts/gpu-check.sh --bundle     # on a networked machine: gather build/gpu-check/ for the GPU one
+#   scripts/gpu-check.sh              # on the GPU machine, build/gpu-check copied: the checks on cuda, <= 8 min
 #   scripts/gpu-check.sh --dry-run    # anywhere: the same script on the CPU, tiny shapes (CI)
 #
-# The bundle (~25 MB, carried as build/gpu-check): the tokenizer of the embedded model (no
+# The bundle (~25 MB, build/gpu-check, copied beside the repository): the tokenizer of the embedded model (no
 # weights), and wheels of what the engine imports beyond the GPU machine's own packages:
 # spectool's core needs pydantic, pydantic-settings and anyio, the call grammar xgrammar, and
 # transformers at the version the tests here pin. The versions are this venv's; the wheels are
