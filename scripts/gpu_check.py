@@ -60,7 +60,7 @@ SHAPES = {
     name: dict(zip(_SHAPE_KEYS, values))
     for name, values in {
         "smollm2-135m": (576, 1536, 30, 9, 3, 100000.0),  # SmolLM2-135M's shape
-        # Llama 3.2 1B's shape (its vocabulary replaced by the carried tokenizer's)
+        # Llama 3.2 1B's shape (its vocabulary replaced by the bundled tokenizer's)
         "llama-1b": (2048, 8192, 16, 32, 8, 500000.0),
         "tiny": (64, 128, 2, 4, 2, 10000.0),  # --dry-run
     }.items()
@@ -545,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
             a.out.write_text(json.dumps(results, indent=1))
 
     def attempt(name: str, shape: str, check: Callable[..., list[dict]], *args: Any) -> None:
-        """One check; its failure is a row (the device time is spent either way, so the other
+        """One check; its failure is a row (the GPU time is spent either way, so the other
         checks still run and the report says what broke where)."""
         t0 = time.perf_counter()
         try:
