@@ -108,9 +108,8 @@ class DecodeGraphs:
         self._check_pool(pool)
         buf = self._buffers(bucket, g, capacity, pool[0][0].dtype)
         self._fill(buf, ids, positions, mask, rows, width)
-        views = pool_views(pool, bucket)
         try:
-            out = self._replay(buf, views, (bucket, g))
+            out = self._replay(buf, pool, (bucket, g))
         except Exception as exc:  # noqa: BLE001 - capture is an optimisation: fall back, say why
             self._disable(f"capture failed at bucket {bucket}, width {g}: {exc!r}")
             return None
@@ -188,10 +187,11 @@ class DecodeGraphs:
         with attention_backends(self.device):
             return self.step(buf.ids, buf.positions, buf.slots, buf.mask, views)
 
-    def _replay(self, buf: _Bucket, views: list, key: tuple[int, int]) -> torch.Tensor:
+    def _replay(self, buf: _Bucket, pool: list, key: tuple[int, int]) -> torch.Tensor:
         if not self.capture:
-            return self._call(buf, views)
+            return self._call(buf, pool_views(pool, key[0]))
         if buf.graph is None:
+            views = pool_views(pool, key[0])  # a replay reads them where the capture saw them
             t0 = time.perf_counter()
             before = torch.cuda.memory_reserved(self.device)
             side = torch.cuda.Stream(self.device)
