@@ -237,3 +237,35 @@ def test_propose_is_the_async_predict():
     got = anyio.run(drafter.propose, DraftRequest(probe, TOOLS, 1))
     assert got == LearningDrafter(TRAIN).predict(DraftRequest(probe, TOOLS, 1))
     assert os.environ.get("SPECTOOL_NEVER_SET") is None
+
+
+def test_record_rule_walks_output_records_and_its_control_does_not():
+    """search took origin, destination and date from one flight of a reservation each time,
+    in the order the reservations were read: the next search is the first flight not yet
+    searched, all three values from it (filled one by one, the newest output comes first)."""
+    tools = [_tool("get_res", "rid"), _tool("search", "origin", "destination", "date")]
+
+    def trace(reservations: dict[str, list[tuple[str, str, str]]], searched: int) -> list[dict]:
+        calls: list[tuple[str, dict, object]] = [
+            (
+                "get_res",
+                {"rid": rid},
+                {"rid": rid, "flights": [dict(zip(("origin", "destination", "date"), leg)) for leg in legs]},
+            )
+            for rid, legs in reservations.items()
+        ]
+        legs = [leg for legs in reservations.values() for leg in legs]
+        calls += [
+            ("search", dict(zip(("origin", "destination", "date"), leg)), []) for leg in legs[:searched]
+        ]
+        return _conversation("Check each flight of my reservations.", calls)
+
+    train = [
+        trace({"AB12CD": [("JFK", "LAX", "2024-05-01")], "EF34GH": [("LAX", "SFO", "2024-05-03")]}, 2),
+        trace({"IJ56KL": [("SEA", "DEN", "2024-05-02")], "MN78OP": [("DEN", "MIA", "2024-05-04")]}, 2),
+    ]
+    request = trace({"QR12ST": [("ORD", "PHL", "2024-06-10")], "UV34WX": [("BOS", "ATL", "2024-06-12")]}, 0)
+    want = ToolCall("search", {"origin": "ORD", "destination": "PHL", "date": "2024-06-10"})
+    assert LearningDrafter(train).predict(DraftRequest(request, tools, 1)) == [want]
+    off = LearningDrafter(train, rules=RULES - {"record"}).predict(DraftRequest(request, tools, 1))
+    assert off and want not in off
