@@ -168,7 +168,7 @@ class LearningDrafter:
         evidence = collect_evidence(messages)
         ctx = _context(messages)
         done = set(map(_tag, _trailing_run(messages)))
-        per_tool = []
+        per_tool: list[list[ToolCall]] = []
         need = max(1, int(request.samples)) + 1  # tools filled: enough for λ, not every offered one
         for name in ranked:
             if len(per_tool) >= need:
@@ -293,7 +293,9 @@ def _sources(patterns: Patterns, tool: str, pname: str) -> list[tuple[tuple[str,
 
 
 def _context(messages: Sequence[Mapping[str, Any]]) -> ValueContext:
-    user_text, used, linked, index = "", set(), set(), 0
+    user_text, index = "", 0
+    used: set[tuple[str, str, str]] = set()
+    linked: set[str] = set()
     for i, m in enumerate(messages):
         role = m.get("role")
         if role == "user":

@@ -72,22 +72,23 @@ class Patterns:
 
     def add(self, other: Patterns, sign: int = 1) -> None:
         """Add (``sign`` 1) or take away (-1) another conversation's counts; zeros are dropped."""
-        for mine_, theirs in (
+        tables: tuple[tuple[Any, Any], ...] = (
             (self.plan, other.plan),
             (self.flows, other.flows),
             (self.shapes, other.shapes),
             (self.anchors, other.anchors),
             (self.linked, other.linked),
             (self.records, other.records),
-        ):
-            for key, counts in theirs.items():  # type: ignore[attr-defined]
-                held = mine_.setdefault(key, Counter())  # type: ignore[attr-defined]
+        )
+        for mine_, theirs in tables:
+            for key, counts in theirs.items():
+                held = mine_.setdefault(key, Counter())
                 for k, n in counts.items():
                     held[k] += sign * n
                     if held[k] <= 0:
                         del held[k]
                 if not held:
-                    del mine_[key]  # type: ignore[attr-defined]
+                    del mine_[key]
         for key, n in other.uses.items():
             self.uses[key] += sign * n
             if self.uses[key] <= 0:
@@ -96,8 +97,15 @@ class Patterns:
 
     def size(self) -> int:
         """Counted entries in all: what memory grows with."""
-        tables = (self.plan, self.flows, self.shapes, self.anchors, self.linked, self.records)
-        return len(self.uses) + sum(len(c) for t in tables for c in t.values())  # type: ignore[attr-defined]
+        tables: tuple[Mapping[Any, Counter[Any]], ...] = (
+            self.plan,
+            self.flows,
+            self.shapes,
+            self.anchors,
+            self.linked,
+            self.records,
+        )
+        return len(self.uses) + sum(len(c) for t in tables for c in t.values())
 
     def to_json(self) -> dict[str, Any]:
         def dump(table: Mapping[Any, Counter[Any]]) -> list[Any]:
@@ -194,8 +202,8 @@ def mine(messages: Sequence[Mapping[str, Any]]) -> Patterns:
                 if len(call.arguments) >= 2:
                     tags = {value_tag(v) for v in call.arguments.values()}
                     p.records.setdefault((call.name, ""), Counter())[any(tags <= r for r in records)] += 1
-                for k, v in call.arguments.items():
-                    seen.setdefault(value_tag(v), set()).add(("arg", call.name, str(k)))
+                for arg, v in call.arguments.items():
+                    seen.setdefault(value_tag(v), set()).add(("arg", call.name, str(arg)))
                 pending[str(call.id)] = call.name
                 events.append(event(call.name, ""))  # outcome filled in by its output
         elif role == "tool":
@@ -206,8 +214,8 @@ def mine(messages: Sequence[Mapping[str, Any]]) -> Patterns:
                 if events[i] == tool:
                     events[i] = event(tool, result)
                     break
-            for k, v in output_fields(content):
-                seen.setdefault(value_tag(v), set()).add(("out", tool, k))
+            for field_name, v in output_fields(content):
+                seen.setdefault(value_tag(v), set()).add(("out", tool, field_name))
             linked |= mentioned_records(content, user_text)
             records.extend({value_tag(v) for v in r.values()} for r in records_of(content))
             del records[:-MAX_RECORDS]

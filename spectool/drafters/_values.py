@@ -102,7 +102,7 @@ def rank_values(
     words = closed and shapes is not None and not any(" " in s or "," in s for s in shapes)
     flows = patterns.flows.get(key)
     uses = patterns.uses.get(key, 0)
-    user_share = (flows or {}).get(("user",), 0) / uses if uses else 0.0
+    user_share = flows[("user",)] / uses if flows is not None and uses else 0.0
     anchor_counts = patterns.anchors.get(key)
     linked_counts = patterns.linked.get(key)
     ranked: list[tuple[tuple[Any, ...], Candidate]] = []
