@@ -8,6 +8,9 @@ run away ("NVDA_2023_2023_…").
 :class:`GrammarConstraint` compiles that schema with **xgrammar** (chosen over llguidance and
 outlines: see docs/drafters.md) for one tokenizer and caches the compiled grammar per tool set
 (the decode loops of :mod:`._decode` and :mod:`._beam` apply it). xgrammar is imported lazily.
+
+:func:`with_choices` (pure) narrows the tools the grammar is built from: a parameter given
+candidate values becomes an ``enum`` of them, so the model chooses a value instead of writing one.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 from ..errors import ConfigError, DrafterError
 from ._common import tool_schemas
 
-__all__ = ["GrammarConstraint", "calls_schema"]
+__all__ = ["GrammarConstraint", "calls_schema", "with_choices"]
 
 _STRING_FREE = ("enum", "const", "maxLength", "pattern", "format")
 
@@ -69,6 +72,45 @@ def calls_schema(
     if defs:
         schema["$defs"] = defs
     return _bounded(schema, max_string_length, max_array_items)
+
+
+def with_choices(
+    tools: Sequence[Mapping[str, Any]], choices: Mapping[str, Mapping[str, Sequence[Any]]]
+) -> list[dict[str, Any]]:
+    """Copies of ``tools`` (OpenAI tool dicts) where each parameter that ``choices`` gives
+    values for (``{tool: {parameter: [values]}}``) admits only those values (an ``enum``; its
+    description kept). A parameter with no values, or absent from the tool, keeps its schema."""
+    out: list[dict[str, Any]] = []
+    for tool in tools:
+        body = tool.get("function", tool)
+        picked = choices.get(str(body.get("name")), {})
+        props = (body.get("parameters") or {}).get("properties") if picked else None
+        if not isinstance(props, Mapping) or not any(picked.get(p) for p in props):
+            out.append(dict(tool))
+            continue
+        body = copy.deepcopy(dict(body))
+        for pname, values in picked.items():
+            if values and pname in body["parameters"]["properties"]:
+                old = body["parameters"]["properties"][pname]
+                note = old.get("description") if isinstance(old, Mapping) else None
+                narrowed: dict[str, Any] = {"enum": _distinct(values)}
+                if isinstance(note, str):
+                    narrowed["description"] = note
+                body["parameters"]["properties"][pname] = narrowed
+        out.append({**tool, "function": body} if "function" in tool else body)
+    return out
+
+
+def _distinct(values: Sequence[Any]) -> list[Any]:
+    """``values`` without repeats (JSON-equal ones), in order: an enum lists each once."""
+    seen: set[str] = set()
+    out = []
+    for v in values:
+        tag = json.dumps(v, sort_keys=True, default=repr)
+        if tag not in seen:
+            seen.add(tag)
+            out.append(v)
+    return out
 
 
 def _bounded(node: Any, max_len: int | None, max_items: int) -> Any:

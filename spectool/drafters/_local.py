@@ -11,6 +11,8 @@ A confidence gate drops a draft whose best row is unlikely. With ``runtime="llam
 same prompt ids, the same schema as a GBNF grammar, the same parser. Generation runs in a worker thread,
 serialized per model, and stops at its next forward when the caller is cancelled (the
 speculator's timeout). How it drafts is one :class:`~._options.LocalDrafterOptions`.
+With ``choose_values`` the grammar admits, for each parameter the mined flows say is copied,
+only value selection's candidates (:mod:`._choices`): the model chooses instead of writing.
 torch/transformers load lazily; tuning (:mod:`._tune`) is never imported here.
 """
 
@@ -46,6 +48,7 @@ from ._options import LocalDrafterOptions, from_keywords
 from ._runtime import choose_runtime
 
 if TYPE_CHECKING:
+    from ._learning import LearningDrafter
     from ._llamacpp import LlamaModel
 
 __all__ = ["DEFAULT_LOCAL_MODEL", "LocalDrafter", "LocalModel"]
@@ -60,6 +63,10 @@ class LocalDrafter:
     when None; the old keyword form ``LocalDrafter(model, max_new_tokens=…)`` still works and
     warns). ``adapter``: a tuned adapter's folder (see ``spectool drafters tune``); it
     picks the "auto" limits of the options and the compact format the adapter was tuned on.
+    ``values``: with ``choose_values``, the :class:`~._learning.LearningDrafter` whose mined
+    patterns say which parameters are copied (shared with a combined drafter's member, or
+    primed with traces); None: one of its own from nothing. Each draft teaches it the
+    conversation so far.
     """
 
     def __init__(
@@ -68,6 +75,7 @@ class LocalDrafter:
         options: LocalDrafterOptions | None = None,
         *,
         adapter: str | os.PathLike[str] | None = None,
+        values: LearningDrafter | None = None,
         **old_keywords: Any,
     ) -> None:
         if options is not None and not isinstance(options, LocalDrafterOptions):
@@ -81,6 +89,16 @@ class LocalDrafter:
         self._source = model
         self._loaded: LocalModel | LlamaModel | None = None
         self.adapter = adapter
+        if values is not None and not callable(getattr(values, "learn", None)):
+            raise ConfigError(f"values must be a LearningDrafter, not {type(values).__name__}")
+        if values is None and self.options.choose_values:
+            from ._learning import LearningDrafter
+
+            values = LearningDrafter()
+        #: where ``choose_values`` reads the copied parameters from (None: the option is off)
+        self.values = values if self.options.choose_values else None
+        #: the last draft's ``{tool: {parameter: [values]}}`` the grammar admitted only
+        self.last_choices: dict[str, dict[str, list[Any]]] = {}
         if isinstance(model, tuple):
             given = with_adapter(model[0], adapter) if adapter is not None else model[0]
             self._loaded = LocalModel(given, model[1], "given")
@@ -121,15 +139,16 @@ class LocalDrafter:
         if not tools:
             return []
         loaded = await self.load()
+        choices = self.choices(request)
         stop = threading.Event()
         try:
             if isinstance(loaded, LocalModel):
                 texts = await anyio.to_thread.run_sync(
-                    self._decode, loaded, request, stop, abandon_on_cancel=True
+                    self._decode, loaded, request, stop, choices, abandon_on_cancel=True
                 )
             else:
                 texts = await anyio.to_thread.run_sync(
-                    self._decode_llama, loaded, request, stop, abandon_on_cancel=True
+                    self._decode_llama, loaded, request, stop, choices, abandon_on_cancel=True
                 )
         except (DrafterError, ConfigError):
             raise
@@ -143,6 +162,22 @@ class LocalDrafter:
         for text in texts:
             calls.extend(salvage_tool_calls(text))
         return with_known_tools(calls, tools)
+
+    def choices(self, request: DraftRequest) -> dict[str, dict[str, list[Any]]]:
+        """The values the grammar admits for copied parameters (empty with the option off).
+        Runs on the caller's thread, as the learning drafter drafts: its patterns are not
+        read while another draft updates them."""
+        if self.values is None:
+            return {}
+        from ._choices import value_choices
+
+        tools = {t["function"]["name"]: t["function"] for t in self.draft_tools(request) if "function" in t}
+        try:
+            found = value_choices(request.messages, tools, self.values.patterns)
+        finally:
+            self.values.learn(request.messages)
+        self.last_choices = found
+        return found
 
     def _confident(self) -> bool:
         """The gate: the best row's probability under the grammar reaches ``min_confidence``."""
@@ -160,10 +195,17 @@ class LocalDrafter:
         bodies = compact_tools(request, max_tools=self.options.max_tools)
         return [{"type": "function", "function": b} for b in bodies]
 
-    def grammar_tools(self, request: DraftRequest) -> list[Mapping[str, Any]]:
+    def grammar_tools(
+        self, request: DraftRequest, choices: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> list[Mapping[str, Any]]:
         """The tools the grammar lets the draft name: :meth:`draft_tools`, narrowed to the top
-        ``narrow_tools`` by retrieval score when that option is on."""
+        ``narrow_tools`` by retrieval score when that option is on; ``choices``' parameters
+        admit only their candidate values (:func:`._grammar.with_choices`)."""
         tools = self.draft_tools(request)
+        if choices:
+            from ._grammar import with_choices
+
+            tools = with_choices(tools, choices)
         if not self.options.narrow_tools:
             return tools
         from ._compact import narrowed
@@ -182,7 +224,13 @@ class LocalDrafter:
 
         return compact_prompt_ids(loaded.tokenizer, request, **self.compact_options)
 
-    def _decode(self, loaded: LocalModel, request: DraftRequest, stop: threading.Event) -> list[str]:
+    def _decode(
+        self,
+        loaded: LocalModel,
+        request: DraftRequest,
+        stop: threading.Event,
+        choices: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[str]:
         import torch
 
         opts = self.options
@@ -194,7 +242,7 @@ class LocalDrafter:
             # strings are bounded in the decode loop, not the grammar: a grammar maxLength costs
             # ~0.2 s of compile per new tool set (see _decode.decode_rows)
             constraint = loaded.constraint(None, int(opts.max_calls))
-            tools = self.grammar_tools(request)
+            tools = self.grammar_tools(request, choices)
             grammar = COMPILER.submit(constraint.compiled, tools, native=native)
             xgr = constraint.xgr
             stops |= set(constraint.stop_token_ids)
@@ -213,13 +261,19 @@ class LocalDrafter:
         self.last_texts = texts
         return texts
 
-    def _decode_llama(self, loaded: LlamaModel, request: DraftRequest, stop: threading.Event) -> list[str]:
+    def _decode_llama(
+        self,
+        loaded: LlamaModel,
+        request: DraftRequest,
+        stop: threading.Event,
+        choices: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[str]:
         """The llama.cpp runtime: the same prompt ids, the schema as GBNF, λ rows (row 0 greedy)."""
         from ._llamacpp import draft_texts, grammar_text
 
         opts = self.options
         grammar = grammar_text(
-            self.grammar_tools(request),
+            self.grammar_tools(request, choices),
             native=opts.prompt == "native",
             max_calls=int(opts.max_calls),
             max_string_length=opts.max_string_length,  # type: ignore[arg-type]

@@ -61,6 +61,9 @@ class LocalDrafterOptions:
     * ``narrow_tools``: the grammar lets the draft name only the tools that rank in the top k by
       the words they share with the last user message (ties at the k-th score stay in); the
       prompt still shows every candidate. 0 turns it off.
+    * ``choose_values``: where the mined flows say a parameter's value is copied, the grammar
+      admits only the candidate values that value selection ranks (:mod:`._choices`), so the
+      model chooses instead of writing; the others keep their free schema.
     """
 
     prompt: Prompt = "compact"
@@ -83,6 +86,7 @@ class LocalDrafterOptions:
     described: int = 6
     max_prompt_tokens: int = 2048
     narrow_tools: int = 0
+    choose_values: bool = False
 
     def __post_init__(self) -> None:
         problems = [p for p in (_check(self, f.name) for f in fields(self)) if p]
@@ -90,6 +94,8 @@ class LocalDrafterOptions:
             problems.append("diversity='beam' searches under the grammar: it needs constrained=True")
         if self.narrow_tools and self.constrained is False:
             problems.append("narrow_tools narrows the grammar: it needs constrained=True")
+        if self.choose_values and self.constrained is False:
+            problems.append("choose_values narrows the grammar: it needs constrained=True")
         if problems:
             raise ConfigError("invalid LocalDrafterOptions: " + "; ".join(problems))
 
@@ -111,7 +117,7 @@ class LocalDrafterOptions:
     ) -> LocalDrafterOptions:
         """Options from ``name -> text`` pairs (a command line's ``prompt=native,min_confidence=0.3``).
 
-        Each text becomes a bool (true/false), None (none), an int, a float or else stays a
+        Each text becomes a bool (true/false; 1/0 for a flag), None (none), an int, a float or else stays a
         string; the fields' own checks then judge it, so a wrong type or value is the same
         :class:`ConfigError` as in Python. An unknown name is one too, with the known ones listed.
         """
@@ -121,7 +127,14 @@ class LocalDrafterOptions:
             raise ConfigError(
                 f"unknown LocalDrafterOptions field(s) {', '.join(unknown)}; known: {', '.join(known)}"
             )
-        return replace(base or cls(), **{k: _typed(v) for k, v in pairs.items()})
+        flags = {f.name for f in fields(cls) if isinstance(f.default, bool)}
+        typed = {k: _typed(v) for k, v in pairs.items()}
+        # a flag also reads 1 / 0 (``choose_values=1``)
+        typed = {
+            k: bool(v) if k in flags and v in (0, 1) and not isinstance(v, float) else v
+            for k, v in typed.items()
+        }
+        return replace(base or cls(), **typed)
 
 
 def _typed(text: str) -> Any:
@@ -170,6 +183,7 @@ def _check(options: LocalDrafterOptions, name: str) -> str | None:
         "described": _int_at_least(value, 0),
         "max_prompt_tokens": _int_at_least(value, 16),
         "narrow_tools": _int_at_least(value, 0),
+        "choose_values": isinstance(value, bool),
     }[name]
     if ok:
         return None

@@ -5,11 +5,16 @@
     learning                     the learning drafter from nothing (learns as the tasks go by)
     learning+train               the learning drafter primed with the category's train split
     tuned                        SmolLM2 + the shipped adapter (``--adapter`` for another)
+    tuned,choose_values=1        the same, choosing copied values among value selection's
+                                 candidates (patterns primed with the train split)
+    tuned+learning               learning+train and tuned in one CombinedDrafter, sharing the
+                                 learning drafter's patterns (``local+learning``: any base)
     local:qwen2.5-coder-0.5b,prompt=native,diversity=beam,min_confidence=0.3
 
 A spec is ``NAME[:MODEL]`` followed by ``key=value`` words: the model drafters (``local``,
-``tuned``, ``combined``, ``tuned+mined``) take a base model (else ``--model``, else the
-embedded one) and :class:`~spectool.drafters.LocalDrafterOptions` fields, parsed and checked by
+``tuned``, ``combined``, ``tuned+mined``, ``tuned+learning``, ``local+learning``) take a base
+model (else ``--model``, else the embedded one) and :class:`~spectool.drafters.LocalDrafterOptions`
+fields, parsed and checked by
 :meth:`LocalDrafterOptions.from_strings`, so every row of a table is one command and a results
 row names its drafter by the whole spec. Since ``--drafters`` is comma-separated, a
 ``key=value`` word belongs to the spec before it.
@@ -60,10 +65,23 @@ def _learning_train(category: str = "") -> Any:
     return LearningDrafter(train_traces(category) if category else ())
 
 
-def _local(category: str = "", model: str | None = None, options: LocalDrafterOptions | None = None) -> Any:
+def _values(category: str, options: LocalDrafterOptions | None, values: Any = None) -> Any:
+    """The learning drafter a ``choose_values`` model drafter reads its copied parameters from:
+    ``values`` where given (a combined drafter's member), else one primed with the train split."""
+    if values is not None or options is None or not options.choose_values:
+        return values
+    return _learning_train(category)
+
+
+def _local(
+    category: str = "",
+    model: str | None = None,
+    options: LocalDrafterOptions | None = None,
+    values: Any = None,
+) -> Any:
     from spectool.drafters import LocalDrafter
 
-    return LocalDrafter(model or "embedded", options)
+    return LocalDrafter(model or "embedded", options, values=_values(category, options, values))
 
 
 def _tuned(
@@ -71,11 +89,17 @@ def _tuned(
     adapter: Path | None = None,
     model: str | None = None,
     options: LocalDrafterOptions | None = None,
+    values: Any = None,
 ) -> Any:
     from spectool.drafters import LocalDrafter, shipped_adapter_path
 
     # the shipped adapter unless --adapter names another (ConfigError if it is missing)
-    return LocalDrafter(model or "embedded", options, adapter=adapter or shipped_adapter_path())
+    return LocalDrafter(
+        model or "embedded",
+        options,
+        adapter=adapter or shipped_adapter_path(),
+        values=_values(category, options, values),
+    )
 
 
 def _combined(
@@ -97,18 +121,42 @@ def _tuned_mined(
     return CombinedDrafter([_mined(category), _tuned(category, adapter, model, options)], rank="confidence")
 
 
+def _tuned_learning(
+    category: str = "",
+    adapter: Path | None = None,
+    model: str | None = None,
+    options: LocalDrafterOptions | None = None,
+) -> Any:
+    from spectool.drafters import CombinedDrafter
+
+    learner = _learning_train(category)  # one learner: it drafts and feeds the model's choices
+    tuned = _tuned(category, adapter, model, options, values=learner)
+    return CombinedDrafter([learner, tuned], rank="confidence")
+
+
+def _local_learning(
+    category: str = "", model: str | None = None, options: LocalDrafterOptions | None = None
+) -> Any:
+    from spectool.drafters import CombinedDrafter
+
+    learner = _learning_train(category)
+    return CombinedDrafter([learner, _local(category, model, options, values=learner)], rank="confidence")
+
+
 DRAFTERS: dict[str, Callable[..., Any]] = {
     "combined": _combined,
     "history": _history,
     "learning": _learning,
     "learning+train": _learning_train,
     "local": _local,
+    "local+learning": _local_learning,
     "mined": _mined,
     "tuned": _tuned,
+    "tuned+learning": _tuned_learning,
     "tuned+mined": _tuned_mined,
 }
-TUNED = ("tuned", "tuned+mined")
-MODEL_DRAFTERS = ("local", "combined", *TUNED)
+TUNED = ("tuned", "tuned+mined", "tuned+learning")
+MODEL_DRAFTERS = ("local", "combined", "local+learning", *TUNED)
 
 
 @dataclass(frozen=True)
