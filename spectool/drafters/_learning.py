@@ -47,6 +47,10 @@ __all__ = ["LearningDrafter", "learning_drafter"]
 
 #: weight of the request's words beside a plan that has seen the context
 PLAN_WORDS = 0.2
+#: word weights the drafter chooses among, by which ranked the called tools first most often
+WORD_WEIGHTS = (0.2, 0.5, 1.0, 3.0)
+#: a plan whose best tool has less than this share of its scores is unsure
+UNSURE = 0.2
 #: calls of a tool seen filled from one record before its calls are filled record by record
 MIN_RECORD_USES = 2
 #: data-flow sources below this share of a parameter's uses are not offered as candidates
@@ -82,6 +86,11 @@ class LearningDrafter:
         self.max_sessions, self.variants, self.fan_out = max_sessions, variants, fan_out
         self.rules, self.plan = frozenset(rules), plan
         self.plan_words = PLAN_WORDS
+        self._weights: dict[bool, dict[float, int]] = {
+            s: dict.fromkeys(WORD_WEIGHTS, 0) for s in (True, False)
+        }
+        self._pending: OrderedDict[str, tuple[int, bool, dict[str, float], dict[str, float], dict[str, Any]]]
+        self._pending = OrderedDict()
         self.path = Path(path) if path is not None else None
         self.patterns = Patterns()  # primed + every remembered session
         self._sessions: OrderedDict[str, Patterns] = OrderedDict()
@@ -150,6 +159,7 @@ class LearningDrafter:
         with self._lock:
             own = self._forget(session) if session is not None else None
             try:
+                self._weigh(session, request.messages, tool_schemas(request.tools))
                 out = self._draft(request)
             finally:
                 if own is not None and session is not None:  # back until learn() replaces it
@@ -206,20 +216,60 @@ class LearningDrafter:
     def rank_tools(
         self, messages: Sequence[Mapping[str, Any]], tools: Mapping[str, Any], turn_start: bool
     ) -> list[str]:
-        """Offered tools by plan score plus the request's words, best first; ties by name."""
+        """Offered tools by plan score plus the request's words, best first; ties by name.
+        The words' weight beside the plan is the one that has ranked the called tool first
+        most often so far (:meth:`_weigh`), per turn start / within a turn."""
+        plan, words = self._signals(messages, tools)
+        weight = self._word_weight(turn_start, plan) if plan else 1.0
+        return _combine(plan, words, (3.0 if turn_start else 1.0) * weight, tools)
+
+    def _signals(
+        self, messages: Sequence[Mapping[str, Any]], tools: Mapping[str, Any]
+    ) -> tuple[dict[str, float], dict[str, float]]:
         events = events_of(messages)
-        own = own_plan(events)
-        scores = plan_scores(self.patterns, events, own=own) if self.plan else {}
-        words = _words(_latest_user_text(messages))
-        weight = 3.0 if turn_start else 1.0
-        if scores:
-            weight *= self.plan_words  # the plan knows; the words break its ties
-        out: dict[str, float] = {n: s for n, s in scores.items() if n in tools}
+        plan = plan_scores(self.patterns, events, own=own_plan(events)) if self.plan else {}
+        plan = {n: v for n, v in plan.items() if n in tools}
+        said = _words(_latest_user_text(messages))
+        words: dict[str, float] = {}
         for name, body in tools.items():
             tool_words = _words(f"{name} {body['description']}".replace("_", " "))
-            if words and tool_words:
-                out[name] = out.get(name, 0.0) + weight * len(words & tool_words) / len(tool_words)
-        return sorted((n for n in tools if out.get(n, 0) > 0), key=lambda n: (-out[n], n))
+            if said and tool_words and said & tool_words:
+                words[name] = len(said & tool_words) / len(tool_words)
+        return plan, words
+
+    def _word_weight(self, turn_start: bool, plan: Mapping[str, float]) -> float:
+        wins = self._weights[turn_start]
+        best = max(wins.values())
+        if best > 0:
+            return min(w for w, n in wins.items() if n == best)
+        # nothing scored yet: a plan that spreads over many tools knows little, the words decide
+        return self.plan_words if max(plan.values()) >= UNSURE * sum(plan.values()) else 1.0
+
+    def _weigh(
+        self, session: str | None, messages: Sequence[Mapping[str, Any]], tools: Mapping[str, Any]
+    ) -> None:
+        """Score the previous request of this session: which word weights would have ranked
+        the tool called since first. Then keep this request's signals for the next."""
+        last = self._pending.pop(session, None) if session is not None else None
+        if last is not None and len(messages) > last[0]:
+            called = [
+                c.name
+                for m in messages[last[0] :]
+                if m.get("role") == "assistant"
+                for c in assistant_calls(m)
+            ]
+            if called:
+                start, plan, words, offered = last[1], last[2], last[3], last[4]
+                for w in WORD_WEIGHTS:
+                    ranked = _combine(plan, words, (3.0 if start else 1.0) * w, offered)
+                    self._weights[start][w] += bool(ranked) and ranked[0] == called[0]
+        if session is not None and self.plan:
+            turn_start = bool(messages) and messages[-1].get("role") == "user"
+            plan, words = self._signals(messages, tools)
+            if plan:
+                self._pending[session] = (len(messages), turn_start, plan, words, dict.fromkeys(tools))
+                while len(self._pending) > max(self.max_sessions, 1):
+                    self._pending.popitem(last=False)
 
     def _record_calls(
         self, name: str, params: Mapping[str, Any], messages: Sequence[Mapping[str, Any]]
@@ -280,6 +330,13 @@ class LearningDrafter:
                     return calls
                 calls.append(ToolCall(name, {**first, pname: alt}))
         return calls
+
+
+def _combine(
+    plan: Mapping[str, float], words: Mapping[str, float], weight: float, tools: Mapping[str, Any]
+) -> list[str]:
+    out = {n: plan.get(n, 0.0) + weight * words.get(n, 0.0) for n in tools}
+    return sorted((n for n in tools if out[n] > 0), key=lambda n: (-out[n], n))
 
 
 def _sources(patterns: Patterns, tool: str, pname: str) -> list[tuple[tuple[str, ...], float]]:
