@@ -269,3 +269,23 @@ def test_record_rule_walks_output_records_and_its_control_does_not():
     assert LearningDrafter(train).predict(DraftRequest(request, tools, 1)) == [want]
     off = LearningDrafter(train, rules=RULES - {"record"}).predict(DraftRequest(request, tools, 1))
     assert off and want not in off
+
+
+def test_word_weight_follows_what_ranked_the_called_tool_first_and_its_control():
+    """The plan says `read` after `lookup`; this agent reads the mail when the user says mail.
+    Once a request showed it, the words weigh more within a turn; without feedback they do not."""
+    tools = [_tool("lookup", "q"), _tool("read", "q"), _tool("mail_check", "q", description="check the mail")]
+    train = [
+        _conversation("Find Zed.", [("lookup", {"q": "Zed"}, "zed_1"), ("read", {"q": "Zed"}, "ok")])
+    ] * 3
+    drafter = LearningDrafter(train)
+    first = _conversation("Find Zed, then check the mail.", [("lookup", {"q": "Zed"}, "zed_1")])
+    assert drafter.predict(DraftRequest(first, tools, 1))[0].name == "read"  # the plan leads
+    assert drafter._word_weight(False, {"read": 1.0}) == 0.2
+    later = first + _conversation("", [("mail_check", {"q": "Zed"}, "ok")])[1:]
+    drafter.predict(DraftRequest(later, tools, 1))  # shows the call made: mail_check
+    assert drafter._word_weight(False, {"read": 1.0}) > 0.2
+    other = _conversation("Find Amy, then check the mail.", [("lookup", {"q": "Amy"}, "amy_1")])
+    assert drafter.predict(DraftRequest(other, tools, 1))[0].name == "mail_check"
+    control = LearningDrafter(train)  # never shown what was called: the plan still leads
+    assert control.predict(DraftRequest(other, tools, 1))[0].name == "read"
