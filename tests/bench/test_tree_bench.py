@@ -19,6 +19,9 @@ from spectool_bench.decode._calibrate import fit_g_star
 from spectool_serving.engine import Engine
 from tests.tree_fixtures import embedded_tokenizer, looping_llama
 
+# a budget: seconds on a quiet machine, a minute or two on a loaded one
+pytestmark = pytest.mark.timeout(240)
+
 PROMPTS = ["translation-1", "rag-3"]
 N = 24  # new tokens: the tiny model starts repeating itself after a few
 
@@ -40,9 +43,15 @@ def bench(tiny, cal_dir, monkeypatch):
     """decode-bench's module with the tiny model loaded in place of SmolLM2."""
     import spectool.embedded
     from spectool_bench.decode import _tree
+    from spectool_serving.tree import calibrate, cast
 
     monkeypatch.setattr(spectool.embedded, "load_causal_lm", lambda dtype="float32": tiny)
     monkeypatch.setenv("SPECTOOL_TREE_CALIBRATION", str(cal_dir))
+    # a coarser cost table, timed twice per width rather than 7 times: the same code, a third
+    # of its forwards (the table's own tests are in tests/serving/tree)
+    measure = cast.measure_cost_table
+    monkeypatch.setattr(calibrate, "COST_WIDTHS", [1, 2, 4, 8, 16, 32, 64])
+    monkeypatch.setattr(cast, "measure_cost_table", lambda *a, reps=7, **k: measure(*a, reps=2, **k))
     return _tree
 
 
