@@ -95,6 +95,12 @@ class _Guarded:
 
 @functools.cache
 def _compiled(backend: str) -> LayerOps:
+    # each operation meets a few dtypes and 0/1-specialised shapes (prefill, one row, buckets,
+    # several models in one process): dynamo's default of 8 graphs per function ran out on a
+    # GPU, and a recompile must never be what first happens inside a graph capture
+    cfg = torch._dynamo.config
+    cfg.recompile_limit = max(cfg.recompile_limit, 64)
+    cfg.accumulated_recompile_limit = max(cfg.accumulated_recompile_limit, 1024)
     parts = [_Guarded(fn, backend) for fn in (rms, add_rms, rotary, swiglu)]
     return LayerOps(f"compiled[{backend}]", *parts)
 
