@@ -11,7 +11,7 @@ installed metadata, not what pip resolves today (a range that admits a release t
 use), nor imports grimp does not follow (BFCL's tool classes need mpmath), nor an eager import
 of an optional package. Measured on a 2-core
 machine with a local index mirror: a venv with pip ~5 s; the install ~7 s for the core and
-``[tracing]``, ~25 s for ``[bench]`` (matplotlib, scipy, scikit-learn: ~380 MB); whole tests ~10,
+``[tracing]``, ~15 s for ``[bench]`` (matplotlib); whole tests ~10,
 ~11 and ~30 s.
 
 Heavy installs are not resolved here: ``[local]`` and ``[serve]`` pull torch (~200 MB as a CPU
@@ -209,7 +209,7 @@ def test_bench_extra_draws_figures_and_spectool_bench_runs_bfcl_math(wheel, benc
     """[bench] is what spectool itself keeps for figures and fits: light, no torch. spectool-bench
     installs beside it, registers its commands, and brings BFCL's MathAPI (mpmath)."""
     venv, probe = _fresh_install(wheel, tmp_path, "bench")
-    assert probe["installed"] == ["numpy", "matplotlib", "scipy", "sklearn"]
+    assert probe["installed"] == ["numpy", "matplotlib"]
     venv.spectool("model", "figure", "--out", tmp_path / "f.png")
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the wheel's own requirements, less spectool[serve] (torch), resolved from the index
