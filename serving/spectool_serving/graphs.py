@@ -17,8 +17,8 @@ forward does not run, and any step after a capture failed (the reason is kept in
 :attr:`GraphStats.fallback` and logged once). Growing the KV pool moves it, so its graphs are
 dropped and recaptured lazily.
 
-Graph memory comes from one pool (``torch.cuda.graph_pool_handle``) shared by every capture,
-bounded by ``max_graphs`` (the least recently used graph is dropped past it) and released by
+Graph memory comes from one pool — the first capture's (``graph.pool()``) — shared by every
+later capture, bounded by ``max_graphs`` (the least recently used graph is dropped past it) and released by
 :meth:`DecodeGraphs.close`. With ``capture=False`` the same buffers and step run without a
 graph: the code path a CPU can check.
 """
@@ -86,7 +86,9 @@ class DecodeGraphs:
         self.stats = GraphStats()
         self._buckets: OrderedDict[tuple[int, int], _Bucket] = OrderedDict()
         self._pool_key: tuple | None = None
-        self._mempool: Any = torch.cuda.graph_pool_handle() if self.capture else None
+        # the first capture's own pool, shared by every later one (torch's documented pattern;
+        # a fresh graph_pool_handle() failed capture_begin on an H100 for a Qwen2 model)
+        self._mempool: Any = None
 
     # -- the one entry point --------------------------------------------------------------
     def run(self, ids: torch.Tensor, positions: torch.Tensor, mask: Any, cache: Any) -> torch.Tensor | None:
@@ -134,6 +136,7 @@ class DecodeGraphs:
             self.stats.dropped += len(self._buckets)
             self._buckets.clear()
             self._pool_key = key
+            self._mempool = None  # no graph holds the old pool: the next capture starts one
 
     def _buffers(self, bucket: int, g: int, capacity: int, dtype: torch.dtype) -> _Bucket:
         key = (bucket, g)
@@ -204,6 +207,8 @@ class DecodeGraphs:
             with torch.cuda.graph(graph, pool=self._mempool, capture_error_mode="thread_local"):
                 out = self._call(buf, views)
             buf.graph, buf.out = graph, out
+            if self._mempool is None:
+                self._mempool = graph.pool()
             self.stats.captures += 1
             self.stats.capture_s += time.perf_counter() - t0
             self.stats.graph_bytes += max(0, torch.cuda.memory_reserved(self.device) - before)
@@ -222,6 +227,7 @@ class DecodeGraphs:
         self.stats.dropped += len(self._buckets)
         self._buckets.clear()
         self._pool_key = None
+        self._mempool = None
         if self.capture:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
