@@ -49,7 +49,7 @@ __all__ = ["LearningDrafter", "learning_drafter"]
 PLAN_WORDS = 0.2
 #: word weights the drafter chooses among, by which ranked the called tools first most often
 WORD_WEIGHTS = (0.2, 0.5, 1.0, 3.0)
-#: a plan whose best tool has less than this share of its scores is unsure
+#: a plan whose best offered tool scores less than this (a share of what followed) is unsure
 UNSURE = 0.2
 #: calls of a tool seen filled from one record before its calls are filled record by record
 MIN_RECORD_USES = 2
@@ -243,7 +243,7 @@ class LearningDrafter:
         if best > 0:
             return min(w for w, n in wins.items() if n == best)
         # nothing scored yet: a plan that spreads over many tools knows little, the words decide
-        return self.plan_words if max(plan.values()) >= UNSURE * sum(plan.values()) else 1.0
+        return self.plan_words if max(plan.values()) >= UNSURE else 1.0
 
     def _weigh(
         self, session: str | None, messages: Sequence[Mapping[str, Any]], tools: Mapping[str, Any]

@@ -63,14 +63,18 @@ def _share(counts: Mapping[Any, int] | None, keys: Iterable[Any]) -> float:
     return sum(counts.get(k, 0) for k in keys) / total if total else 0.0
 
 
-def _span_candidates(schema: Mapping[str, Any], ctx: ValueContext, rec: int) -> list[Candidate]:
+def _span_candidates(
+    schema: Mapping[str, Any], ctx: ValueContext, rec: int, shapes: Mapping[str, int] | None
+) -> list[Candidate]:
+    """Words and ids of the user's text shaped like the parameter's past values (none where
+    no values were seen: a bare word is no value on its own)."""
     types = _types(schema)
-    if types and "string" not in types:
+    if not shapes or (types and "string" not in types):
         return []
     out = []
     for pos, token in ctx.tokens or tuple(spans(ctx.user_text)):
         coerced = _coerce(token, schema)
-        if coerced is not _NO:
+        if coerced is not _NO and shape(coerced) in shapes:
             out.append(Candidate(coerced, 0.5, rec, pos))
     return out
 
@@ -90,7 +94,7 @@ def rank_values(
     key = (tool, pname)
     found = evidence.candidates(pname, schema, taken, mined)
     seen = {value_tag(c.value) for c in found}
-    for c in _span_candidates(schema, ctx, ctx.user_index):
+    for c in _span_candidates(schema, ctx, ctx.user_index, patterns.shapes.get(key)):
         if value_tag(c.value) not in seen:
             seen.add(value_tag(c.value))
             found.append(c)
