@@ -15,7 +15,7 @@ from spectool.drafters import LocalDrafter, LocalDrafterOptions
 from spectool.drafters._compact import narrowed, tool_scores
 from spectool.errors import ConfigError
 
-from .conftest import STRING, fn_tool, tiny_llama_fixture
+from .conftest import STRING, WILD_ROWS, fn_tool, tiny_llama_fixture
 
 
 def _fn(name, description):
@@ -87,14 +87,7 @@ tiny = tiny_llama_fixture(seed=5)
 
 
 def _drafted_names(tiny, narrow):
-    options = LocalDrafterOptions(
-        narrow_tools=narrow,
-        diversity="sample",
-        temperature=1.5,
-        top_p=1.0,
-        greedy_first=False,
-        max_new_tokens=24,
-    )
+    options = LocalDrafterOptions(narrow_tools=narrow, max_new_tokens=24, **WILD_ROWS)
     drafter = LocalDrafter(tiny, options)
     names = set()
     for attempt in range(4):
