@@ -81,6 +81,7 @@ def test_endpoint_drafter_gets_lambda_calls_from_batched_rows():
     engine = Engine(
         runner, tok, fmt, store=ToolOutputStore(), scheduler=Scheduler(max_batch=4), model_name="m"
     )
+    graphs = runner.decode_graphs()  # the engine's stop frees it: keep a hold on its counters
     calls = _propose(engine, samples=3)
     assert calls and all(c.name in ("forecast", "alerts") for c in calls)
     assert all(
@@ -89,4 +90,4 @@ def test_endpoint_drafter_gets_lambda_calls_from_batched_rows():
     )
     c = engine.counters()
     assert c["requests"] == 3 and c["decode_rows"] > c["decode_steps"]  # λ rows in one batch
-    assert runner.decode_graphs().stats.replays > 0  # ... through the captured step's code
+    assert graphs.stats.replays > 0  # ... through the captured step's code
