@@ -205,7 +205,7 @@ class LocalDrafter:
         if choices:
             from ._grammar import with_choices
 
-            tools = with_choices(tools, choices)
+            tools = list(with_choices(tools, choices))
         if not self.options.narrow_tools:
             return tools
         from ._compact import narrowed
