@@ -392,5 +392,6 @@ def test_options_from_strings_types_words_and_reuses_the_field_checks():
         LocalDrafterOptions.from_strings({"max_calls": "2.5"})  # a float is not an int field's value
     with pytest.raises(ConfigError, match="min_confidence must be"):
         LocalDrafterOptions.from_strings({"min_confidence": "nan"})
+    assert LocalDrafterOptions.from_strings({"jump_forward": "0"}).jump_forward is False  # a flag reads 1 / 0
     with pytest.raises(ConfigError, match="jump_forward must be a bool"):
-        LocalDrafterOptions.from_strings({"jump_forward": "1"})
+        LocalDrafterOptions.from_strings({"jump_forward": "2"})

@@ -147,7 +147,7 @@ async def test_unconstrained_output_is_filtered_to_offered_tools(smol, monkeypat
     # the model cannot be made to invent a tool on demand, so its text is replaced here by one
     # that names an offered and an unoffered tool (generation stays the real drafter's path)
     text = '[{"name": "add", "arguments": {"a": 17, "b": 25}}, {"name": "rm_rf", "arguments": {}}]'
-    monkeypatch.setattr(drafter, "_decode", lambda loaded, request, stop: [text])
+    monkeypatch.setattr(drafter, "_decode", lambda loaded, request, stop, choices=None: [text])
     calls = await drafter.propose(DraftRequest(ASK, TOOLS, samples=1))
     assert [c.name for c in salvage_tool_calls(text)] == ["add", "rm_rf"]
     assert calls == [ToolCall("add", {"a": 17, "b": 25})]
