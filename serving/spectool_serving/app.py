@@ -27,6 +27,7 @@ from spectool.errors import EngineError, ToolCacheError
 from .engine import Engine
 from .requests import build_sequences, parse_chat
 from .schemas import ChatCompletionRequest, ErrorBody, ToolOutputItems, ToolOutputPosted
+from .sequence import Content, Error, Finish, Resolved
 
 __all__ = ["create_app"]
 
@@ -230,32 +231,32 @@ def _tool_calls(call: dict | None, stream: bool = False) -> list | None:
 
 
 async def _complete(engine: Engine, seqs: list, meta: dict) -> Any:
-    finals: dict[int, dict] = {}
+    finals: dict[int, Finish] = {}
     async for index, ev in engine.stream(seqs):
-        if ev["type"] == "error":
-            return _error(500, ev["message"], "server_error")
-        if ev["type"] == "finish":
+        if isinstance(ev, Error):
+            return _error(500, ev.message, "server_error")
+        if isinstance(ev, Finish):
             finals[index] = ev
     choices, prompt, completion = [], 0, 0
     for i in sorted(finals):
         ev = finals[i]
-        message = {
+        message: dict[str, Any] = {
             "role": "assistant",
-            "content": ev["content"] if not ev["tool_call"] else (ev["content"] or None),
+            "content": ev.content if not ev.tool_call else (ev.content or None),
         }
-        if ev["tool_call"]:
-            message["tool_calls"] = _tool_calls(ev["tool_call"])
+        if ev.tool_call:
+            message["tool_calls"] = _tool_calls(ev.tool_call)
         choices.append(
             {
                 "index": i,
                 "message": message,
-                "finish_reason": ev["reason"],
+                "finish_reason": ev.reason,
                 "logprobs": None,
-                "spectool_resolved_calls": ev["resolved"],
+                "spectool_resolved_calls": ev.resolved,
             }
         )
-        prompt = max(prompt, ev["usage"]["prompt_tokens"])
-        completion += ev["usage"]["completion_tokens"]
+        prompt = max(prompt, ev.usage["prompt_tokens"])
+        completion += ev.usage["completion_tokens"]
     return {
         **meta,
         "object": "chat.completion",
@@ -288,11 +289,9 @@ async def _sse(engine: Engine, seqs: list, meta: dict, include_usage: bool, owne
             ],
         )
         async for index, ev in engine.stream(seqs):
-            if ev["type"] == "content":
-                yield _chunk(
-                    meta, [{"index": index, "delta": {"content": ev["text"]}, "finish_reason": None}]
-                )
-            elif ev["type"] == "resolved":
+            if isinstance(ev, Content):
+                yield _chunk(meta, [{"index": index, "delta": {"content": ev.text}, "finish_reason": None}])
+            elif isinstance(ev, Resolved):
                 yield _chunk(
                     meta,
                     [
@@ -300,25 +299,23 @@ async def _sse(engine: Engine, seqs: list, meta: dict, include_usage: bool, owne
                             "index": index,
                             "delta": {},
                             "finish_reason": None,
-                            "spectool_resolved_call": ev["record"],
+                            "spectool_resolved_call": ev.record,
                         }
                     ],
                 )
-            elif ev["type"] == "error":
+            elif isinstance(ev, Error):
                 yield (
-                    "data: "
-                    + json.dumps({"error": {"message": ev["message"], "type": "server_error"}})
-                    + "\n\n"
+                    "data: " + json.dumps({"error": {"message": ev.message, "type": "server_error"}}) + "\n\n"
                 )
                 return
-            elif ev["type"] == "finish":
-                if ev["tool_call"]:
+            elif isinstance(ev, Finish):
+                if ev.tool_call:
                     yield _chunk(
                         meta,
                         [
                             {
                                 "index": index,
-                                "delta": {"tool_calls": _tool_calls(ev["tool_call"], True)},
+                                "delta": {"tool_calls": _tool_calls(ev.tool_call, True)},
                                 "finish_reason": None,
                             }
                         ],
@@ -329,13 +326,13 @@ async def _sse(engine: Engine, seqs: list, meta: dict, include_usage: bool, owne
                         {
                             "index": index,
                             "delta": {},
-                            "finish_reason": ev["reason"],
-                            "spectool_resolved_calls": ev["resolved"],
+                            "finish_reason": ev.reason,
+                            "spectool_resolved_calls": ev.resolved,
                         }
                     ],
                 )
-                prompt = max(prompt, ev["usage"]["prompt_tokens"])
-                completion += ev["usage"]["completion_tokens"]
+                prompt = max(prompt, ev.usage["prompt_tokens"])
+                completion += ev.usage["completion_tokens"]
         if include_usage:
             yield _chunk(
                 meta,

@@ -26,10 +26,10 @@ from .kv import BatchKV
 from .memory import HeapTrimmer
 from .plan import Accepted, Kind, RowPlan, StepPlan, choose, verify
 from .prompts import TokenMemo
-from .rounds import RoundContext, advance, begin_round, enter_call_if_started, propose_draft
+from .rounds import RoundContext, advance, begin_round, propose_draft
 from .runner import Runner
 from .scheduler import Scheduler
-from .sequence import Phase, RoundEvent, Sequence
+from .sequence import Error, Event, Finish, Phase, RoundEvent, Sequence
 from .store import ToolOutputStore
 from .toolcalls import PromptFormat
 
@@ -77,13 +77,13 @@ class EngineStats:
         if accepted is not None and accepted.kind is Kind.O2:
             self.o2_drafted += accepted.drafted
             self.o2_accepted += accepted.n_draft
-        for event, n in seq.events:
+        for event, n in seq.round_events:
             if event is RoundEvent.O3_HIT:
                 self.o3_hits += 1
                 self.appended_tokens += n
             else:
                 self.o3_misses += 1
-        seq.events.clear()
+        seq.round_events.clear()
 
 
 class Engine:
@@ -288,7 +288,7 @@ class Engine:
         if self.decoding is not None:
             self.decoding.forget(seq.seq_id)
         self.stats.failed_requests += 1
-        seq.emit({"type": "error", "message": f"engine failure: {exc!r}"})
+        seq.emit(Error(f"engine failure: {exc!r}"))
 
     def _retire(self, seq: Sequence) -> None:
         if seq.seq_id in self.kv.rows:
@@ -299,22 +299,19 @@ class Engine:
             self.decoding.forget(seq.seq_id)
         self._recent.append((tuple(seq.tokens), seq.prompt_len))
         seq.emit(
-            {
-                "type": "finish",
-                "reason": seq.finish_reason,
-                "content": seq.content,
-                "tool_call": seq.final_call,
-                "resolved": list(seq.resolved),
-                "usage": {"prompt_tokens": seq.prompt_len + seq.appended, "completion_tokens": seq.generated},
-            }
+            Finish(
+                reason=seq.finish_reason,
+                content=seq.content,
+                tool_call=seq.final_call,
+                resolved=list(seq.resolved),
+                usage={"prompt_tokens": seq.prompt_len + seq.appended, "completion_tokens": seq.generated},
+            )
         )
 
     # -- the thread and the async bridge ------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
         """Queue a sequence (any thread). Its first round starts here."""
-        begin_round(seq)
-        if seq.forced_ids:
-            enter_call_if_started(seq, self.ctx, self.tokenizer.decode(seq.forced_ids))
+        begin_round(seq, self.ctx)
         with self._wake:
             self.stats.requests += 1
             self._inbox.append(seq)
@@ -373,12 +370,12 @@ class Engine:
                     self.stats.failed_requests += 1
                     self.scheduler.finish(seq)
                     try:
-                        seq.emit({"type": "error", "message": f"engine failure: {exc!r}"})
+                        seq.emit(Error(f"engine failure: {exc!r}"))
                     except Exception:  # noqa: BLE001 - a listener that is gone must not kill the loop
                         pass
                 self.kv.reset()
 
-    async def stream(self, seqs: list[Sequence]) -> AsyncIterator[tuple[int, dict]]:
+    async def stream(self, seqs: list[Sequence]) -> AsyncIterator[tuple[int, Event]]:
         """Queue sequences whose ``emit`` is unset and yield ``(choice index, event)`` until
         each has finished."""
         loop = asyncio.get_running_loop()
@@ -390,7 +387,7 @@ class Engine:
         open_ = len(seqs)
         while open_:
             index, event = await queue.get()
-            if event["type"] in ("finish", "error"):
+            if isinstance(event, Finish | Error):
                 open_ -= 1
             yield index, event
 
@@ -408,7 +405,7 @@ def _emitter(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, index: int):
     closed (the HTTP server was stopped under a running request), nobody listens any more:
     the event is dropped instead of raising in the engine thread, which serves everyone."""
 
-    def emit(event: dict) -> None:
+    def emit(event: Event) -> None:
         try:
             loop.call_soon_threadsafe(queue.put_nowait, (index, event))
         except RuntimeError:  # "Event loop is closed"

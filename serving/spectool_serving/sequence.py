@@ -13,7 +13,7 @@ import torch
 from .sampling import SamplingParams
 from .toolcalls import PromptFormat
 
-__all__ = ["Phase", "RoundEvent", "Sequence", "Status"]
+__all__ = ["Content", "Error", "Event", "Finish", "Phase", "Resolved", "RoundEvent", "Sequence", "Status"]
 
 _ids = itertools.count(1)
 
@@ -37,6 +37,58 @@ class RoundEvent(Enum):
     O3_MISS = "o3_miss"  # a call the store did not hold (the sequence ends with it)
 
 
+class _Event:
+    """Base of the engine's events. ``event["type"]`` and ``event.get`` read one as the dict
+    it used to be, for callers outside this package that have not moved to the classes yet."""
+
+    type: str = ""
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key, default)
+
+
+@dataclass(frozen=True)
+class Content(_Event):
+    """Streamed text of the current assistant message."""
+
+    text: str
+    type: str = "content"
+
+
+@dataclass(frozen=True)
+class Resolved(_Event):
+    """A call answered from the store (O3): its preceding content, the call and the output."""
+
+    record: dict
+    type: str = "resolved"
+
+
+@dataclass(frozen=True)
+class Finish(_Event):
+    """The sequence ended; the last event of a choice (or :class:`Error`)."""
+
+    reason: str | None
+    content: str
+    tool_call: dict | None
+    resolved: list[dict]
+    usage: dict[str, int]
+    type: str = "finish"
+
+
+@dataclass(frozen=True)
+class Error(_Event):
+    """The sequence failed; the last event of a choice."""
+
+    message: str
+    type: str = "error"
+
+
+Event = Content | Resolved | Finish | Error
+
+
 @dataclass(eq=False)
 class Sequence:
     """One choice of one request. ``tokens`` are all tokens (prompt, generated, appended);
@@ -50,7 +102,7 @@ class Sequence:
     tools: list[Mapping[str, Any]]
     tool_choice: str | None  # None: no tools; "auto" | "none" | "required" | a tool name
     forced_ids: list[int]  # the call start marker's ids when a call is required
-    emit: Callable[[dict], None]  # where events go (thread-safe, set by the async bridge)
+    emit: Callable[[Event], None]  # where events go (thread-safe, set by the async bridge)
     index: int = 0
     seq_id: int = field(default_factory=lambda: next(_ids))
     status: Status = Status.WAITING
@@ -59,24 +111,25 @@ class Sequence:
     appended: int = 0  # tool-result tokens appended by O3 (prompt tokens in the plain path)
     generated: int = 0
     generator: torch.Generator | None = None
-    # the current assistant message
-    body_start: int = 0
-    round_generated: int = 0
-    phase: Phase = Phase.TEXT
-    call_start: int = -1  # char index in the body text just past the start marker
-    matcher: Any = None
-    draft_attempts: int = 0
-    emitted_chars: int = 0
+    round: Any = None  # the current assistant message: a rounds.Round (set by begin_round)
     resolved: list[dict] = field(default_factory=list)
     finish_reason: str | None = None
     final_call: dict | None = None
     content: str = ""
-    events: list[tuple[RoundEvent, int]] = field(default_factory=list)  # drained by the engine
+    round_events: list[tuple[RoundEvent, int]] = field(default_factory=list)  # drained by the engine
 
     def __post_init__(self) -> None:
         self.prompt_len = len(self.tokens)
         if self.params.seed is not None:
             self.generator = torch.Generator().manual_seed(self.params.seed + self.index)
+
+    @property
+    def phase(self) -> Phase:
+        return self.round.phase if self.round is not None else Phase.TEXT
+
+    @property
+    def matcher(self) -> Any:
+        return self.round.matcher if self.round is not None else None
 
     @property
     def pending(self) -> list[int]:

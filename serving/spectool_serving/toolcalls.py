@@ -18,7 +18,7 @@ same text.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -35,6 +35,7 @@ __all__ = [
     "output_text",
     "parse_call",
     "render_segments",
+    "scan_text",
 ]
 
 _SMOL_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
@@ -306,3 +307,40 @@ def parse_call(fmt: PromptFormat, call_text: str) -> tuple[str, str]:
         if len(calls) != 1:
             raise ModelOutputError(f"expected one tool call, got {len(calls)}: {call_text[:80]!r}") from None
         return calls[0].name, calls[0].arguments_json
+
+
+@dataclass(frozen=True)
+class TextScan:
+    """Where an assistant body in free text stands: the first stop string (-1: none), the
+    index just past the call start marker (-1: none) and how much may stream already."""
+
+    stop: int
+    call: int
+    safe: int
+
+
+def scan_text(fmt: PromptFormat, body: str, stops: Sequence[str]) -> TextScan:
+    """All the boundary questions a free-text token asks, in one pass over the body."""
+    stop = min((body.find(s) for s in stops if s in body), default=-1)
+    return TextScan(stop, fmt.call_start_in(body), len(body) - held_back(body, [fmt.call_start, *stops]))
+
+
+@dataclass(frozen=True)
+class ClosedCall:
+    """A finished call: its name and raw arguments, and when the lookup answered it, the
+    text that follows its end-of-message token (the results through the next generation
+    prompt) and the outputs as tool messages carry them."""
+
+    name: str
+    arguments: str
+    outputs: list[str]
+    results: str | None
+
+
+def close_call(fmt: PromptFormat, call_text: str, lookup: Callable[[str, str], list[Any]]) -> ClosedCall:
+    """Parse a finished call and ask ``lookup(name, arguments)`` for its outputs (an empty
+    list: not answered). Raises :class:`ModelOutputError` when the text is not one call."""
+    name, args = parse_call(fmt, call_text)
+    outputs = [output_text(o) for o in lookup(name, args)]
+    results = tool_results_text(fmt, outputs) if outputs else None
+    return ClosedCall(name, args, outputs, results)

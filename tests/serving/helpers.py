@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from spectool_serving.requests import build_sequences
+from spectool_serving.sequence import Content, Finish
 
 
 def run_request(engine, body: dict, *, owner: str = "", before: Callable[[str], None] | None = None) -> dict:
@@ -18,15 +20,15 @@ def run_request(engine, body: dict, *, owner: str = "", before: Callable[[str], 
         engine.store.open(rid, owner, seqs[0].tools)
     if before is not None:
         before(rid)  # e.g. post speculative outputs, as a client would while the model runs
-    events: list[dict] = []
+    events: list = []
     seqs[0].emit = events.append
     engine.add(seqs[0])
     engine.run_until_idle()
     if engine.store is not None:
         engine.store.close(rid, owner)
-    finish = [e for e in events if e["type"] == "finish"][0]
-    streamed = "".join(e["text"] for e in events if e["type"] == "content")
-    return {**finish, "events": events, "streamed": streamed}
+    finish = [e for e in events if isinstance(e, Finish)][0]
+    streamed = "".join(e.text for e in events if isinstance(e, Content))
+    return {**dataclasses.asdict(finish), "events": events, "streamed": streamed}
 
 
 def call_message(content: Any, call: dict) -> dict:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from spectool_serving.sequence import Finish
+
 from .helpers import run_request
 
 pytestmark = pytest.mark.model
@@ -24,7 +26,7 @@ def _run_together(engine, bodies):
     finals = {}
     for i, body in enumerate(bodies):
         seq = build_sequences(body, engine, f"chatcmpl-{uuid.uuid4().hex}", "")[0]
-        seq.emit = lambda ev, i=i: finals.__setitem__(i, ev) if ev["type"] == "finish" else None
+        seq.emit = lambda ev, i=i: finals.__setitem__(i, ev) if isinstance(ev, Finish) else None
         engine.add(seq)
     engine.run_until_idle()
     return [finals[i]["content"] for i in range(len(bodies))]
@@ -108,7 +110,7 @@ def test_no_draft_attempt_is_spent_on_a_row_preempted_in_the_same_step(smol, alo
     drafted, evicted = set(), set()
 
     def fake_proposer(seq, ctx, limit=96):
-        seq.draft_attempts += 1
+        seq.round.draft_attempts += 1
         drafted.add((eng.stats.decode_steps, seq.seq_id))
         return [seq.tokens[-1], seq.tokens[-1]]
 

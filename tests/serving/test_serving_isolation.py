@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from spectool_serving.requests import build_sequences
+from spectool_serving.sequence import Error, Finish
 
 pytestmark = pytest.mark.model
 
@@ -29,10 +30,10 @@ def _poison_prefill(engine, monkeypatch) -> None:
     real = engine.runner.prefill
     marker = engine.tokenizer(POISON, add_special_tokens=False)["input_ids"][:3]
 
-    def prefill(tokens):
+    def prefill(tokens, **kw):
         if any(tokens[i : i + len(marker)] == marker for i in range(len(tokens))):
             raise RuntimeError("injected prefill failure")
-        return real(tokens)
+        return real(tokens, **kw)
 
     monkeypatch.setattr(engine.runner, "prefill", prefill)
 
@@ -54,10 +55,10 @@ def test_a_failing_prefill_fails_only_its_own_request(engine, monkeypatch):
         return results
 
     results = anyio.run(main)
-    assert results["bad"][-1]["type"] == "error" and "injected" in results["bad"][-1]["message"]
+    assert isinstance(results["bad"][-1], Error) and "injected" in results["bad"][-1].message
     for name in ("good", "later"):
         finish = results[name][-1]
-        assert finish["type"] == "finish" and finish["usage"]["completion_tokens"] > 0, name
+        assert isinstance(finish, Finish) and finish.usage["completion_tokens"] > 0, name
     assert engine.counters()["failed_requests"] == 1
 
 
@@ -80,8 +81,8 @@ def test_a_failing_batched_step_fails_the_batch_and_the_engine_serves_the_next(e
         return first, second
 
     first, second = anyio.run(main)
-    assert first[-1]["type"] == "error"
-    assert second[-1]["type"] == "finish" and second[-1]["usage"]["completion_tokens"] > 0
+    assert isinstance(first[-1], Error)
+    assert isinstance(second[-1], Finish) and second[-1].usage["completion_tokens"] > 0
 
 
 def test_a_request_whose_event_loop_closed_does_not_kill_the_engine(engine):
@@ -113,5 +114,5 @@ def test_a_request_whose_event_loop_closed_does_not_kill_the_engine(engine):
         return await _collect(engine, "Say hello.", 6)
 
     events = anyio.run(later)
-    assert events[-1]["type"] == "finish" and events[-1]["usage"]["completion_tokens"] > 0
+    assert isinstance(events[-1], Finish) and events[-1].usage["completion_tokens"] > 0
     assert engine._thread is not None and engine._thread.is_alive()

@@ -16,7 +16,7 @@ from spectool_serving.engine import Engine
 from spectool_serving.runner import Runner
 from spectool_serving.sampling import SamplingParams
 from spectool_serving.scheduler import Scheduler
-from spectool_serving.sequence import Sequence
+from spectool_serving.sequence import Error, Event, Sequence
 from spectool_serving.tree.policy import DecodingPolicy, PolicyStats
 
 __all__ = ["Run", "bench_engine", "run_engine"]
@@ -75,9 +75,9 @@ def run_engine(
     steps = engine.stats.decode_steps
     errors: list[str] = []
 
-    def emit(event: dict) -> None:
-        if event["type"] == "error":
-            errors.append(event["message"])
+    def emit(event: Event) -> None:
+        if isinstance(event, Error):
+            errors.append(event.message)
 
     params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
     seqs = [

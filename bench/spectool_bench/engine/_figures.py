@@ -19,6 +19,7 @@ import uuid
 from typing import Any
 
 from spectool_serving.requests import build_sequences
+from spectool_serving.sequence import Finish
 from spectool_serving.server import build_engine
 
 WEATHER = {
@@ -45,7 +46,7 @@ def _run(engine, bodies, before=None):
         engine.store.open(rid, "", s.tools)
         if before:
             before(rid)
-        s.emit = lambda ev: finals.append(ev) if ev["type"] == "finish" else None
+        s.emit = lambda ev: finals.append(ev) if isinstance(ev, Finish) else None
         seqs.append(s)
     for s in seqs:
         engine.add(s)
@@ -122,7 +123,7 @@ def _agent_once(engine, latency: float) -> dict:
     fin = _run(engine, [BODY], before=post_later)[0]
     res["engine"] = time.perf_counter() - t
     res["engine_counters"] = {k: engine.counters()[k] - c0[k] for k in c0}
-    res["engine_hit"] = bool(fin["resolved"])
+    res["engine_hit"] = bool(fin.resolved)
     return res
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from spectool_serving.sequence import Finish
+
 pytestmark = pytest.mark.model
 
 BODY = {
@@ -30,11 +32,11 @@ def _run(engine):
     from spectool_serving.requests import build_sequences
 
     seqs = build_sequences(BODY, engine, "chatcmpl-tree", "")
-    events: list[dict] = []
+    events: list = []
     seqs[0].emit = events.append
     engine.add(seqs[0])
     engine.run_until_idle()
-    return [e for e in events if e["type"] == "finish"][0]["content"]
+    return [e for e in events if isinstance(e, Finish)][0].content
 
 
 def test_unispec_policy_in_engine_is_lossless_and_drafts(loaded):
