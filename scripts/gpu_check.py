@@ -153,7 +153,7 @@ def _sequence(
     fmt, choice = engine.fmt, ("required" if tools else None)
     forced = fmt.call_start if tools else ""
     ids = encode_prompt(engine.tokenizer, fmt, messages, tools or [], forced_prefix=forced, memo=engine.memo)
-    events: list[dict] = []
+    events: list = []  # the engine's typed events (spectool_serving.sequence)
     seq = Sequence(
         rid or f"chatcmpl-{time.monotonic_ns()}",
         "",
@@ -175,7 +175,7 @@ def _run(engine: Any, seqs: list) -> list[list[int]]:
     for s in seqs:
         engine.add(s)
     engine.run_until_idle()
-    failures = [e["message"] for s in seqs for e in getattr(s, "events", []) if e["type"] == "error"]
+    failures = [e.message for s in seqs for e in getattr(s, "events", []) if e.type == "error"]
     if failures:  # an engine failure ends a sequence early: say so, not "mismatch"
         raise RuntimeError(f"{len(failures)} sequence(s) failed: {failures[0]}")
     return [s.tokens[n:] for s, n in zip(seqs, starts)]
@@ -421,20 +421,20 @@ def check_o2o3(shape: str, tok: Any, fmt: Any, device: str) -> list[dict]:
     ref = _engine(model, tok, fmt, device)
     first = _sequence(ref, messages, 96, tools=[WEATHER])
     _run(ref, [first])
-    fin = [e for e in first.events if e["type"] == "finish"][0]
-    call = fin["tool_call"]
+    fin = [e for e in first.events if e.type == "finish"][0]
+    call = fin.tool_call
     if call is None:
-        return [dict(check="o2o3", shape=shape, ok=False, why=f"no call written: {fin['reason']}")]
+        return [dict(check="o2o3", shape=shape, ok=False, why=f"no call written: {fin.reason}")]
     args = json.loads(call["function"]["arguments"])
     output = json.dumps({"temp_c": 21})
     follow = [
         *messages,
-        {"role": "assistant", "content": fin["content"] or None, "tool_calls": [call]},
+        {"role": "assistant", "content": fin.content or None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": call["id"], "content": output},
     ]
     second = _sequence(ref, follow, 96, tools=[WEATHER])
     _run(ref, [second])
-    want = [e for e in second.events if e["type"] == "finish"][0]
+    want = [e for e in second.events if e.type == "finish"][0]
 
     eng = _engine(model, tok, fmt, device)
     rid = "chatcmpl-o2o3"
@@ -442,10 +442,10 @@ def check_o2o3(shape: str, tok: Any, fmt: Any, device: str) -> list[dict]:
     eng.store.open(rid, "", [WEATHER])
     eng.store.post(rid, "", [{"name": call["function"]["name"], "params": args, "output": output}])
     _run(eng, [seq])
-    got = [e for e in seq.events if e["type"] == "finish"][0]
+    got = [e for e in seq.events if e.type == "finish"][0]
     c = eng.counters()
-    resolved = got["resolved"][0]["tool_call"]["function"] if got["resolved"] else None
-    same = (got["content"], _call(got)) == (want["content"], _call(want))
+    resolved = got.resolved[0]["tool_call"]["function"] if got.resolved else None
+    same = (got.content, _call(got)) == (want.content, _call(want))
     # drafts re-encode the cached text: a random model's own tokenization may part from it, so
     # acceptance is partial here; what must hold is that drafts ran and nothing changed
     ok = c["o3_hits"] == 1 and resolved == call["function"] and c["o2_accepted"] > 0 and same
@@ -494,8 +494,8 @@ def check_drafter(shape: str, tok: Any, fmt: Any, device: str, dry: bool) -> lis
     return gpu_speed.check_drafter(tok, fmt, device, WEATHER, dry)
 
 
-def _call(finish: dict) -> Any:
-    return finish["tool_call"]["function"] if finish["tool_call"] else None
+def _call(finish: Any) -> Any:
+    return finish.tool_call["function"] if finish.tool_call else None
 
 
 def _version(dist: str) -> str | None:

@@ -119,9 +119,7 @@ def _timed_run(eng: Any, seqs: list, device: str) -> dict:
     wall = time.perf_counter() - t0
     eng.runner.prefill = prefill
     after = eng.counters()
-    errors = [
-        e for s in seqs for e in getattr(s, "events", []) if isinstance(e, dict) and e.get("type") == "error"
-    ]
+    errors = [e for s in seqs for e in getattr(s, "events", []) if getattr(e, "type", None) == "error"]
     if errors:
         raise RuntimeError(f"{len(errors)} sequence(s) failed: {errors[0]}")
     return dict(
@@ -244,7 +242,7 @@ def check_drafter(tok: Any, fmt: Any, device: str, tool: dict, dry: bool) -> lis
                 draft_s=round(r["wall"], 4),
                 prefill_s=round(r["prefill"], 4),
                 decode_ms_per_step=round((r["wall"] - r["prefill"]) / max(r["steps"], 1) * 1e3, 2),
-                calls=sum(e.get("type") == "finish" and e.get("tool_call") is not None for e in events),
+                calls=sum(e.type == "finish" and e.tool_call is not None for e in events),
             )
         )
     g = eng.runner.decode_graphs()

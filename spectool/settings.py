@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     cpu_kernels: bool = True
     lean_forward: bool = True
     packed_gemm: bool = True
-    pack_max_gb: Annotated[float, Field(gt=0)] = 4.0
+    pack_max_gb: Annotated[float, Field(ge=0)] = 4.0  # 0: no packed weight copies
     toolcache_ttl: Annotated[float, Field(ge=0)] = 300.0
     vllm_allow_any_version: bool = False
     vllm_max_hops: Annotated[int, Field(ge=1)] = 8

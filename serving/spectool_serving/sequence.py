@@ -38,16 +38,9 @@ class RoundEvent(Enum):
 
 
 class _Event:
-    """Base of the engine's events. ``event["type"]`` and ``event.get`` read one as the dict
-    it used to be, for callers outside this package that have not moved to the classes yet."""
+    """Base of the engine's events; ``type`` names the kind in the OpenAI stream's words."""
 
     type: str = ""
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key, default)
 
 
 @dataclass(frozen=True)

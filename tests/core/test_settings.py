@@ -90,7 +90,7 @@ def test_the_vllm_endpoint_reads_its_variables_through_settings(monkeypatch):
         ("SPECTOOL_VLLM_DEFAULT_MAX_TOKENS", "-1", "greater than or equal to 0"),
         ("SPECTOOL_VLLM_FLAVOUR", "tpu", "'cpu' or 'gpu'"),
         ("SPECTOOL_VLLM_MAX_HOPS", "0", "greater than or equal to 1"),
-        ("SPECTOOL_PACK_MAX_GB", "-1", "greater than 0"),
+        ("SPECTOOL_PACK_MAX_GB", "-1", "greater than or equal to 0"),
     ],
 )
 def test_out_of_range_and_unknown_values_are_refused(monkeypatch, variable, value, says):

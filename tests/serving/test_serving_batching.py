@@ -29,7 +29,7 @@ def _run_together(engine, bodies):
         seq.emit = lambda ev, i=i: finals.__setitem__(i, ev) if isinstance(ev, Finish) else None
         engine.add(seq)
     engine.run_until_idle()
-    return [finals[i]["content"] for i in range(len(bodies))]
+    return [finals[i].content for i in range(len(bodies))]
 
 
 @pytest.fixture(scope="module")

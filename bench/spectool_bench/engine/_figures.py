@@ -64,7 +64,7 @@ def throughput(engine, tokens: int) -> dict:
     for n in (1, 8):
         t = time.perf_counter()
         finals = _run(engine, [body] * n)
-        out[f"tok_s_{n}"] = sum(f["usage"]["completion_tokens"] for f in finals) / (time.perf_counter() - t)
+        out[f"tok_s_{n}"] = sum(f.usage["completion_tokens"] for f in finals) / (time.perf_counter() - t)
     return out
 
 
@@ -95,7 +95,7 @@ def _agent_once(engine, latency: float) -> dict:
         for _ in range(2):
             started = time.perf_counter()
             fin = _run(engine, [{**BODY, "messages": messages}])[0]
-            call = fin["tool_call"]
+            call = fin.tool_call
             wait = latency if mode == "baseline" else max(0.0, latency - (time.perf_counter() - started))
             time.sleep(wait)
             messages += [
