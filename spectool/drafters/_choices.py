@@ -15,12 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._common import assistant_calls, message_text
 from ._evidence import collect_evidence
-from ._flows import Source, value_tag
-from ._patterns import Patterns, mentioned_records
-from ._shapes import spans
-from ._values import RULES, ValueContext, rank_values
+from ._learning import mined_sources, value_context
+from ._patterns import Patterns
+from ._values import RULES, rank_values
 
 __all__ = ["COPIED_SHARE", "MAX_CHOICES", "copied", "value_choices"]
 
@@ -28,8 +26,6 @@ __all__ = ["COPIED_SHARE", "MAX_CHOICES", "copied", "value_choices"]
 COPIED_SHARE = 0.5
 #: candidates offered per parameter at most (the grammar's enum)
 MAX_CHOICES = 8
-#: data-flow sources below this share are not asked for candidates (as the learning drafter)
-_MIN_SOURCE = 0.1
 
 
 def copied(patterns: Patterns, tool: str, pname: str, min_share: float = COPIED_SHARE) -> bool:
@@ -50,7 +46,7 @@ def value_choices(
     """``{tool: {parameter: [values, best first]}}`` for the copied parameters of ``tools``
     (name -> function body) that have candidates in ``messages``."""
     evidence = collect_evidence(messages)
-    ctx = _context(messages)
+    ctx = value_context(messages)
     out: dict[str, dict[str, list[Any]]] = {}
     for name, body in tools.items():
         props = (body.get("parameters") or {}).get("properties") or {}
@@ -58,37 +54,8 @@ def value_choices(
             if not copied(patterns, name, pname, min_share):
                 continue
             schema = pschema if isinstance(pschema, Mapping) else {}
-            ranked = rank_values(
-                name, pname, schema, evidence, set(), _sources(patterns, name, pname), patterns, ctx, RULES
-            )
+            mined = mined_sources(patterns, name, pname)
+            ranked = rank_values(name, pname, schema, evidence, set(), mined, patterns, ctx, RULES)
             if ranked:
                 out.setdefault(name, {})[pname] = [c.value for c in ranked[:limit]]
     return out
-
-
-def _sources(patterns: Patterns, tool: str, pname: str) -> list[tuple[Source, float]]:
-    total = patterns.uses.get((tool, pname), 0)
-    counts = patterns.flows.get((tool, pname))
-    if not total or not counts:
-        return []
-    return [
-        (src, n / total) for src, n in counts.most_common() if n / total >= _MIN_SOURCE and src[0] != "user"
-    ]
-
-
-def _context(messages: Sequence[Mapping[str, Any]]) -> ValueContext:
-    """What the conversation says about values (as the learning drafter reads it)."""
-    user_text, index = "", 0
-    used: set[tuple[str, str, str]] = set()
-    linked: set[str] = set()
-    for i, m in enumerate(messages):
-        role = m.get("role")
-        if role == "user":
-            user_text += "\n" + message_text(m.get("content"))
-            index = i
-        elif role == "assistant":
-            for call in assistant_calls(m):
-                used.update((call.name, str(k), value_tag(v)) for k, v in call.arguments.items())
-        elif role == "tool":
-            linked |= mentioned_records(m.get("content"), user_text)
-    return ValueContext(user_text, frozenset(used), frozenset(linked), index, tuple(spans(user_text)))

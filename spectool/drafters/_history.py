@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._types import DraftRequest, ToolCall
@@ -210,14 +210,31 @@ def _fillings(
     """Up to ``variants`` argument fillings; [] when a required parameter has no value.
     ``taken``: user literals already used (by this call's other parameters or earlier calls);
     the ones this filling uses are added."""
+
+    def options(pname: str, schema: Mapping[str, Any], taken: set[int]) -> list[Any]:
+        mined = flows.sources(name, pname) if flows is not None else ()
+        return evidence.candidates(pname, schema, taken, mined)
+
+    return fill_arguments(name, params, options, variants, taken)
+
+
+def fill_arguments(
+    name: str,
+    params: Mapping[str, Any],
+    options_of: Callable[[str, Mapping[str, Any], set[int]], list[Any]],
+    variants: int,
+    taken: set[int] | None = None,
+) -> list[ToolCall]:
+    """Up to ``variants`` calls of ``name`` from each parameter's ranked candidates
+    (``options_of(parameter, schema, taken)``, best first): the best of each, then the next
+    ones of each required parameter in turn; [] when a required parameter has none."""
     props = params.get("properties") or {}
     required = [p for p in params.get("required") or () if p in props]
     chosen: dict[str, list[Any]] = {}
     taken = set() if taken is None else taken  # a user literal fills one parameter of a call, not two
     used: list[Any] = []  # values earlier parameters took: two parameters rarely share one value
     for pname, pschema in props.items():
-        mined = flows.sources(name, pname) if flows is not None else ()
-        options = evidence.candidates(pname, pschema if isinstance(pschema, Mapping) else {}, taken, mined)
+        options = options_of(pname, pschema if isinstance(pschema, Mapping) else {}, taken)
         options = [o for o in options if o.value not in used] + [o for o in options if o.value in used]
         if pname in required and not options:
             return []

@@ -36,7 +36,7 @@ from ..errors import ConfigError
 from ._common import assistant_calls, message_text, tool_schemas
 from ._evidence import Evidence, collect_evidence
 from ._flows import value_tag
-from ._history import _fan_out, _latest_user_text, _session_key, _tag, _trailing_run, _words
+from ._history import _fan_out, _latest_user_text, _session_key, _tag, _trailing_run, _words, fill_arguments
 from ._patterns import Patterns, mentioned_records, mine
 from ._plan import events_of, own_plan, plan_scores
 from ._records import record_fillings
@@ -176,7 +176,7 @@ class LearningDrafter:
         turn_start = bool(messages) and messages[-1].get("role") == "user"
         ranked = self.rank_tools(messages, tools, turn_start)
         evidence = collect_evidence(messages)
-        ctx = _context(messages)
+        ctx = value_context(messages)
         done = set(map(_tag, _trailing_run(messages)))
         per_tool: list[list[ToolCall]] = []
         need = max(1, int(request.samples)) + 1  # tools filled: enough for λ, not every offered one
@@ -281,7 +281,7 @@ class LearningDrafter:
         if "record" not in self.rules or not seen or seen[True] < MIN_RECORD_USES:
             return [], False
         fields = {
-            p: [src[2] for src, _ in _sources(self.patterns, name, p) if src[0] == "out"]
+            p: [src[2] for src, _ in mined_sources(self.patterns, name, p) if src[0] == "out"]
             for p in (params.get("properties") or {})
         }
         found = record_fillings(name, params, messages, fields, self.variants)
@@ -290,46 +290,11 @@ class LearningDrafter:
     def _fillings(
         self, name: str, params: Mapping[str, Any], evidence: Evidence, ctx: ValueContext
     ) -> list[ToolCall]:
-        props = params.get("properties") or {}
-        required = [p for p in params.get("required") or () if p in props]
-        chosen: dict[str, list[Any]] = {}
-        taken: set[int] = set()
-        used: list[Any] = []
-        for pname, pschema in props.items():
-            schema = pschema if isinstance(pschema, Mapping) else {}
-            mined = _sources(self.patterns, name, pname)
-            options = rank_values(name, pname, schema, evidence, taken, mined, self.patterns, ctx, self.rules)
-            options = [o for o in options if o.value not in used] + [o for o in options if o.value in used]
-            if pname in required and not options:
-                return []
-            # optional parameters take named evidence, or a number the user wrote
-            strong = (
-                options
-                if pname in required
-                else [
-                    o
-                    for o in options
-                    if o.strength >= 2
-                    or (
-                        o.literal_id is not None
-                        and isinstance(o.value, (int, float))
-                        and not isinstance(o.value, bool)
-                    )
-                ]
-            )
-            if strong:
-                chosen[pname] = [o.value for o in strong]
-                used.append(strong[0].value)
-                if strong[0].literal_id is not None:
-                    taken.add(strong[0].literal_id)
-        first = {p: v[0] for p, v in chosen.items()}
-        calls = [ToolCall(name, first)]
-        for pname in (p for p in required if len(chosen.get(p, ())) > 1):
-            for alt in chosen[pname][1:]:
-                if len(calls) >= self.variants:
-                    return calls
-                calls.append(ToolCall(name, {**first, pname: alt}))
-        return calls
+        def options(pname: str, schema: Mapping[str, Any], taken: set[int]) -> list[Any]:
+            mined = mined_sources(self.patterns, name, pname)
+            return rank_values(name, pname, schema, evidence, taken, mined, self.patterns, ctx, self.rules)
+
+        return fill_arguments(name, params, options, self.variants)
 
 
 def _combine(
@@ -339,7 +304,8 @@ def _combine(
     return sorted((n for n in tools if out[n] > 0), key=lambda n: (-out[n], n))
 
 
-def _sources(patterns: Patterns, tool: str, pname: str) -> list[tuple[tuple[str, ...], float]]:
+def mined_sources(patterns: Patterns, tool: str, pname: str) -> list[tuple[tuple[str, ...], float]]:
+    """Where values of ``tool``'s ``pname`` came from (not the user's words), with their shares."""
     total = patterns.uses.get((tool, pname), 0)
     counts = patterns.flows.get((tool, pname))
     if not total or not counts:
@@ -349,7 +315,8 @@ def _sources(patterns: Patterns, tool: str, pname: str) -> list[tuple[tuple[str,
     ]
 
 
-def _context(messages: Sequence[Mapping[str, Any]]) -> ValueContext:
+def value_context(messages: Sequence[Mapping[str, Any]]) -> ValueContext:
+    """What the conversation says about values: the user's text, values used per tool, records linked."""
     user_text, index = "", 0
     used: set[tuple[str, str, str]] = set()
     linked: set[str] = set()
