@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,15 +41,30 @@ _PLAIN = re.compile(r"[A-Za-z][A-Za-z ]{3,59}")
 Key = tuple[str, str]
 
 
-def outcome(content: Any) -> str:
-    """``"err"``, ``"empty"`` or ``""`` (a result) for a tool output."""
+def outcome(content: Any, user_text: str = "", used: Collection[str] = ()) -> str:
+    """``"err"``, ``"empty"``, ``"match"`` or ``""`` (a result) for a tool output. ``"match"``:
+    the output is one record with two or more fields the user wrote (``ORD``, ``PHL``) that no
+    call has used yet: the record the user means was found, so a walk through records ends."""
     text = message_text(content).strip()
     if not text or text in ("[]", "{}", "null", '""'):
         return "empty"
     low = text[:80].lower()
     if low.startswith(("error", "exception", "traceback")) or low.startswith('{"error'):
         return "err"
-    return ""
+    return "match" if user_text and _user_fields(text, user_text, used) >= 2 else ""
+
+
+def _user_fields(text: str, user_text: str, used: Collection[str]) -> int:
+    """How many distinct top-level string fields of a JSON object output the user wrote."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return 0
+    if not isinstance(record, Mapping):
+        return 0
+    low = user_text.lower()
+    found = {v.lower() for v in record.values() if isinstance(v, str) and 3 <= len(v) <= 60 and v not in used}
+    return sum(1 for v in found if re.search(rf"(?<!\w){re.escape(v)}(?!\w)", low))
 
 
 def event(tool: str, result: str) -> str:
@@ -185,6 +200,7 @@ def mine(messages: Sequence[Mapping[str, Any]]) -> Patterns:
     user_text = ""
     pending: dict[str, str] = {}  # tool_call_id -> tool name
     calls = 0
+    used: set[str] = set()  # argument values so far (a record's match must be news)
     records: list[set[str]] = []  # value tags of each output record read so far
     for m in messages:
         role = m.get("role")
@@ -204,12 +220,13 @@ def mine(messages: Sequence[Mapping[str, Any]]) -> Patterns:
                     p.records.setdefault((call.name, ""), Counter())[any(tags <= r for r in records)] += 1
                 for arg, v in call.arguments.items():
                     seen.setdefault(value_tag(v), set()).add(("arg", call.name, str(arg)))
+                    used.add(str(v))
                 pending[str(call.id)] = call.name
                 events.append(event(call.name, ""))  # outcome filled in by its output
         elif role == "tool":
             tool = pending.get(str(m.get("tool_call_id")), "")
             content = m.get("content")
-            result = outcome(content)
+            result = outcome(content, user_text, used)
             for i in range(len(events) - 1, -1, -1):
                 if events[i] == tool:
                     events[i] = event(tool, result)

@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._common import assistant_calls
+from ._common import assistant_calls, message_text
 from ._patterns import CONTEXT, USER, Patterns, event, outcome
 
 __all__ = ["events_of", "own_plan", "plan_scores"]
@@ -26,18 +26,21 @@ def events_of(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     """The conversation's events so far, oldest first (as :func:`._patterns.mine` counts them)."""
     events: list[str] = []
     pending: dict[str, int] = {}  # tool_call_id -> index of its event
+    user_text, used = "", set[str]()
     for m in messages:
         role = m.get("role")
         if role == "user":
+            user_text += "\n" + message_text(m.get("content"))
             events.append(USER)
         elif role == "assistant":
             for call in assistant_calls(m):
                 pending[str(call.id)] = len(events)
                 events.append(call.name)
+                used.update(str(v) for v in call.arguments.values())
         elif role == "tool":
             i = pending.get(str(m.get("tool_call_id")))
             if i is not None:
-                events[i] = event(events[i], outcome(m.get("content")))
+                events[i] = event(events[i], outcome(m.get("content"), user_text, used))
     return events
 
 

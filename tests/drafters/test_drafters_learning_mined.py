@@ -289,3 +289,42 @@ def test_word_weight_follows_what_ranked_the_called_tool_first_and_its_control()
     assert drafter.predict(DraftRequest(other, tools, 1))[0].name == "mail_check"
     control = LearningDrafter(train)  # never shown what was called: the plan still leads
     assert control.predict(DraftRequest(other, tools, 1))[0].name == "read"
+
+
+def _trip(trip: tuple[str, str], reservations: list[tuple[str, str]]) -> list[dict]:
+    """Read the user's reservations until the one of the trip the user wrote, then search."""
+    origin, destination = trip
+    ids = [f"R{i}X{origin}" for i in range(len(reservations))]
+    calls: list[tuple[str, dict, object]] = [
+        ("get_user", {"user_id": "sam_7"}, {"user_id": "sam_7", "reservations": ids})
+    ]
+    for rid, (o, d) in zip(ids, reservations):
+        calls.append(("get_order", {"order_id": rid}, {"order_id": rid, "origin": o, "destination": d}))
+        if (o, d) == trip:
+            break
+    calls.append(("search", {"origin": origin, "destination": destination}, []))
+    return _conversation(f"Fly me from {origin} to {destination}. My user id is sam_7.", calls)
+
+
+def test_a_read_record_the_user_wrote_ends_the_walk_and_its_control_walks_on(monkeypatch):
+    """The agents of the traces read reservations until one has the trip the user wrote, then
+    searched: a record matching the user's words is an event outcome (``!match``), so the plan
+    tells "found it" from "read one more". Controls: a record that does not match, and the
+    match outcome switched off, both predict another read."""
+    from spectool.drafters import _patterns
+
+    tools = [*TOOLS, _tool("search", "origin", "destination")]
+    train = [
+        _trip(("ORD", "PHL"), [("JFK", "LAX"), ("ORD", "PHL"), ("SFO", "SEA")]),
+        _trip(("BOS", "MIA"), [("BOS", "MIA"), ("DEN", "ATL")]),
+        _trip(("DFW", "LAS"), [("IAH", "ORD"), ("PHX", "SAN"), ("DFW", "LAS")]),
+        _trip(("SEA", "JFK"), [("LGA", "BWI"), ("SEA", "JFK")]),
+        _trip(("PDX", "OAK"), [("SEA", "PDX"), ("OAK", "PDX"), ("PDX", "OAK")]),
+    ]
+    found = _trip(("ATL", "DEN"), [("ATL", "DEN"), ("MSP", "DTW")])[:5]  # the matching record read
+    not_yet = _trip(("ATL", "DEN"), [("MSP", "DTW"), ("ATL", "DEN")])[:5]  # a record of another trip
+    want = ToolCall("search", {"origin": "ATL", "destination": "DEN"})
+    assert LearningDrafter(train).predict(DraftRequest(found, tools, 1))[0] == want
+    assert LearningDrafter(train).predict(DraftRequest(not_yet, tools, 1))[0].name == "get_order"
+    monkeypatch.setattr(_patterns, "_user_fields", lambda *a: 0)
+    assert LearningDrafter(train).predict(DraftRequest(found, tools, 1))[0].name == "get_order"
