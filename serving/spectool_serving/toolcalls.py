@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypedDict
+from dataclasses import dataclass, replace
+from typing import Any
 
 from spectool.errors import ModelOutputError
 from spectool.toolcall_text import parse_tool_calls
@@ -57,7 +57,6 @@ class PromptFormat:
     header: str  # "{role}" is replaced; the text before a message's content
     footer: str  # the end-of-message text (the EOS token the model emits) ...
     separator: str  # ... and what follows it before the next header
-    eos: str
     call_start: str
     call_prefix: str  # between the start marker and the call JSON
     call_suffix: str  # after the call JSON; ends the call
@@ -65,6 +64,11 @@ class PromptFormat:
     tool_wrap: str = "{content}"
     default_system: str | None = None
     start_only_at_message_start: bool = False
+
+    @property
+    def eos(self) -> str:
+        """The token the model ends a message with: the footer."""
+        return self.footer
 
     def call_start_in(self, body: str) -> int:
         """Index just past the call start marker in an assistant body, or -1."""
@@ -78,6 +82,13 @@ class PromptFormat:
 
     def generation_prompt(self) -> str:
         return self.header.format(role="assistant")
+
+    def message(self, role: str, content: str) -> str:
+        """A whole message: header, content, end-of-message and what follows it."""
+        return self.header.format(role=role) + content + self.footer + self.separator
+
+    def tool_message(self, content: str) -> str:
+        return self.message(self.tool_role, self.tool_wrap.format(content=content))
 
     def tool_system(self, system: str | None, tools: Sequence[Mapping[str, Any]]) -> str:
         lines = [system or self.default_system or ""]
@@ -93,52 +104,39 @@ class PromptFormat:
         return "\n\n".join(x for x in lines if x).strip()
 
 
-class _Tags(TypedDict):
-    """The text fields of :class:`PromptFormat` that ChatML-family formats share."""
-
-    bos: str
-    header: str
-    footer: str
-    separator: str
-    eos: str
-    call_start: str
-    call_prefix: str
-    call_suffix: str
-
-
-_CHATML = _Tags(
+# The other families as what they change of ChatML.
+_CHATML = PromptFormat(
+    "chatml",
     bos="",
     header="<|im_start|>{role}\n",
     footer="<|im_end|>",
     separator="\n",
-    eos="<|im_end|>",
     call_start="<tool_call>",
     call_prefix="\n",
     call_suffix="\n</tool_call>",
+    tool_role="tool",
 )
-# xLAM writes its calls as a JSON array that is the whole message
-_XLAM: _Tags = {**_CHATML, "call_start": "[", "call_prefix": "", "call_suffix": "]"}
 FORMATS: dict[str, PromptFormat] = {
-    "chatml": PromptFormat("chatml", tool_role="tool", default_system=_SMOL_SYSTEM, **_CHATML),
-    "qwen": PromptFormat(
-        "qwen", tool_role="user", tool_wrap="<tool_response>\n{content}\n</tool_response>", **_CHATML
+    "chatml": replace(_CHATML, default_system=_SMOL_SYSTEM),
+    "qwen": replace(
+        _CHATML, name="qwen", tool_role="user", tool_wrap="<tool_response>\n{content}\n</tool_response>"
     ),
-    "llama3": PromptFormat(
-        "llama3",
+    "llama3": replace(
+        _CHATML,
+        name="llama3",
         bos="<|begin_of_text|>",
         header="<|start_header_id|>{role}<|end_header_id|>\n\n",
         footer="<|eot_id|>",
         separator="",
-        eos="<|eot_id|>",
-        call_start="<tool_call>",
-        call_prefix="\n",
-        call_suffix="\n</tool_call>",
         tool_role="ipython",
     ),
-    "xlam": PromptFormat(
-        "xlam",
-        **_XLAM,
-        tool_role="tool",
+    # xLAM writes its calls as a JSON array that is the whole message
+    "xlam": replace(
+        _CHATML,
+        name="xlam",
+        call_start="[",
+        call_prefix="",
+        call_suffix="]",
         start_only_at_message_start=True,
     ),
 }
@@ -204,27 +202,16 @@ def render_segments(
         system = None
         if msgs and msgs[0].get("role") in ("system", "developer"):
             system = _content(msgs.pop(0))
-        text += fmt.header.format(role="system") + fmt.tool_system(system, tools) + fmt.footer + fmt.separator
+        text += fmt.message("system", fmt.tool_system(system, tools))
     for m in msgs:
         role = m.get("role")
         if role == "assistant":
-            text += fmt.header.format(role="assistant")
-            out += [(text, False), (assistant_body(fmt, m), True)]
+            out += [(text + fmt.generation_prompt(), False), (assistant_body(fmt, m), True)]
             text = fmt.footer + fmt.separator
         elif role == "tool":
-            text += (
-                fmt.header.format(role=fmt.tool_role)
-                + fmt.tool_wrap.format(content=_content(m))
-                + fmt.footer
-                + fmt.separator
-            )
+            text += fmt.tool_message(_content(m))
         else:
-            text += (
-                fmt.header.format(role="system" if role == "developer" else role)
-                + _content(m)
-                + fmt.footer
-                + fmt.separator
-            )
+            text += fmt.message("system" if role == "developer" else role, _content(m))
     out.append((text + fmt.generation_prompt(), False))
     if forced_prefix:
         out.append((forced_prefix, False))
@@ -234,14 +221,7 @@ def render_segments(
 def tool_results_text(fmt: PromptFormat, outputs: Iterable[Any], forced_prefix: str = "") -> str:
     """What follows an assistant's end-of-message token when its calls' results come back
     (O3), through the next generation prompt: exactly the next request's rendering."""
-    text = fmt.separator
-    for output in outputs:
-        text += (
-            fmt.header.format(role=fmt.tool_role)
-            + fmt.tool_wrap.format(content=output_text(output))
-            + fmt.footer
-            + fmt.separator
-        )
+    text = fmt.separator + "".join(fmt.tool_message(output_text(o)) for o in outputs)
     return text + fmt.generation_prompt() + forced_prefix
 
 
