@@ -9,7 +9,8 @@ hook is one list check. An observer's failure is logged and never reaches the ag
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeAlias
 
 if TYPE_CHECKING:
     from ._outcome import Outcome
@@ -79,66 +80,58 @@ def observers() -> list[Observer]:
     return list(_observers)
 
 
-class _Fanout:
-    """The hooks the core calls; each observer's failure is contained."""
+P = ParamSpec("P")
+#: What a ``*_started`` hook hands to its ``*_finished`` one: each observer with its token.
+Watch: TypeAlias = list[tuple[Observer, Any]] | None
 
-    @staticmethod
-    def _each(method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        out = []
+
+def _call(obs: Observer, method: str, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return getattr(obs, method)(*args, **kwargs)
+    except Exception:  # an observer must never break the agent
+        log.warning("observer %r failed in %s", obs, method, exc_info=True)
+        return None
+
+
+def _tell(method: Callable[Concatenate[Observer, P], None]) -> Callable[P, None]:
+    """The hook for an event: every observer's ``method``."""
+
+    def hook(*args: P.args, **kwargs: P.kwargs) -> None:
         for obs in _observers:
-            try:
-                out.append(getattr(obs, method)(*args, **kwargs))
-            except Exception:  # an observer must never break the agent
-                log.warning("observer %r failed in %s", obs, method, exc_info=True)
-                out.append(None)
-        return out
+            _call(obs, method.__name__, *args, **kwargs)
 
-    def tool_started(self, call: ToolCall, spec: ToolSpec, speculative: bool) -> list[Any] | None:
-        if not _observers:
-            return None
-        return list(zip(list(_observers), self._each("tool_started", call, spec, speculative)))
+    return hook
 
-    def tool_finished(self, tokens: list[Any] | None, outcome: Outcome) -> None:
-        for obs, token in tokens or ():
-            try:
-                obs.tool_finished(token, outcome)
-            except Exception:
-                log.warning("observer %r failed in tool_finished", obs, exc_info=True)
 
-    def resolved(
-        self,
-        kind: Resolution,
-        call: ToolCall,
-        spec: ToolSpec,
-        *,
-        started: float,
-        outcome: Outcome | None = None,
-    ) -> None:
-        if _observers:
-            self._each("resolved", kind, call, spec, started=started, outcome=outcome)
+def _start(method: Callable[Concatenate[Observer, P], Any]) -> Callable[P, Watch]:
+    """The hook for a start: each observer with the token its ``method`` returned (None: no observer)."""
 
-    def draft_started(self, request: DraftRequest) -> list[Any] | None:
-        if not _observers:
-            return None
-        return list(zip(list(_observers), self._each("draft_started", request)))
+    def hook(*args: P.args, **kwargs: P.kwargs) -> Watch:
+        return [(obs, _call(obs, method.__name__, *args, **kwargs)) for obs in list(_observers)] or None
 
-    def draft_by(self, tokens: list[Any] | None, drafter: Any) -> None:
-        for obs, token in tokens or ():
-            try:
-                obs.draft_by(token, drafter)
-            except Exception:
-                log.warning("observer %r failed in draft_by", obs, exc_info=True)
+    return hook
 
-    def wasted(self, call: ToolCall, spec: ToolSpec, outcome: Outcome | None) -> None:
-        if _observers:
-            self._each("wasted", call, spec, outcome)
 
-    def draft_finished(self, tokens: list[Any] | None, status: str, proposals: int, admitted: int) -> None:
-        for obs, token in tokens or ():
-            try:
-                obs.draft_finished(token, status, proposals, admitted)
-            except Exception:
-                log.warning("observer %r failed in draft_finished", obs, exc_info=True)
+def _finish(method: Callable[Concatenate[Observer, Any, P], None]) -> Callable[Concatenate[Watch, P], None]:
+    """The hook for an end: ``method`` of each observer the start reached, with its own token."""
+
+    def hook(watch: Watch, /, *args: P.args, **kwargs: P.kwargs) -> None:
+        for obs, token in watch or ():
+            _call(obs, method.__name__, token, *args, **kwargs)
+
+    return hook
+
+
+class _Fanout:
+    """The hooks the core calls, with :class:`Observer`'s signatures; each observer's failure is contained."""
+
+    tool_started = staticmethod(_start(Observer.tool_started))
+    tool_finished = staticmethod(_finish(Observer.tool_finished))
+    resolved = staticmethod(_tell(Observer.resolved))
+    draft_started = staticmethod(_start(Observer.draft_started))
+    draft_by = staticmethod(_finish(Observer.draft_by))
+    draft_finished = staticmethod(_finish(Observer.draft_finished))
+    wasted = staticmethod(_tell(Observer.wasted))
 
 
 hooks = _Fanout()
