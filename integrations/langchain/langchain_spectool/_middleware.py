@@ -20,7 +20,7 @@ from ._compose import Composition
 from ._convert import session_key
 from ._policy import Plan, PolicyDrafter
 from ._run_stats import SpectoolState, apublish, publish
-from ._speculation import PlanFor, Speculation, end_turn
+from ._speculation import PlanFor, Speculation, Turn, end_turn
 
 __all__ = ["SpeculativeToolMiddleware"]
 
@@ -122,6 +122,9 @@ class SpeculativeToolMiddleware(AgentMiddleware):
 
         return plan
 
+    def _turn(self, request: ModelRequest) -> Turn:
+        return Turn(request.messages, request.system_message, request.tools, self._plan_for(request.state))
+
     #: the run's own counters land in the agent state under ``spectool`` (see ``_run_stats``)
     state_schema = SpectoolState
 
@@ -139,8 +142,7 @@ class SpeculativeToolMiddleware(AgentMiddleware):
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Any]) -> Any:
         key = session_key(_messages(request.state) or request.messages)
-        plan = self._plan_for(request.state)
-        session = self._spec.start(key, request.messages, request.system_message, request.tools, plan)
+        session = self._spec.start(key, self._turn(request))
         try:
             return handler(request)
         finally:
@@ -150,8 +152,7 @@ class SpeculativeToolMiddleware(AgentMiddleware):
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[Any]]
     ) -> Any:
         key = session_key(_messages(request.state) or request.messages)
-        plan = self._plan_for(request.state)
-        session = await self._spec.astart(key, request.messages, request.system_message, request.tools, plan)
+        session = await self._spec.astart(key, self._turn(request))
         try:
             return await handler(request)
         finally:

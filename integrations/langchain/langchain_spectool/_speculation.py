@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.tools import BaseTool
@@ -20,7 +21,7 @@ from ._policy import Plan, PolicyDrafter, policy_for
 from ._replay import ReplayTool, body_runner
 from ._session import Sessions
 
-__all__ = ["PlanFor", "end_turn", "Speculation", "tool_specs"]
+__all__ = ["PlanFor", "end_turn", "Speculation", "Turn", "tool_specs"]
 
 log = logging.getLogger("langchain_spectool")
 
@@ -54,6 +55,23 @@ def _drafting(session: Any, tools: Sequence[Any], plan_for: PlanFor | None) -> b
     return False
 
 
+@dataclass(frozen=True)
+class Turn:
+    """What a model call drafts from: the conversation, its system message, the offered tools
+    and how the turn's plan is built."""
+
+    messages: Sequence[Any]
+    system: Any
+    tools: Sequence[Any]
+    plan_for: PlanFor | None = None
+
+    def begin(self, session: Any) -> Any:
+        """Start drafting on the conversation's opened session; returns it."""
+        if _drafting(session, self.tools, self.plan_for):
+            session.start_turn(draft_messages(self.messages, self.system), draft_tools(self.tools))
+        return session
+
+
 class Speculation:
     """What the middleware and the wrappers share: options, sessions, the two paths."""
 
@@ -74,20 +92,10 @@ class Speculation:
 
     # -- sync -------------------------------------------------------------------------------
 
-    def start(
-        self,
-        key: str,
-        messages: Sequence[Any],
-        system: Any,
-        tools: Sequence[Any],
-        plan_for: PlanFor | None = None,
-    ) -> Any:
+    def start(self, key: str, turn: Turn) -> Any:
         """Open the conversation's session and start drafting; None if that failed."""
         try:
-            session = self.sessions.open_sync(key, tool_specs(tools, asynchronous=False))
-            if _drafting(session, tools, plan_for):
-                session.start_turn(draft_messages(messages, system), draft_tools(tools))
-            return session
+            return turn.begin(self.sessions.open_sync(key, tool_specs(turn.tools, asynchronous=False)))
         except Exception:  # speculation must never break the main path
             log.warning("spectool: could not start drafts", exc_info=True)
             return None
@@ -113,19 +121,9 @@ class Speculation:
 
     # -- async ------------------------------------------------------------------------------
 
-    async def astart(
-        self,
-        key: str,
-        messages: Sequence[Any],
-        system: Any,
-        tools: Sequence[Any],
-        plan_for: PlanFor | None = None,
-    ) -> Any:
+    async def astart(self, key: str, turn: Turn) -> Any:
         try:
-            session = await self.sessions.open_async(key, tool_specs(tools, asynchronous=True))
-            if _drafting(session, tools, plan_for):
-                session.start_turn(draft_messages(messages, system), draft_tools(tools))
-            return session
+            return turn.begin(await self.sessions.open_async(key, tool_specs(turn.tools, asynchronous=True)))
         except Exception:
             log.warning("spectool: could not start drafts", exc_info=True)
             return None

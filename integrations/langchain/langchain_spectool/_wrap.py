@@ -38,7 +38,7 @@ from ._convert import session_key
 from ._effects import copy_declaration, has_injected_args
 from ._fields import stand_in_fields
 from ._policy import Plan
-from ._speculation import Speculation, end_turn
+from ._speculation import Speculation, Turn, end_turn
 
 __all__ = ["SpeculativeChatModel", "SpeculativeTool"]
 
@@ -131,6 +131,9 @@ class SpeculativeChatModel(BaseChatModel):
     def _plan(self, policy: Any) -> Plan:
         return Plan(composition=self._composition)
 
+    def _turn(self, messages: list[BaseMessage]) -> Turn:
+        return Turn(messages, None, list(self._tools.values()), self._plan)
+
     def stats(self) -> dict[str, Any]:
         """spectool's counters summed over every conversation so far."""
         return self._spec.sessions.stats()
@@ -150,7 +153,7 @@ class SpeculativeChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
     ) -> ChatResult:
         key = session_key(messages)
-        session = self._spec.start(key, messages, None, list(self._tools.values()), self._plan)
+        session = self._spec.start(key, self._turn(messages))
         try:
             result = self.model._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
         finally:
@@ -162,7 +165,7 @@ class SpeculativeChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
     ) -> ChatResult:
         key = session_key(messages)
-        session = await self._spec.astart(key, messages, None, list(self._tools.values()), self._plan)
+        session = await self._spec.astart(key, self._turn(messages))
         try:
             result = await self.model._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
         finally:
@@ -177,7 +180,7 @@ class SpeculativeChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
     ) -> Iterator[Any]:
         key = session_key(messages)
-        session = self._spec.start(key, messages, None, list(self._tools.values()), self._plan)
+        session = self._spec.start(key, self._turn(messages))
         try:
             for chunk in self.model._stream(messages, stop=stop, run_manager=run_manager, **kwargs):
                 self._owners.note_chunk(chunk, key)
@@ -189,7 +192,7 @@ class SpeculativeChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
         key = session_key(messages)
-        session = await self._spec.astart(key, messages, None, list(self._tools.values()), self._plan)
+        session = await self._spec.astart(key, self._turn(messages))
         try:
             async for chunk in self.model._astream(messages, stop=stop, run_manager=run_manager, **kwargs):
                 self._owners.note_chunk(chunk, key)
