@@ -16,24 +16,48 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..toolcalls import output_text
 
-__all__ = ["complete", "stream"]
+__all__ = ["Continuation", "complete", "stream"]
 
 Lookup = Callable[[str, str], Any]  # (name, arguments text) -> entry with .output, or None
 
 
-def _resolve(calls: list[dict], lookup: Lookup) -> list[Any] | None:
-    """Cached outputs for every call, or None when any call misses (the client runs it)."""
-    outputs = []
-    for c in calls:
-        entry = lookup(c["function"]["name"], c["function"]["arguments"])
-        if entry is None:
+@dataclass(frozen=True)
+class Continuation:
+    """One response's hops: ``run`` a request through vLLM's chat handler, the client's
+    ``request``, the response id ``rid`` and ``base`` of hop ids, the cache ``lookup``, at
+    most ``max_hops`` hops, and ``then_tool_choice`` for the hops after the first."""
+
+    run: Callable[[Any], Any]
+    request: Any
+    rid: str
+    base: str
+    lookup: Lookup
+    max_hops: int
+    then_tool_choice: str | None = None
+
+    def resolve(self, calls: list[dict], hops: int) -> list[Any] | None:
+        """Cached outputs for every call while hops remain, or None when any call misses (the
+        client runs it)."""
+        if not calls or hops > self.max_hops:
             return None
-        outputs.append(entry.output)
-    return outputs
+        outputs = []
+        for c in calls:
+            entry = self.lookup(c["function"]["name"], c["function"]["arguments"])
+            if entry is None:
+                return None
+            outputs.append(entry.output)
+        return outputs
+
+    def next_request(self, messages: list, hop: int) -> Any:
+        update: dict = {"messages": messages, "request_id": f"{self.base}.h{hop}"}
+        if self.then_tool_choice:
+            update["tool_choice"] = self.then_tool_choice
+        return self.request.model_copy(update=update)
 
 
 def _next_messages(messages: list, content: str | None, calls: list[dict], outputs: list) -> list:
@@ -60,52 +84,31 @@ def _hop_info(usage: dict | None) -> dict:
     }
 
 
-def _next_request(request: Any, messages: list, request_id: str, tool_choice: str | None) -> Any:
-    update: dict = {"messages": messages, "request_id": request_id}
-    if tool_choice:
-        update["tool_choice"] = tool_choice
-    return request.model_copy(update=update)
-
-
-async def complete(
-    run: Callable[[Any], Any],
-    request: Any,
-    rid: str,
-    base: str,
-    lookup: Lookup,
-    max_hops: int,
-    then_tool_choice: str | None = None,
-) -> dict | Any:
+async def complete(c: Continuation) -> dict | Any:
     """Non-streamed: returns the final response as a dict (or vLLM's error object)."""
     resolved: list[dict] = []
     hops: list[dict] = []
-    messages = list(request.messages)
-    req = request
+    messages = list(c.request.messages)
+    req = c.request
     while True:
-        result = await run(req)
+        result = await c.run(req)
         if not hasattr(result, "choices"):
             return result  # an ErrorResponse: hand it back unchanged
         body = result.model_dump()
         hops.append(_hop_info(body.get("usage")))
         choice = body["choices"][0]
         calls = choice["message"].get("tool_calls") or []
-        outputs = None
-        if (
-            len(body["choices"]) == 1
-            and choice["finish_reason"] == "tool_calls"
-            and calls
-            and len(hops) <= max_hops
-        ):
-            outputs = _resolve(calls, lookup)
+        calling = len(body["choices"]) == 1 and choice["finish_reason"] == "tool_calls"
+        outputs = c.resolve(calls, len(hops)) if calling else None
         if outputs is None:
             break
         content = choice["message"].get("content")
-        for c, o in zip(calls, outputs):
-            resolved.append({"content": content, "tool_call": c, "output": o})
+        for call, o in zip(calls, outputs):
+            resolved.append({"content": content, "tool_call": call, "output": o})
             content = None
         messages = _next_messages(messages, choice["message"].get("content"), calls, outputs)
-        req = _next_request(request, messages, f"{base}.h{len(hops)}", then_tool_choice)
-    body["id"] = rid
+        req = c.next_request(messages, len(hops))
+    body["id"] = c.rid
     for ch in body["choices"]:
         ch["spectool_resolved_calls"] = resolved
     body["usage"] = _sum_usage(hops, body.get("usage"))
@@ -140,21 +143,11 @@ def _merge_call_delta(calls: dict[int, dict], delta: dict) -> None:
         slot["function"]["arguments"] += fn.get("arguments") or ""
 
 
-async def stream(
-    run: Callable[[Any], Any],
-    request: Any,
-    rid: str,
-    base: str,
-    lookup: Lookup,
-    max_hops: int,
-    first: Any,
-    report: dict | None = None,
-    then_tool_choice: str | None = None,
-) -> AsyncIterator[str]:
+async def stream(c: Continuation, first: Any, report: dict | None = None) -> AsyncIterator[str]:
     """Streamed: content passes through at once; a hop's tool-call chunks are held until the
     hop ends, then either replaced by ``spectool_resolved_call`` chunks (all cached: the
     next hop streams on under the same id) or released unchanged (the client runs them)."""
-    messages, req, gen, hops = list(request.messages), request, first, 0
+    rid, messages, gen, hops = c.rid, list(c.request.messages), first, 0
     resolved: list[dict[str, Any]] = []
     usage_total: dict | None = None
     while True:
@@ -187,9 +180,7 @@ async def stream(
             report["round_trips_saved"] = hops - 1
         usage_total = _add_usage(usage_total, usage)
         ordered = [calls[i] for i in sorted(calls)]
-        outputs = (
-            _resolve(ordered, lookup) if finish == "tool_calls" and ordered and hops <= max_hops else None
-        )
+        outputs = c.resolve(ordered, hops) if finish == "tool_calls" else None
         if outputs is None:
             for chunk in held:
                 if chunk.get("choices") and chunk["choices"][0].get("finish_reason"):
@@ -197,8 +188,8 @@ async def stream(
                 yield _sse(chunk)
             break
         hop_content = content or None
-        for c, o in zip(ordered, outputs):
-            record = {"content": content or None, "tool_call": c, "output": o}
+        for call, o in zip(ordered, outputs):
+            record = {"content": content or None, "tool_call": call, "output": o}
             resolved.append(record)
             if report is not None:
                 report["hits"] = report.get("hits", 0) + 1
@@ -213,8 +204,7 @@ async def stream(
                 }
             )
         messages = _next_messages(messages, hop_content, ordered, outputs)
-        req = _next_request(request, messages, f"{base}.h{hops}", then_tool_choice)
-        gen = await run(req)
+        gen = await c.run(c.next_request(messages, hops))
         if not hasattr(gen, "__aiter__"):
             yield _sse({"error": gen.model_dump() if hasattr(gen, "model_dump") else str(gen)})
             break

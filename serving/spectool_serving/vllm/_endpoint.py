@@ -30,6 +30,7 @@ import socket
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -254,17 +255,18 @@ class SpectoolEndpoint:
             self._ingest(rid, owner)
             return self.cache.take(rid, owner, name, arguments)
 
+        hops = _continue.Continuation(run, request, rid, base, lookup, self.max_hops, then)
         if request.stream:
             first = await run(request)
             if not hasattr(first, "__aiter__"):
                 await self._close(rid, owner)
                 return JSONResponse(first.model_dump(), status_code=first.error.code)
             return StreamingResponse(
-                self._streamed(run, request, rid, owner, base, lookup, first, then),
+                self._streamed(hops, owner, first),
                 media_type="text/event-stream",
             )
         try:
-            body = await _continue.complete(run, request, rid, base, lookup, self.max_hops, then)
+            body = await _continue.complete(hops)
         finally:
             await self._close(rid, owner)
         if not isinstance(body, dict):
@@ -272,16 +274,14 @@ class SpectoolEndpoint:
         self._count(len(body["choices"][0]["spectool_resolved_calls"]), body["spectool"]["round_trips_saved"])
         return JSONResponse(body)
 
-    async def _streamed(self, run, request, rid, owner, base, lookup, first, then):
+    async def _streamed(self, hops: _continue.Continuation, owner: str, first: Any) -> AsyncIterator[str]:
         report: dict = {}
         try:
             with self.inflight.track():  # the task streaming the response, not the route's
-                async for chunk in _continue.stream(
-                    run, request, rid, base, lookup, self.max_hops, first, report, then
-                ):
+                async for chunk in _continue.stream(hops, first, report):
                     yield chunk
         finally:
-            await self._close(rid, owner)
+            await self._close(hops.rid, owner)
             self._count(report.get("hits", 0), report.get("round_trips_saved", 0))
 
     def _count(self, hits: int, saved: int) -> None:
