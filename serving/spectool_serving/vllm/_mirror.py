@@ -19,7 +19,6 @@ import hashlib
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 __all__ = ["DraftMirror", "ProposerCounters", "Scope", "tenant_tag"]
 
@@ -31,24 +30,31 @@ def tenant_tag(tenant: str) -> str:
     return hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
-@dataclass
 class ProposerCounters:
-    """Proposed and accepted draft tokens, tool-call drafts apart from text (fallback) drafts."""
+    """Drafts, proposed and accepted draft tokens of each kind: tool-call drafts apart from
+    text (fallback) drafts, as ``tool_proposed`` and the like; ``extra``: more figures."""
 
-    tool_drafts: int = 0
-    tool_proposed: int = 0
-    tool_accepted: int = 0
-    text_drafts: int = 0
-    text_proposed: int = 0
-    text_accepted: int = 0
-    extra: dict = field(default_factory=dict)
+    KINDS = ("tool", "text")
+
+    def __init__(self, **counts: int) -> None:
+        self.counts = {f"{k}_{n}": 0 for k in self.KINDS for n in ("drafts", "proposed", "accepted")}
+        if unknown := counts.keys() - self.counts.keys():
+            raise TypeError(f"no such counters: {sorted(unknown)}")
+        self.counts.update(counts)
+        self.extra: dict = {}
+
+    def add(self, kind: str, **counts: int) -> None:
+        """``add("tool", drafts=1, proposed=5)``: counters of one kind go up."""
+        for name, n in counts.items():
+            self.counts[f"{kind}_{name}"] += n
 
     def as_dict(self, tenant: str | None = None) -> dict:
         """Counters; sampled texts (``(tenant tag, sample)`` pairs in a deque) only for
         ``tenant``'s own rows: what a tenant's model wrote is that tenant's business."""
-        d = {k: v for k, v in self.__dict__.items() if k != "extra"}
-        d["tool_acceptance"] = self.tool_accepted / self.tool_proposed if self.tool_proposed else None
-        d["text_acceptance"] = self.text_accepted / self.text_proposed if self.text_proposed else None
+        d: dict = dict(self.counts)
+        for k in self.KINDS:
+            proposed = d[f"{k}_proposed"]
+            d[f"{k}_acceptance"] = d[f"{k}_accepted"] / proposed if proposed else None
         for k, v in self.extra.items():
             d[k] = [s for t, s in v if t == tenant] if isinstance(v, deque) else v
         return d

@@ -126,7 +126,7 @@ class ToolCacheProposer:
                 continue
             kind, draft = last
             accepted = min(len(draft), len(toks) - 1)
-            setattr(self.counters, f"{kind}_accepted", getattr(self.counters, f"{kind}_accepted") + accepted)
+            self.counters.add(kind, accepted=accepted)
             if kind == "tool" and accepted < len(draft):
                 self._sample_rejection(rid, draft, toks)
 
@@ -148,10 +148,7 @@ class ToolCacheProposer:
         for rid, d, kind in zip(req_ids, drafts, kinds):
             if d:
                 self._last[rid] = (kind, list(d))
-                setattr(self.counters, f"{kind}_drafts", getattr(self.counters, f"{kind}_drafts") + 1)
-                setattr(
-                    self.counters, f"{kind}_proposed", getattr(self.counters, f"{kind}_proposed") + len(d)
-                )
+                self.counters.add(kind, drafts=1, proposed=len(d))
 
 
 def _load_tokenizer(vllm_config: Any) -> Any:
