@@ -28,35 +28,12 @@ from typing import Any
 
 from spectool.errors import ConfigError
 
+from . import _o2choice
 from ._compat import SUPPORTED_VLLM, check_vllm_version
-from ._o2choice import (
-    MEASURED_TAX,
-    HitGain,
-    O2Choice,
-    O2Expectation,
-    TaxPoint,
-    break_even_hit_rate,
-    choose_o2,
-    parse_tax,
-    ratio_at,
-)
+from ._o2choice import *  # noqa: F403  (the O2 start-time choice, as its __all__ names it)
 
-__all__ = [
-    "MEASURED_TAX",
-    "SUPPORTED_VLLM",
-    "HitGain",
-    "O2Choice",
-    "O2Expectation",
-    "TaxPoint",
-    "break_even_hit_rate",
-    "check_vllm_version",
-    "choose_o2",
-    "endpoint_plugin",
-    "parse_tax",
-    "ratio_at",
-    "register",
-    "serve",
-]
+__all__ = ["SUPPORTED_VLLM", "check_vllm_version", "endpoint_plugin", "register", "serve"]
+__all__ += _o2choice.__all__
 
 
 def register() -> bool:
