@@ -211,7 +211,7 @@ def render_segments(
         elif role == "tool":
             text += fmt.tool_message(_content(m))
         else:
-            text += fmt.message("system" if role == "developer" else role, _content(m))
+            text += fmt.message("system" if role == "developer" else str(role), _content(m))
     out.append((text + fmt.generation_prompt(), False))
     if forced_prefix:
         out.append((forced_prefix, False))
