@@ -16,31 +16,10 @@ import pytest
 import spectool
 from spectool import ToolCache, ToolCall, ToolSpec
 from spectool.testing import ScriptedModel, asgi_http_client, call, openai_client, say
+from tests.core.helpers import kv_tools
 from tests.engine_fake import RecordingEngine
 
 pytestmark = pytest.mark.anyio
-
-
-def file_tools(fs: dict[str, str], log: list[tuple[str, Any]]):
-    @spectool.tool(effect="read_only", scope="fs")
-    async def read_file(path: str) -> str:
-        """Read a file."""
-        log.append(("read", path))
-        return fs.get(path, "")
-
-    @spectool.tool(scope="fs")
-    async def write_file(path: str, text: str) -> str:
-        """Write a file."""
-        log.append(("write", path))
-        fs[path] = text
-        return "ok"
-
-    @spectool.tool(effect="pure")
-    async def upper(text: str) -> str:
-        """Upper-case a text."""
-        return text.upper()
-
-    return [read_file, write_file, upper]
 
 
 class Always:
@@ -53,32 +32,36 @@ class Always:
         return list(self.calls)
 
 
-# -- 1: engine mode never serves a read across a write ----------------------------------------
-
-
-async def test_engine_mode_never_posts_a_read_to_a_response_created_after_a_write() -> None:
-    fs = {"x": "old"}
-    log: list = []
-    model = ScriptedModel(
-        [call("write_file", path="x", text="new"), call("read_file", path="x"), say("done")]
-    )
-    engine = RecordingEngine(model, state=lambda: dict(fs))
-    drafter = Always(ToolCall("read_file", {"path": "x"}), ToolCall("upper", {"text": "a"}))
+async def engine_run(script: list, drafter: Always, **run_options: Any) -> tuple[Any, RecordingEngine]:
+    """``script`` on a recording engine in engine mode, over the store ``{"x": "old"}``: the run's
+    result and the engine, whose posts say what it could splice into which response."""
+    store = {"x": "old"}
+    engine = RecordingEngine(ScriptedModel(script), state=lambda: dict(store))
     # http_client: only for the pre-fix client, which posted with its own HTTP client and could
     # not reach an in-process app otherwise (the fixed one posts through the SDK client).
     async with spectool.speculative(
         openai_client(engine),
-        file_tools(fs, log),
+        kv_tools(store),
         drafter,
         mode="engine",
         samples=1,
         engine_options={"http_client": asgi_http_client(engine)},
     ) as agent:
-        result = await spectool.run_agent(agent, model="m", messages="go", stream=True, max_turns=5)
+        result = await spectool.run_agent(agent, model="m", messages="go", stream=True, **run_options)
+    return result, engine
+
+
+# -- 1: engine mode never serves a read across a write ----------------------------------------
+
+
+async def test_engine_mode_never_posts_a_read_to_a_response_created_after_a_write() -> None:
+    script = [call("put", key="x", value="new"), call("get", key="x"), say("done")]
+    drafter = Always(ToolCall("get", {"key": "x"}), ToolCall("upper", {"text": "a"}))
+    result, engine = await engine_run(script, drafter, max_turns=5)
     assert result.stop_reason == "answer"
-    reads = [p for p in engine.posts if p.item["name"] == "read_file"]
+    reads = [p for p in engine.posts if p.item["name"] == "get"]
     assert reads, "the drafted read was never posted"
-    for p in reads:  # what the engine could splice equals the file when that response began
+    for p in reads:  # what the engine could splice equals the key when that response began
         assert p.item["output"] == p.state_at_creation["x"], (p.response_id, p.item)
     assert {p.item.get("effect") for p in reads} == {"read_only"}
     assert result.stats["stale_discards"] >= 1  # turn 1's "old" was withheld and counted
@@ -90,12 +73,12 @@ async def test_engine_mode_never_posts_a_read_to_a_response_created_after_a_writ
 async def test_engine_client_posts_through_the_wrapped_sdk_client() -> None:
     """No private HTTP client: the post goes through the SDK client's own transport (here an
     in-process ASGI one that an httpx.AsyncClient of its own could not reach)."""
-    fs: dict[str, str] = {}
+    store: dict[str, str] = {}
     model = ScriptedModel([call("upper", text="a"), say("A")])
-    engine = RecordingEngine(model, state=lambda: dict(fs))
+    engine = RecordingEngine(model, state=lambda: dict(store))
     drafter = Always(ToolCall("upper", {"text": "a"}))
     async with spectool.speculative(
-        openai_client(engine), file_tools(fs, []), drafter, mode="engine", samples=1
+        openai_client(engine), kv_tools(store), drafter, mode="engine", samples=1
     ) as agent:
         await spectool.run_agent(agent, model="m", messages="go", stream=True)
         counters = dict(agent.sink.counters)
@@ -210,20 +193,17 @@ class Vandal:
 
 
 async def test_a_drafter_editing_its_request_changes_nothing_outside() -> None:
-    fs = {"x": "old"}
-    tools = file_tools(fs, [])
+    store = {"x": "old"}
+    tools = kv_tools(store)
     schemas_before = [spectool.tool_spec(t).openai_chat() for t in tools]
-    model = ScriptedModel([call("read_file", path="x"), say("done")])
+    model = ScriptedModel([call("get", key="x"), say("done")])
     messages = [{"role": "user", "content": "go"}]
     async with spectool.speculative(openai_client(model), tools, Vandal(), samples=1) as agent:
         result = await spectool.run_agent(agent, model="m", messages=messages)
     assert messages == [{"role": "user", "content": "go"}]
     assert result.transcript[0] == {"role": "user", "content": "go"}
     assert all(r["messages"][0]["content"] == "go" for r in model.requests)
-    assert all(
-        [t["function"]["name"] for t in r["tools"]] == ["read_file", "write_file", "upper"]
-        for r in model.requests
-    )
+    assert all([t["function"]["name"] for t in r["tools"]] == ["get", "put", "upper"] for r in model.requests)
     assert [spectool.tool_spec(t).openai_chat() for t in tools] == schemas_before
     assert spectool.tool_spec(tools[0]).parameters["properties"]  # the spec itself intact
 
@@ -237,10 +217,10 @@ class CancellingDrafter:
 
 
 async def test_a_drafter_raising_cancelled_error_does_not_abandon_the_run() -> None:
-    fs = {"x": "old"}
-    model = ScriptedModel([call("read_file", path="x"), say("done")])
+    store = {"x": "old"}
+    model = ScriptedModel([call("get", key="x"), say("done")])
     async with spectool.speculative(
-        openai_client(model), file_tools(fs, []), CancellingDrafter(), samples=1
+        openai_client(model), kv_tools(store), CancellingDrafter(), samples=1
     ) as agent:
         with anyio.fail_after(10):
             result = await spectool.run_agent(agent, model="m", messages="go")
@@ -337,19 +317,8 @@ def test_external_is_a_keyword_of_the_decorator_and_of_from_schema() -> None:
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_engine_mode_runs_on_trio(anyio_backend) -> None:
     """The engine client used to replay through asyncio's loop, which does not exist on trio."""
-    fs = {"x": "old"}
-    model = ScriptedModel([call("upper", text="a"), call("upper", text="b"), say("done")])
-    engine = RecordingEngine(model, state=lambda: dict(fs))
-    drafter = Always(ToolCall("upper", {"text": "a"}))
-    async with spectool.speculative(
-        openai_client(engine),
-        file_tools(fs, []),
-        drafter,
-        mode="engine",
-        samples=1,
-        engine_options={"http_client": asgi_http_client(engine)},
-    ) as agent:
-        result = await spectool.run_agent(agent, model="m", messages="go", stream=True)
+    script = [call("upper", text="a"), call("upper", text="b"), say("done")]
+    result, engine = await engine_run(script, Always(ToolCall("upper", {"text": "a"})))
     assert result.stop_reason == "answer"
     # upper("a") finished in turn 1 and, being pure, was replayed to turn 2's response too.
     assert len({p.response_id for p in engine.posts if p.item["params"] == {"text": "a"}}) >= 2
@@ -427,32 +396,32 @@ async def test_engine_client_withholds_used_and_cross_epoch_reads_but_replays_pu
     output is replayed to each new response."""
     from spectool._engine_client import EngineClient
 
-    fs = {"x": "old"}
+    store = {"x": "old"}
     model = ScriptedModel([say("unused")])
-    engine = RecordingEngine(model, state=lambda: dict(fs))
-    read_file, write_file, upper = file_tools(fs, [])
+    engine = RecordingEngine(model, state=lambda: dict(store))
+    get, put, upper = kv_tools(store)
     sink = EngineClient("http://scripted.local/v1", client=openai_client(engine))
-    async with ToolCache([read_file, write_file, upper], on_complete=sink.on_tool_output) as cache:
+    async with ToolCache([get, put, upper], on_complete=sink.on_tool_output) as cache:
         sink.bind(cache)
-        engine.created["chatcmpl-r1"] = dict(fs)
+        engine.created["chatcmpl-r1"] = dict(store)
         sink.on_response_id("chatcmpl-r1")
-        cache.speculate(ToolCall("read_file", {"path": "x"}))
+        cache.speculate(ToolCall("get", {"key": "x"}))
         cache.speculate(ToolCall("upper", {"text": "a"}))
         await anyio.sleep(0.05)  # both finished and posted to r1
-        await cache.resolve(ToolCall("write_file", {"path": "x", "text": "new"}))  # epoch moves
-        engine.created["chatcmpl-r2"] = dict(fs)
+        await cache.resolve(ToolCall("put", {"key": "x", "value": "new"}))  # epoch moves
+        engine.created["chatcmpl-r2"] = dict(store)
         sink.on_response_id("chatcmpl-r2")  # replay: upper yes, the old read no
         await anyio.sleep(0.05)
-        cache.speculate(ToolCall("read_file", {"path": "x"}))  # a fresh read, posted to r2
+        cache.speculate(ToolCall("get", {"key": "x"}))  # a fresh read, posted to r2
         await anyio.sleep(0.05)
-        assert (await cache.resolve(ToolCall("read_file", {"path": "x"}))).value == "new"  # used
+        assert (await cache.resolve(ToolCall("get", {"key": "x"}))).value == "new"  # used
         sink.on_response_id("chatcmpl-r3")  # the used read is not replayed
         await anyio.sleep(0.05)
     await sink.aclose()
     by_rid = {}
     for p in engine.posts:
         by_rid.setdefault(p.response_id, []).append((p.item["name"], p.item["output"]))
-    assert sorted(by_rid["chatcmpl-r1"]) == [("read_file", "old"), ("upper", "A")]
-    assert sorted(by_rid["chatcmpl-r2"]) == [("read_file", "new"), ("upper", "A")]
+    assert sorted(by_rid["chatcmpl-r1"]) == [("get", "old"), ("upper", "A")]
+    assert sorted(by_rid["chatcmpl-r2"]) == [("get", "new"), ("upper", "A")]
     assert by_rid["chatcmpl-r3"] == [("upper", "A")]
     assert cache.counters.stale_discards == 1 and sink.counters["withheld"] >= 1

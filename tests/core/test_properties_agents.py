@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import spectool
 from spectool import ToolCall
 from spectool.testing import ScriptedModel, call, openai_client, say
+from tests.core.helpers import kv_tools
 from tests.engine_fake import RecordingEngine
 
 KEYS, VALUES = ["a", "b", "c"], ["1", "2", "x"]
@@ -33,28 +34,6 @@ pures = st.builds(lambda t: call("upper", text=t), st.sampled_from(VALUES))
 turns = st.lists(st.one_of(reads, writes, pures), min_size=1, max_size=3)  # >1: parallel calls
 scripts = st.lists(turns, min_size=1, max_size=4)
 BEHAVIOURS = ["right", "wrong", "mutate", "cancel", "raise", "slow", "garbage", "huge"]
-
-
-def world_tools(world: dict[str, str]) -> list[Any]:
-    @spectool.tool(effect="read_only", scope="kv")
-    async def get(key: str) -> str:
-        """Read a key."""
-        await anyio.lowlevel.checkpoint()
-        return world.get(key, "")
-
-    @spectool.tool(scope="kv")
-    async def put(key: str, value: str) -> str:
-        """Write a key."""
-        await anyio.lowlevel.checkpoint()
-        world[key] = value
-        return "ok"
-
-    @spectool.tool(effect="pure")
-    async def upper(text: str) -> str:
-        """Upper-case a text."""
-        return text.upper()
-
-    return [get, put, upper]
 
 
 class Hostile:
@@ -101,7 +80,7 @@ async def run(script: list, plan: list[str] | None, mode: str) -> tuple[list, di
     drafter = Hostile(model, plan) if plan is not None else None
     options: dict[str, Any] = {"mode": "engine"} if mode == "engine" else {}
     async with spectool.speculative(
-        openai_client(engine), world_tools(world), drafter, samples=2, draft_timeout=0.05, **options
+        openai_client(engine), kv_tools(world), drafter, samples=2, draft_timeout=0.05, **options
     ) as agent:
         with anyio.fail_after(20):
             result = await spectool.run_agent(
