@@ -105,35 +105,19 @@ def test_a_built_graph_with_interrupt_before_tools_runs_nothing_early(mode, gate
     runs them early."""
     import threading
 
-    from langchain_core.runnables import RunnableLambda
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
-
     from langchain_spectool import SpeculativeChatModel
 
     from .test_langchain_wrap import SCRIPT as CITY_SCRIPT
-    from .test_langchain_wrap import make_tools
+    from .test_langchain_wrap import make_tools, tool_node_graph
 
     log: list[str] = []
     inner = ScriptedChatModel(script=CITY_SCRIPT, latency=MODEL_LATENCY)
     model = SpeculativeChatModel(model=inner, drafter=ScriptedDrafter(inner.next_calls))
     tools = model.wrap_tools(make_tools(log, threading.Lock()))
-    bound = model.bind_tools(tools)
-
-    def agent(state: MessagesState):
-        return {"messages": [bound.invoke(state["messages"])]}
-
-    async def aagent(state: MessagesState):
-        return {"messages": [await bound.ainvoke(state["messages"])]}
-
-    g = StateGraph(MessagesState)
-    g.add_node("agent", RunnableLambda(agent, afunc=aagent))
-    g.add_node("tools", ToolNode(tools))
-    g.add_edge(START, "agent")
-    g.add_conditional_edges("agent", tools_condition)
-    g.add_edge("tools", "agent")
-    # watch(): the wrappers read the compiled graph's interrupt_before (a public attribute)
-    graph = model.watch(g.compile(checkpointer=InMemorySaver(), interrupt_before=["tools"] if gate else None))
+    gated = tool_node_graph(
+        model, tools, checkpointer=InMemorySaver(), interrupt_before=["tools"] if gate else None
+    )
+    graph = model.watch(gated)  # the wrappers read the graph's interrupt_before (a public attribute)
     try:
         _invoke(graph, {"messages": [("user", "populations please")]}, mode)
         lookups = [x for x in log if x.startswith("lookup")]

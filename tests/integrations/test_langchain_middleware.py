@@ -100,6 +100,15 @@ def run(agent, mode: str):
     return asyncio.run(agent.ainvoke(inputs))["messages"]
 
 
+def run_closing(agent, mw, mode: str):
+    """One run of ``agent``: its messages and the middleware's counters; ``mw`` is closed
+    whatever happens."""
+    try:
+        return run(agent, mode), mw.stats()
+    finally:
+        mw.close()
+
+
 def oracle(script=SCRIPT):
     return ScriptedChatModel(script=script).next_calls
 
@@ -113,11 +122,8 @@ def test_transcript_identical_and_counters_show_early_runs(mode):
     agent, world, _, _ = build(middleware=False)
     baseline = transcript(run(agent, mode))
     agent, world, mw, _ = build(ScriptedDrafter(oracle()))
-    try:
-        assert transcript(run(agent, mode)) == baseline
-        stats = mw.stats()
-    finally:
-        mw.close()
+    messages, stats = run_closing(agent, mw, mode)
+    assert transcript(messages) == baseline
     # Four read-only calls were predicted and served from the cache (c1, c2, c3, c5).
     assert stats["hits"] + stats["joins"] == 4
     assert stats["time_saved"] > 2 * TOOL_LATENCY
@@ -146,11 +152,7 @@ def test_mutating_tools_never_run_early(mode):
     agent, world, mw, model = build(ScriptedDrafter(oracle(script)), script)
     answered: list[float] = []
     model.on_request = lambda messages: answered.append(time.monotonic())
-    try:
-        run(agent, mode)
-        stats = mw.stats()
-    finally:
-        mw.close()
+    _, stats = run_closing(agent, mw, mode)
     assert world.runs("buy") == [{"item": "apple", "qty": 1}]
     assert stats["speculative_started"] == 0 and stats["rejected"] >= 1
     # buy's body started only after the model had produced the call.
@@ -173,11 +175,7 @@ def test_read_after_write_is_not_served_stale(mode):
         ]
 
     agent, world, mw, _ = build(ScriptedDrafter(early_reader), script)
-    try:
-        messages = run(agent, mode)
-        stats = mw.stats()
-    finally:
-        mw.close()
+    messages, stats = run_closing(agent, mw, mode)
     assert "apple: 1" in messages[4].content
     assert stats["stale_discards"] + stats["wasted_runs"] >= 1
 
@@ -187,11 +185,8 @@ def test_failing_drafter_changes_nothing(mode, failure):
     agent, _, _, _ = build(middleware=False)
     baseline = transcript(run(agent, mode))
     agent, world, mw, _ = build(ScriptedDrafter(oracle(), failure=failure), draft_timeout=0.05)
-    try:
-        assert transcript(run(agent, mode)) == baseline
-        stats = mw.stats()
-    finally:
-        mw.close()
+    messages, stats = run_closing(agent, mw, mode)
+    assert transcript(messages) == baseline
     assert stats["hits"] + stats["joins"] == 0
     assert stats["draft_errors"] + stats["draft_timeouts"] + stats["rejected"] >= 1
 
@@ -203,11 +198,7 @@ def test_tool_exception_replays_as_the_same_error_message(mode):
     agent, _, _, _ = build(middleware=False, script=script)
     baseline = run(agent, mode)
     agent, world, mw, _ = build(ScriptedDrafter(oracle(script)), script)
-    try:
-        messages = run(agent, mode)
-        stats = mw.stats()
-    finally:
-        mw.close()
+    messages, stats = run_closing(agent, mw, mode)
     assert transcript(messages) == transcript(baseline)
     assert messages[2].status == "error" and messages[2].content == "no pear to audit"
     assert stats["speculative_errors"] == 1 and stats["hits"] + stats["joins"] == 1
@@ -242,11 +233,8 @@ def test_parallel_tool_calls_share_the_cache_safely(mode):
     agent, _, _, _ = build(middleware=False, script=script)
     baseline = transcript(run(agent, mode))
     agent, world, mw, _ = build(ScriptedDrafter(oracle(script)), script)
-    try:
-        assert transcript(run(agent, mode)) == baseline
-        stats = mw.stats()
-    finally:
-        mw.close()
+    messages, stats = run_closing(agent, mw, mode)
+    assert transcript(messages) == baseline
     assert sorted(a["item"] for a in world.runs("get_stock")) == sorted(items)
     assert stats["hits"] + stats["joins"] == 8 and stats["misses"] == 0
 

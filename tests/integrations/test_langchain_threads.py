@@ -8,15 +8,16 @@ import asyncio
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import HumanMessage, RemoveMessage
-from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from langchain_spectool import SpeculativeToolMiddleware, create_agent, speculable
+from langchain_spectool import SpeculativeToolMiddleware, create_agent
 from langchain_spectool._convert import conversation_key, session_key
 from langchain_spectool.testing import ScriptedChatModel, call, reply, transcript
 from spectool import ToolCall
 from spectool.testing import ScriptedDrafter
+
+from .test_langchain_middleware import World
 
 
 def test_key_follows_the_thread_and_the_graph() -> None:
@@ -67,18 +68,7 @@ class TrimFirst(AgentMiddleware):
 
 
 def test_trimmed_thread_keeps_its_session_and_hits() -> None:
-    log: list[str] = []
-
-    @tool
-    def get_stock(item: str) -> str:
-        """Stock of an item."""
-        log.append(item)
-        import time
-
-        time.sleep(0.1)
-        return f"{item}: 3"
-
-    speculable(get_stock, effect="read_only")
+    world = World()  # get_stock: read-only, 0.1 s
     script = [
         reply("", call("get_stock", {"item": "apple"}, "c1")),
         reply("", call("get_stock", {"item": "pear"}, "c2")),
@@ -89,7 +79,7 @@ def test_trimmed_thread_keeps_its_session_and_hits() -> None:
         mw = SpeculativeToolMiddleware(drafter, draft_timeout=1.0) if drafter else None
         agent = create_agent(
             ScriptedChatModel(script=script, latency=0.15),
-            [get_stock],
+            [world.tools[0]],
             middleware=[TrimFirst(), *([mw] if mw else [])],
             checkpointer=InMemorySaver(),
         )
@@ -104,11 +94,11 @@ def test_trimmed_thread_keeps_its_session_and_hits() -> None:
         return [ToolCall("get_stock", {"item": "apple"}), ToolCall("get_stock", {"item": "pear"})]
 
     base, _ = run(None)
-    log.clear()
+    world.log.clear()
     fast, mw = run(ScriptedDrafter(first_turn_only))
     assert fast == base
     stats = mw.stats()
     # pear was drafted in the first turn and served in the second, after the first message was
     # trimmed away: one session across the trim (keyed by the first message, it would be two)
-    assert stats["hits"] + stats["joins"] == 2 and log.count("pear") == 1
+    assert stats["hits"] + stats["joins"] == 2 and world.runs("get_stock").count({"item": "pear"}) == 1
     assert not mw._spec.sessions._async

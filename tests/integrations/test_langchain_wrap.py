@@ -48,7 +48,9 @@ SCRIPT = [
 ]
 
 
-def tool_node_graph(model, tools):
+def tool_node_graph(model, tools, **compile_options):
+    """An agent node calling ``model`` and a ToolNode running ``tools``, in a loop, compiled
+    with ``compile_options`` (a checkpointer, ``interrupt_before``)."""
     bound = model.bind_tools(tools)
 
     def agent(state: MessagesState):
@@ -65,7 +67,7 @@ def tool_node_graph(model, tools):
     g.add_edge(START, "agent")
     g.add_conditional_edges("agent", tools_condition)
     g.add_edge("tools", "agent")
-    return g.compile()
+    return g.compile(**compile_options)
 
 
 def react_graph(model, tools):
