@@ -1,4 +1,5 @@
-"""Shared by the tree tests: tiny random Llamas and the gate for tests of the C kernels."""
+"""Shared by the model tests: tiny random models (Llama, Qwen2, Gemma 3), the gate for tests of
+the C kernels, and a lying verifier, the negative control of the lossless checks."""
 
 from __future__ import annotations
 
@@ -21,24 +22,36 @@ needs_compiler = pytest.mark.skipif(
 )
 
 
+_FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+}
+
+
+#: The tiny random models' sizes where a call does not choose others.
+_SIZES = dict(vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=2)
+
+
+def tiny_model(family: str, heads: int, kv_heads: int, *, seed: int = 0, attn: str | None = "sdpa", **config):
+    """A random ``family`` model (llama, qwen2 or gemma3) of a tiny shape, in eval mode:
+    ``heads`` query heads over ``kv_heads``, 256 positions; ``config`` sets more config fields
+    (or other sizes), ``attn=None`` keeps the family's own attention choice."""
+    import transformers
+
+    config_class, model_class = (getattr(transformers, name) for name in _FAMILIES[family])
+    torch.manual_seed(seed)
+    heads_ = {"num_attention_heads": heads, "num_key_value_heads": kv_heads}
+    cfg = config_class(**{"max_position_embeddings": 256, **_SIZES, **heads_, **config})
+    if attn is not None:
+        cfg._attn_implementation = attn
+    return model_class(cfg).eval()
+
+
 def tiny_llama(heads: int, kv_heads: int, *, seed: int, hidden: int = 48, bias: bool = False, **extra):
     """A 3-layer random Llama (vocabulary 97) with SDPA attention, in eval mode."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=97,
-        hidden_size=hidden,
-        intermediate_size=80,
-        num_hidden_layers=3,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        attention_bias=bias,
-        max_position_embeddings=256,
-        **extra,
-    )
-    cfg._attn_implementation = "sdpa"
-    return LlamaForCausalLM(cfg).eval()
+    sizes = dict(hidden_size=hidden, num_hidden_layers=3)
+    return tiny_model("llama", heads, kv_heads, seed=seed, attention_bias=bias, **sizes, **extra)
 
 
 #: The tiny random models' shape (2 layers, 4 heads over 2 KV heads), shared by every family.
@@ -86,3 +99,23 @@ def looping_llama(tokenizer, *, seed: int, words: int = 97):
         model.lm_head.weight[~keep] = 0.0
         model.lm_head.weight[keep] *= 4.0
     return model
+
+
+def lie_in_verification(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch the engine's forward so that verification vouches for every drafted child (its
+    logits pushed to the child's token at its parent): the negative control of each lossless
+    check, whose outputs then differ from plain decoding."""
+    from spectool_serving.engine import Engine
+
+    real = Engine._run
+
+    def lying(self, plan):
+        logits, t = real(self, plan)
+        logits = logits.clone()  # inference tensors are read-only
+        for b, row in enumerate(plan.rows):
+            tree = row.tree
+            for i in range(1, len(tree) if tree is not None else 0):
+                logits[b, tree.parents[i], tree.tokens[i]] = torch.finfo(logits.dtype).max
+        return logits, t
+
+    monkeypatch.setattr(Engine, "_run", lying)

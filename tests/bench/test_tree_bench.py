@@ -13,11 +13,10 @@ import json
 import math
 
 import pytest
-import torch
 
 from spectool_bench.decode._calibrate import fit_g_star
 from spectool_serving.engine import Engine
-from tests.tree_fixtures import embedded_tokenizer, looping_llama
+from tests.tree_fixtures import embedded_tokenizer, lie_in_verification, looping_llama
 
 # a budget: seconds on a quiet machine, a minute or two on a loaded one
 pytestmark = pytest.mark.timeout(240)
@@ -119,18 +118,7 @@ def test_a_verifier_that_lies_shows_up_as_not_identical(bench, tmp_path, monkeyp
     """Negative control of the lossless check above: an engine whose verification vouches for
     every drafted child (logits pushed to the child's token at its parent) emits other tokens,
     and decode-bench's identical_rate says so for the tree policies, not for plain decoding."""
-    real = Engine._run
-
-    def lying(self, plan):
-        logits, t = real(self, plan)
-        logits = logits.clone()  # inference tensors are read-only
-        for b, row in enumerate(plan.rows):
-            tree = row.tree
-            for i in range(1, len(tree) if tree is not None else 0):
-                logits[b, tree.parents[i], tree.tokens[i]] = torch.finfo(logits.dtype).max
-        return logits, t
-
-    monkeypatch.setattr(Engine, "_run", lying)
+    lie_in_verification(monkeypatch)
     run = _run(bench, tmp_path / "out", batches=(1,), prompt_ids=PROMPTS[:1])
     rates = run["summary"]["batch1"]["identical_rate"]
     assert rates["engine_ar"] == 1.0 and rates["unispec"] < 1.0

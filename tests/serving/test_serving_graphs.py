@@ -13,7 +13,7 @@ from spectool_serving.graphs import DecodeGraphs
 from spectool_serving.kv import BatchKV
 from spectool_serving.runner import Runner
 from spectool_serving.scheduler import Scheduler
-from tests.tree_fixtures import tiny_llama, tiny_llama_for
+from tests.tree_fixtures import tiny_llama, tiny_llama_for, tiny_model
 
 
 def _drive(runner: Runner, steps: int = 5, width: int = 1) -> list[torch.Tensor]:
@@ -132,21 +132,7 @@ def test_engine_outputs_equal_with_the_static_step(smol):
 
 
 def _tiny_qwen2(seed: int = 4):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=97,
-        hidden_size=48,
-        intermediate_size=80,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-    )
-    cfg._attn_implementation = "sdpa"
-    model = Qwen2ForCausalLM(cfg).eval()
+    model = tiny_model("qwen2", 4, 2, seed=seed, tie_word_embeddings=True)
     with torch.no_grad():  # random biases: zero-initialised ones would hide a dropped bias
         for layer in model.model.layers:
             for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):

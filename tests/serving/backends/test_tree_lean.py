@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tree_fixtures import tiny_llama
+from tree_fixtures import tiny_llama, tiny_model
 
 from spectool_serving.backends import lean_for
 from spectool_serving.backends.lean import LeanLlama, supports
@@ -69,8 +69,6 @@ def test_lean_forward_is_used_and_cached_per_model_and_kernel_choice(monkeypatch
 
 
 def test_models_the_lean_path_cannot_reproduce_keep_transformers_forward():
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
     dynamic = _tiny_llama(
         4, 2, rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}
     )
@@ -79,16 +77,5 @@ def test_models_the_lean_path_cannot_reproduce_keep_transformers_forward():
     assert not supports(gelu)
     training = _tiny_llama(4, 2).train()
     assert not supports(training)
-    gemma = Gemma3ForCausalLM(
-        Gemma3TextConfig(
-            vocab_size=97,
-            hidden_size=48,
-            intermediate_size=80,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=12,
-            sliding_window=8,
-        )
-    ).eval()
+    gemma = tiny_model("gemma3", 4, 2, head_dim=12, sliding_window=8, attn=None)
     assert not supports(gemma) and lean_for(gemma) is None

@@ -11,10 +11,9 @@ import pytest
 import torch
 
 from spectool_bench.decode._loop import bench_engine, run_engine
-from spectool_serving.engine import Engine
 from spectool_serving.tree.gate import DraftGate
 from spectool_serving.tree.policy import DecodingPolicy
-from tests.tree_fixtures import embedded_tokenizer, looping_llama
+from tests.tree_fixtures import embedded_tokenizer, lie_in_verification, looping_llama
 
 PROMPT = list(range(1000, 1040))
 
@@ -55,18 +54,7 @@ def test_batched_rows_equal_their_plain_decoding(engine, reference):
 def test_a_corrupted_verifier_is_detected(engine, reference, monkeypatch):
     """Negative control: a verifier that vouches for every drafted child (its logits pushed
     to the child's token at its parent) makes outputs differ, and the comparison says so."""
-    real = Engine._run
-
-    def lying(self, plan):
-        logits, t = real(self, plan)
-        logits = logits.clone()  # inference tensors are read-only
-        for b, row in enumerate(plan.rows):
-            t_ = row.tree
-            for i in range(1, len(t_) if t_ is not None else 0):
-                logits[b, t_.parents[i], t_.tokens[i]] = torch.finfo(logits.dtype).max
-        return logits, t
-
-    monkeypatch.setattr(Engine, "_run", lying)
+    lie_in_verification(monkeypatch)
     assert run_engine(engine, [PROMPT], 60, _policy(engine)).outputs != reference
 
 

@@ -18,6 +18,7 @@ from spectool_bench.decode._calibrate import fit_g_star, truncated_path_len
 from spectool_serving.tree import DraftTree, TreeVerifier, ancestor_matrix, greedy_tree_accept
 from spectool_serving.tree.cast import CastShaper, CostTable, max_valid_index
 from spectool_serving.tree.unispec import ContextIndex, NGramStore, TopG, TreeDrafter
+from tests.tree_fixtures import tiny_model
 
 
 def _tree() -> DraftTree:
@@ -195,22 +196,9 @@ def test_calibration_falls_back_to_grid_when_degenerate():
 
 
 def test_sliding_window_tree_matches_full_forward():
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    torch.manual_seed(0)
-    cfg = Gemma3TextConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        sliding_window=4,
-        max_position_embeddings=128,
-        layer_types=["sliding_attention", "full_attention"],
-    )
-    model = Gemma3ForCausalLM(cfg).eval()
+    sizes = dict(vocab_size=64, hidden_size=32, intermediate_size=64, head_dim=16)
+    layers = ["sliding_attention", "full_attention"]
+    model = tiny_model("gemma3", 2, 1, attn=None, sliding_window=4, layer_types=layers, **sizes)
     prompt = torch.randint(0, 64, (14,)).tolist()  # longer than the window
     verifier = TreeVerifier(model)  # sliding layers: a mask per layer type
     _, roots = verifier.prefill([prompt])
