@@ -18,7 +18,7 @@ shift || true
 py=${PYTHON:-.venv/bin/python}
 categories=${CATEGORIES:-simple_python,multiple,live_simple,live_multiple,parallel,parallel_multiple,multi_turn_base}
 traces=$(mktemp -t spectool-traces-XXXX.jsonl)
-"$py" -m spectool_bench.bfcl._traces --split train --speculable-only --first-step-only \
+"$py" -m spectool_bench.workloads._traces --split train --speculable-only --first-step-only \
   --categories "$categories" --out "$traces"
 "$py" -m spectool.drafters.tune --traces "$traces" --out "$out" \
   --max-per-category 300 --epochs 2 --rank 16 --lr 1e-3 --batch-size 4 --max-tokens 640 \

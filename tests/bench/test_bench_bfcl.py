@@ -3,8 +3,9 @@
 import pytest
 
 from spectool import ConfigError, Effect, ToolCall
-from spectool_bench.bfcl._effects import EFFECTS, effect_of, measure_effects
+from spectool_bench.bfcl._effects import EFFECTS, effect_of
 from spectool_bench.bfcl._executable import STATELESS, Environment, load_class
+from spectool_bench.bfcl._measure_effects import measure_effects
 from spectool_bench.bfcl._tasks import _single_truth, load_tasks, openai_tool, parse_call, tool_name
 
 

@@ -14,10 +14,10 @@ from spectool import ConfigError, DraftRequest, ToolCall
 from spectool.cli import main
 from spectool_bench.bfcl._tasks import load_tasks
 from spectool_bench.harness._agents import Setup, assign, run_agents
-from spectool_bench.harness._latency import Latency
 from spectool_bench.harness._metrics import predicted_speedup, run_row
 from spectool_bench.harness._oracle import OracleDrafter
 from spectool_bench.harness._replay import ReplayModel, TokenRates, next_step_call
+from spectool_bench.workloads._latency import Latency
 
 REQUIRED = {
     "config",

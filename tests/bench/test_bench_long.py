@@ -18,7 +18,7 @@ from spectool import ToolCache
 from spectool_bench.bfcl._splits import split_of_id
 from spectool_bench.harness import _sweep
 from spectool_bench.harness._cli import add_arguments, build_plans, run
-from spectool_bench.harness._workloads import split_tasks
+from spectool_bench.workloads._catalog import split_tasks
 
 FAST = ["--prefill-rate", "1e6", "--decode-rate", "4000", "--overhead", "0.01", "--latencies", "0.02"]
 

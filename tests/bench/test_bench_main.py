@@ -16,13 +16,13 @@ from spectool import ToolCall
 from spectool.cli import main
 from spectool_bench.bfcl._splits import split_of_id
 from spectool_bench.bfcl._tasks import load_tasks
-from spectool_bench.bfcl._workload import ToolStats, build_toolbox, precomputed_output, task_output
 from spectool_bench.harness._agents import Setup, assign, run_agents
-from spectool_bench.harness._latency import Latency
 from spectool_bench.harness._metrics import run_row
 from spectool_bench.harness._oracle import OracleDrafter
 from spectool_bench.harness._replay import ReplayModel, TokenRates, next_step
 from spectool_bench.harness._sweep import headline_plan
+from spectool_bench.workloads._latency import Latency
+from spectool_bench.workloads._toolbox import ToolStats, build_toolbox, precomputed_output, task_output
 
 
 def test_equal_canonical_calls_get_equal_stub_outputs():

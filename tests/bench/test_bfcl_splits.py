@@ -13,8 +13,8 @@ import pytest
 
 from spectool_bench.bfcl._splits import content_digest, in_split, split_of, split_of_id
 from spectool_bench.bfcl._tasks import ALL_CATEGORIES, Task, load_tasks
-from spectool_bench.bfcl._traces import task_examples
 from spectool_bench.bfcl._twins import trace_twins, twins
+from spectool_bench.workloads._traces import task_examples
 
 VARIANTS = ("multi_turn_long_context", "multi_turn_miss_param", "multi_turn_miss_func")
 

@@ -10,10 +10,10 @@ import pytest
 from spectool.errors import ConfigError
 from spectool_bench.bfcl._splits import in_split, touches_held_out
 from spectool_bench.bfcl._tasks import ALL_CATEGORIES, load_tasks
-from spectool_bench.bfcl._traces import task_examples
 from spectool_bench.bfcl._twins import trace_twins
 from spectool_bench.bfcl._unused import UNUSED_CATEGORIES, load_unused, parse_exec_call, unused_split
-from spectool_bench.harness._workloads import is_known, split_tasks
+from spectool_bench.workloads._catalog import is_known, split_tasks
+from spectool_bench.workloads._traces import task_examples
 
 
 def test_every_exec_set_loads_with_its_calls():
@@ -90,7 +90,7 @@ def test_tuples_in_exec_calls_become_json_lists():
 def test_first_step_only_keeps_every_call_of_a_world_task_and_cuts_single_turn_follow_ons():
     """τ² tasks replay one call per response on a real world, like BFCL multi-turn: every call
     is a first step. A single-turn parallel answer keeps only its step 0 (the whole answer)."""
-    from spectool_bench.bfcl._traces import bfcl_examples
+    from spectool_bench.workloads._traces import bfcl_examples
 
     def count(category, first_step_only):
         return sum(1 for _ in bfcl_examples([category], "train", limit=3, first_step_only=first_step_only))

@@ -8,8 +8,8 @@ from spectool import ToolCall
 from spectool.cli import main
 from spectool.drafters._common import tool_schemas
 from spectool_bench.bfcl._tasks import load_tasks
-from spectool_bench.drafters._eval import replay_steps
 from spectool_bench.drafters._metrics import percentile, score_step, summarize, wilson_interval
+from spectool_bench.workloads._replay import replay_steps
 
 
 def fn(name, props, required=None):

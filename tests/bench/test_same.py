@@ -18,11 +18,11 @@ from openai import AsyncOpenAI
 from spectool import Effect, Toolbox, ToolCache, ToolCall
 from spectool.testing import ScriptedDrafter
 from spectool_bench.harness._agents import AgentResult, Setup, run_agents
-from spectool_bench.harness._latency import Latency
 from spectool_bench.harness._metrics import run_row
 from spectool_bench.harness._replay import ReplayModel, next_step_call
 from spectool_bench.harness._sweep import CLOCK_FREE
 from spectool_bench.tau2._tasks import load_domain
+from spectool_bench.workloads._latency import Latency
 
 META = {"config": "client", "agents": 1, "samples": 1, "drafter": "x", "tool_latency_mean": 0.0}
 

@@ -184,9 +184,9 @@ def test_the_bench_runs_tau2_with_same_from_transcripts_and_world_state():
 def test_drafters_eval_and_traces_read_tau2():
     import anyio
 
-    from spectool_bench.bfcl._traces import bfcl_examples
     from spectool_bench.drafters._cli import DRAFTERS, _categories
     from spectool_bench.drafters._eval import run_grid
+    from spectool_bench.workloads._traces import bfcl_examples
 
     assert _categories((), "tau2", ("airline", "retail")) == ("tau2_airline", "tau2_retail")
     with pytest.raises(ConfigError, match="unknown τ² domain"):

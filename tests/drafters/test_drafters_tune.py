@@ -228,7 +228,7 @@ async def test_speculator_records_each_request_and_the_calls_that_followed(tmp_p
 def test_bfcl_builder_replays_ground_truth_with_true_outputs() -> None:
     from spectool_bench.bfcl._splits import split_of_id
     from spectool_bench.bfcl._tasks import load_tasks
-    from spectool_bench.bfcl._traces import bfcl_examples, task_examples
+    from spectool_bench.workloads._traces import bfcl_examples, task_examples
 
     task = next(t for t in load_tasks("multi_turn_base", limit=10) if t.calls >= 3)
     examples = list(task_examples(task))

@@ -1,2 +1,2 @@
 """BFCL as a workload: tasks and ground truth from the bfcl-eval wheel, its executable tool classes,
-effects, splits, the tools the harness serves, traces for tuning."""
+effects, splits."""

@@ -1,6 +1,6 @@
 """Effects of every BFCL multi-turn method, declared from a measured analysis.
 
-How the table was made (re-run with ``python -m spectool_bench.bfcl._effects``): every
+How the table was made (re-run with ``python -m spectool_bench.bfcl._measure_effects``): every
 ground-truth call of ``multi_turn_base`` and ``multi_turn_long_context`` (2,345 calls) is run
 on fresh instances loaded from each task's initial config, and the owning instance's full
 state — recursively, including the state of its seeded ``random.Random`` — is compared before
@@ -20,15 +20,11 @@ from __future__ import annotations
 
 import datetime
 import random
-from collections import defaultdict
 from typing import Any
 
 from spectool import Effect
 
-from ._executable import STATELESS, Environment
-from ._tasks import MULTI_TURN_CATEGORIES, load_tasks
-
-__all__ = ["EFFECTS", "effect_of", "measure_effects"]
+__all__ = ["EFFECTS", "effect_of", "snapshot"]
 
 _READ_ONLY = {
     "GorillaFileSystem": "cat diff du find grep ls sort tail wc",
@@ -60,7 +56,7 @@ def effect_of(class_name: str, method: str) -> Effect:
     return EFFECTS.get(class_name, {}).get(method, Effect.MUTATING)
 
 
-def _snapshot(obj: Any, path: frozenset[int] = frozenset()) -> Any:
+def snapshot(obj: Any, path: frozenset[int] = frozenset()) -> Any:
     """A comparable copy of an object graph (parent links become a marker)."""
     if isinstance(obj, (str, int, float, bool, type(None), datetime.date, datetime.time, datetime.timedelta)):
         return obj
@@ -70,43 +66,11 @@ def _snapshot(obj: Any, path: frozenset[int] = frozenset()) -> Any:
     if isinstance(obj, random.Random):
         return ("random", obj.getstate())
     if isinstance(obj, dict):
-        return {k: _snapshot(v, inner) for k, v in obj.items()}
+        return {k: snapshot(v, inner) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_snapshot(v, inner) for v in obj]
+        return [snapshot(v, inner) for v in obj]
     if isinstance(obj, (set, frozenset)):
         return sorted(repr(v) for v in obj)
     if hasattr(obj, "__dict__"):
-        return (type(obj).__name__, {k: _snapshot(v, inner) for k, v in vars(obj).items()})
+        return (type(obj).__name__, {k: snapshot(v, inner) for k, v in vars(obj).items()})
     return repr(obj)
-
-
-def measure_effects(categories: tuple[str, ...] = MULTI_TURN_CATEGORIES) -> dict[str, dict[str, list[int]]]:
-    """class -> method -> [calls, calls that changed state], over all ground-truth calls."""
-    seen: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for category in categories:
-        for task in load_tasks(category):
-            env = Environment(list(task.classes), task.initial_config, task.long_context)
-            for turn in task.ground_truth:
-                for call in turn:
-                    cls = env.owner(call.name)
-                    before = _snapshot(env.instances[cls])
-                    env.call(call)
-                    counts = seen[cls][call.name]
-                    counts[0] += 1
-                    counts[1] += _snapshot(env.instances[cls]) != before
-    return {c: dict(m) for c, m in seen.items()}
-
-
-def _main() -> None:
-    measured = measure_effects()
-    for cls in sorted(measured):
-        for method, (calls, mutated) in sorted(measured[cls].items()):
-            kind = "pure (stateless)" if cls in STATELESS else ("mutating" if mutated else "read_only")
-            print(
-                f"{cls:18} {method:40} calls={calls:4d} mutated={mutated:4d} -> {kind:18} "
-                f"declared={effect_of(cls, method).value}"
-            )
-
-
-if __name__ == "__main__":
-    _main()

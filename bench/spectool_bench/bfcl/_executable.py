@@ -22,6 +22,7 @@ from typing import Any
 from spectool import Effect, ToolCall
 from spectool.errors import ConfigError, ToolNotFoundError
 
+from ._effects import effect_of, snapshot
 from ._tasks import bfcl_wheel
 
 __all__ = ["STATELESS", "Environment", "load_class"]
@@ -118,8 +119,6 @@ class Environment:
             ) from None
 
     def effect(self, method: str) -> Effect:
-        from ._effects import effect_of  # the table is measured on this class: import cycle
-
         return effect_of(self.owner(method), method)
 
     def scope(self, method: str) -> str:
@@ -128,12 +127,11 @@ class Environment:
     def state(self) -> str:
         """sha256 of every instance's full state (seeded randomness included), wall-clock times
         aside: GorillaFileSystem stamps files with ``datetime.now()``, different in every run."""
-        from ._effects import _snapshot
 
         def plain(value: Any) -> str:
             return "<clock time>" if isinstance(value, datetime.datetime) else repr(value)
 
-        text = json.dumps(_snapshot(self.instances), sort_keys=True, default=plain)
+        text = json.dumps(snapshot(self.instances), sort_keys=True, default=plain)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def call(self, call: ToolCall) -> str:

@@ -2,9 +2,9 @@
 
     python -m spectool_bench.drafters._adapter_eval --split test --limit 20 --adapter shipped
 
-For every speculable ground-truth call of the split's tasks (:mod:`._bfcl_traces`: the true
-history before it), the drafter drafts λ = 3 rows in one batched generate (row 0 greedy, the
-others sampled) under the tools' grammar; a hit at λ = 1 is row 0 proposing the call (exact
+For every speculable ground-truth call of the split's tasks (:mod:`spectool_bench.workloads._traces`:
+the true history before it), the drafter drafts λ = 3 rows in one batched generate (row 0 greedy,
+the others sampled) under the tools' grammar; a hit at λ = 1 is row 0 proposing the call (exact
 canonical key, :func:`spectool.keys.canonical_key` with the tool's schema), at λ = 3 any row.
 Base and tuned drafters see the same prompt and grammar. Prints one row per drafter ×
 category and writes JSON with ``--out``.
@@ -25,7 +25,7 @@ import anyio
 from spectool import ToolCall, canonical_key
 from spectool.drafters import LocalDrafter, LocalDrafterOptions, compact_prompt_ids, tool_schemas
 
-from ..bfcl._traces import bfcl_examples
+from ..workloads._traces import bfcl_examples
 
 __all__ = ["CompactDrafter", "evaluate", "main"]
 

@@ -46,7 +46,7 @@ def _history(category: str = "") -> Any:
 def _mined(category: str = "") -> Any:
     from spectool.drafters import HistoryDrafter
 
-    from ._eval import train_traces
+    from ..workloads._replay import train_traces
 
     return HistoryDrafter.from_traces(train_traces(category) if category else ())
 
@@ -60,7 +60,7 @@ def _learning(category: str = "") -> Any:
 def _learning_train(category: str = "") -> Any:
     from spectool.drafters import LearningDrafter
 
-    from ._eval import train_traces
+    from ..workloads._replay import train_traces
 
     return LearningDrafter(train_traces(category) if category else ())
 

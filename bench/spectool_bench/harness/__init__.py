@@ -1,2 +1,2 @@
 """The main job (`spectool bench`): agents against a replayed or embedded main model, the sweep over
-drafters and λ, latency, the oracle drafter, metrics."""
+drafters and λ, the oracle drafter, metrics."""

@@ -19,9 +19,9 @@ from spectool import Drafter, DraftRequest, Toolbox, ToolCall
 from spectool.errors import ConfigError
 
 from ..bfcl._tasks import Task
-from ..bfcl._workload import ToolStats, build_toolbox
-from ._latency import Latency
-from ._workloads import open_world, world_state
+from ..workloads._catalog import open_world, world_state
+from ..workloads._latency import Latency
+from ..workloads._toolbox import ToolStats, build_toolbox
 
 __all__ = ["AgentResult", "Setup", "TimedDrafter", "run_agents"]
 

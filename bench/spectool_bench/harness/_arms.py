@@ -42,7 +42,7 @@ def _drafter(plan: Plan, name: str) -> tuple[Callable[[], Any], str]:
     if name == "history":
         return (lambda: drafters.HistoryDrafter()), "history"
     if name == "mined":  # the history drafter seeded with the train split's replays
-        from ..drafters._eval import train_traces
+        from ..workloads._replay import train_traces
 
         traces = [t for c in plan.categories for t in train_traces(c)]
         return (lambda: drafters.HistoryDrafter.from_traces(traces)), "mined(train split)"
@@ -52,7 +52,7 @@ def _drafter(plan: Plan, name: str) -> tuple[Callable[[], Any], str]:
         if name == "learning":
             learning = drafters.LearningDrafter()
             return (lambda: learning), "learning(from nothing)"
-        from ..drafters._eval import train_traces
+        from ..workloads._replay import train_traces
 
         primed = drafters.LearningDrafter([t for c in plan.categories for t in train_traces(c)])
         return (lambda: primed), "learning(+train split)"
@@ -84,7 +84,7 @@ async def warm_drafters(plan: Plan, tasks: list) -> None:
     here, not in the first timed draft), on a train-split task: nothing a timed run will ask."""
     from spectool import DraftRequest
 
-    from ._workloads import split_tasks
+    from ..workloads._catalog import split_tasks
 
     warm = (split_tasks(tasks[0].category, "train") or tasks)[0]
     request = DraftRequest(messages=[dict(m) for m in warm.turns[0]], tools=list(warm.tools), samples=1)

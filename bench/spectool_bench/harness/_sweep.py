@@ -18,9 +18,10 @@ from spectool.errors import ConfigError
 
 from ..bfcl._tasks import Task
 from ..report._progress import Progress
+from ..workloads._catalog import check_categories, load_category, open_world, skipped, split_tasks
+from ..workloads._latency import Latency
 from ._agents import Setup, assign, run_agents
 from ._arms import drafter_arms, warm_drafters
-from ._latency import Latency
 from ._metrics import run_row
 from ._plans import (
     Plan,
@@ -33,7 +34,6 @@ from ._plans import (
     tuned_adapter,
 )
 from ._replay import ReplayModel, TokenRates
-from ._workloads import skipped
 
 __all__ = [
     "Plan",
@@ -77,8 +77,6 @@ def _request_options(plan: Plan) -> dict[str, Any]:
 
 
 def _select_tasks(plan: Plan) -> list:
-    from ._workloads import check_categories, load_category, split_tasks
-
     check_categories(plan.categories)
     if not plan.task_ids:
         tasks = []
@@ -112,8 +110,6 @@ def _warm_up(tasks: list) -> None:
     kind: a τ² world costs ≈ 0.5 s of CPU to build and its domain loads once, so building one per
     task (as this once did) only added seconds to a τ² section."""
     from spectool import speculative  # noqa: F401
-
-    from ._workloads import open_world
 
     kinds: dict[tuple[str, tuple[str, ...]], Any] = {}
     for t in tasks:

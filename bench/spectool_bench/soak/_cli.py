@@ -46,7 +46,7 @@ from spectool.errors import ConfigError
 from ..bfcl._splits import in_split
 from ..bfcl._tasks import load_tasks
 from ..harness._agents import AgentResult, Setup, _run_agent, assign
-from ..harness._latency import Latency
+from ..workloads._latency import Latency
 from . import _report as soak_report
 from ._compare import PassRun, compare
 from ._faults import FaultCounts, FaultyDrafter, disconnecting_clients, faulty_tools

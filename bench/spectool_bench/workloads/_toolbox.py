@@ -15,8 +15,9 @@ import anyio
 
 from spectool import Effect, Toolbox, ToolCall, ToolSpec, canonical_key
 
-from ..harness._latency import Latency
-from ._tasks import Task
+from ..bfcl._tasks import Task
+from ._catalog import open_world
+from ._latency import Latency
 
 __all__ = ["ToolStats", "build_toolbox", "precomputed_output", "task_output"]
 
@@ -58,8 +59,6 @@ def build_toolbox(task: Task, latency: Latency, stats: ToolStats, env: Any = Non
     """A toolbox for one agent and one task over ``env``, the task's world (a fresh one when not
     given; None for stub tools): state is per agent."""
     if env is None and task.multi_turn:
-        from ..harness._workloads import open_world
-
         env = open_world(task)
     box = Toolbox()
     for schema in task.tools:

@@ -1,7 +1,8 @@
 """Drafting traces from BFCL ground truth (the data the shipped adapter is tuned on).
 
 Each example is what a drafter would see at one step of the replay main model
-(:mod:`._replay`: one ground-truth call per model response) and the calls that follow:
+(:mod:`spectool_bench.harness._replay`: one ground-truth call per model response) and the calls
+that follow:
 
 * single-turn: at step i the question plus calls 0..i-1 with their stub outputs; the target is
   the remaining calls i.. (a drafter that writes them all at step 0 covers the later steps);
@@ -10,10 +11,12 @@ Each example is what a drafter would see at one step of the replay main model
   that one call. τ² tasks (categories ``tau2_<domain>``) the same way, on τ²'s tools and a fresh
   copy of the domain's database, split by τ²'s ``split_tasks.json``.
 
-Only tasks in ``split`` (:mod:`._splits`, by content) are used: tune on ``train``, report on
-``test``. Each example records ``meta["content"]``, the digest of its question and functions.
+Only tasks in ``split`` (:mod:`spectool_bench.bfcl._splits`, by content) are used: tune on
+``train``, report on ``test``. Each example records ``meta["content"]``, the digest of its question
+and functions.
 
-    python -m spectool_bench.bfcl._traces --split train --categories simple_python,multiple --out t.jsonl
+    python -m spectool_bench.workloads._traces --split train --categories simple_python,multiple \\
+        --out t.jsonl
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ from typing import Any
 
 from spectool import DraftRequest, ToolCall, TraceExample, TraceRecorder
 
-from ..harness._workloads import open_world, split_tasks
-from ._splits import content_digest
-from ._tasks import Task
-from ._workload import task_output
+from ..bfcl._splits import content_digest
+from ..bfcl._tasks import Task
+from ._catalog import open_world, split_tasks
+from ._toolbox import task_output
 
 __all__ = ["add_arguments", "bfcl_examples", "run", "task_examples"]
 
@@ -150,7 +153,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="spectool drafters traces", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m spectool_bench.workloads._traces", description=__doc__.split("\n\n")[0]
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
