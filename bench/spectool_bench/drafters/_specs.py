@@ -102,58 +102,41 @@ def _tuned(
     )
 
 
-def _combined(
-    category: str = "", model: str | None = None, options: LocalDrafterOptions | None = None
-) -> Any:
-    from spectool.drafters import CombinedDrafter
+def _with_mined(member: Callable[..., Any]) -> Callable[..., Any]:
+    """The mined history drafter and the model drafter ``member`` in one CombinedDrafter."""
 
-    return CombinedDrafter([_mined(category), _local(category, model, options)], rank="confidence")
+    def build(category: str = "", **keywords: Any) -> Any:
+        from spectool.drafters import CombinedDrafter
 
+        return CombinedDrafter([_mined(category), member(category, **keywords)], rank="confidence")
 
-def _tuned_mined(
-    category: str = "",
-    adapter: Path | None = None,
-    model: str | None = None,
-    options: LocalDrafterOptions | None = None,
-) -> Any:
-    from spectool.drafters import CombinedDrafter
-
-    return CombinedDrafter([_mined(category), _tuned(category, adapter, model, options)], rank="confidence")
+    return build
 
 
-def _tuned_learning(
-    category: str = "",
-    adapter: Path | None = None,
-    model: str | None = None,
-    options: LocalDrafterOptions | None = None,
-) -> Any:
-    from spectool.drafters import CombinedDrafter
+def _with_learning(member: Callable[..., Any]) -> Callable[..., Any]:
+    """learning+train and the model drafter ``member`` in one CombinedDrafter, sharing one
+    learner: it drafts and feeds the model drafter's value choices."""
 
-    learner = _learning_train(category)  # one learner: it drafts and feeds the model's choices
-    tuned = _tuned(category, adapter, model, options, values=learner)
-    return CombinedDrafter([learner, tuned], rank="confidence")
+    def build(category: str = "", **keywords: Any) -> Any:
+        from spectool.drafters import CombinedDrafter
 
+        learner = _learning_train(category)
+        return CombinedDrafter([learner, member(category, values=learner, **keywords)], rank="confidence")
 
-def _local_learning(
-    category: str = "", model: str | None = None, options: LocalDrafterOptions | None = None
-) -> Any:
-    from spectool.drafters import CombinedDrafter
-
-    learner = _learning_train(category)
-    return CombinedDrafter([learner, _local(category, model, options, values=learner)], rank="confidence")
+    return build
 
 
 DRAFTERS: dict[str, Callable[..., Any]] = {
-    "combined": _combined,
+    "combined": _with_mined(_local),
     "history": _history,
     "learning": _learning,
     "learning+train": _learning_train,
     "local": _local,
-    "local+learning": _local_learning,
+    "local+learning": _with_learning(_local),
     "mined": _mined,
     "tuned": _tuned,
-    "tuned+learning": _tuned_learning,
-    "tuned+mined": _tuned_mined,
+    "tuned+learning": _with_learning(_tuned),
+    "tuned+mined": _with_mined(_tuned),
 }
 TUNED = ("tuned", "tuned+mined", "tuned+learning")
 MODEL_DRAFTERS = ("local", "combined", "local+learning", *TUNED)

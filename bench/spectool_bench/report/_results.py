@@ -161,10 +161,29 @@ def _arm(r: Mapping[str, Any]) -> str:
     return f"{r['config']} · {r['drafter']}"
 
 
+def _scatter_arms(
+    ax: Any, plt: Any, runs: Sequence[Mapping[str, Any]], xs: Sequence[float], ys: Sequence[float]
+) -> None:
+    """``runs`` at (``xs``, ``ys``): one colour per arm (config · drafter), each point labelled λ."""
+    palette = plt.get_cmap("tab10")
+    for i, arm in enumerate(sorted({_arm(r) for r in runs})):
+        pts = [(x, y) for r, x, y in zip(runs, xs, ys, strict=True) if _arm(r) == arm]
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=18, color=palette(i % 10), label=arm)
+    for r, x, y in zip(runs, xs, ys, strict=True):
+        ax.annotate(f"λ={r['samples']}", (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
+
+
 def _legend(ax: Any, **kw: Any) -> None:
     """A legend only when something is labelled (else matplotlib warns "No artists…")."""
     if ax.get_legend_handles_labels()[0]:
         ax.legend(**kw)
+
+
+def _titled(fig: Any, ax: Any, head: str, title: str, legend_size: float) -> Any:
+    """``fig`` with ``head`` over the run's title and a legend."""
+    ax.set_title(_title(head, title), fontsize=9)
+    _legend(ax, fontsize=legend_size)
+    return fig
 
 
 def latency_figure(runs: Sequence[Mapping[str, Any]], plt: Any, title: str = "") -> Any | None:
@@ -183,29 +202,19 @@ def latency_figure(runs: Sequence[Mapping[str, Any]], plt: Any, title: str = "")
         ax.plot(xs, [sum(pts[x]) / len(pts[x]) for x in xs], marker="o", label=name)
     ax.axhline(0, color="grey", lw=0.8)
     ax.set(xlabel="mean tool latency (s)", ylabel="time saved per agent (%)")
-    ax.set_title(_title("Time saved vs tool latency", title), fontsize=9)
-    _legend(ax, fontsize=6)
-    return fig
+    return _titled(fig, ax, "Time saved vs tool latency", title, 6)
 
 
 def hit_rate_figure(runs: Sequence[Mapping[str, Any]], plt: Any, title: str = "") -> Any:
     """Per-agent throughput against hit rate; colour = arm (config · drafter), text = λ."""
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    palette = plt.get_cmap("tab10")
-    arms = sorted({_arm(r) for r in runs if r["config"] != "baseline"})
-    for i, arm in enumerate(arms):
-        pts = [r for r in runs if r["config"] != "baseline" and _arm(r) == arm]
-        xs, ys = [r["hit_rate"] for r in pts], [r["throughput_tok_s"] for r in pts]
-        ax.scatter(xs, ys, s=18, color=palette(i % 10), label=arm)
-        for r, x, y in zip(pts, xs, ys, strict=True):
-            ax.annotate(f"λ={r['samples']}", (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
+    arms = [r for r in runs if r["config"] != "baseline"]
+    _scatter_arms(ax, plt, arms, [r["hit_rate"] for r in arms], [r["throughput_tok_s"] for r in arms])
     for r in runs:
         if r["config"] == "baseline":
             ax.axhline(r["throughput_tok_s"], color="grey", lw=0.5, ls=":")
     ax.set(xlabel="hit rate α", ylabel="throughput per agent (gen. tok/s)")
-    ax.set_title(_title("Throughput vs hit rate (dotted: baselines)", title), fontsize=9)
-    _legend(ax, fontsize=7)
-    return fig
+    return _titled(fig, ax, "Throughput vs hit rate (dotted: baselines)", title, 7)
 
 
 def predicted_figure(runs: Sequence[Mapping[str, Any]], plt: Any, title: str = "") -> Any:
@@ -214,13 +223,7 @@ def predicted_figure(runs: Sequence[Mapping[str, Any]], plt: Any, title: str = "
     predicted = [r for r in runs if r["config"] != "baseline" and r.get("predicted_speedup") is not None]
     xs = [r["predicted_speedup"] for r in predicted]
     ys = [r["measured_speedup"] for r in predicted]
-    palette = plt.get_cmap("tab10")
-    arms = sorted({_arm(r) for r in predicted})
-    for i, arm in enumerate(arms):
-        pts = [(x, y) for r, x, y in zip(predicted, xs, ys, strict=True) if _arm(r) == arm]
-        ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=18, color=palette(i % 10), label=arm)
-    for r, x, y in zip(predicted, xs, ys, strict=True):
-        ax.annotate(f"λ={r['samples']}", (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
+    _scatter_arms(ax, plt, predicted, xs, ys)
     lo, hi = min(xs + ys + [1.0]) * 0.98, max(xs + ys + [1.0]) * 1.02
     ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="measured = predicted")
     ax.plot([lo, hi], [0.95 * lo, 0.95 * hi], ":", color="grey", lw=0.8, label="0.95 × predicted")
@@ -230,9 +233,7 @@ def predicted_figure(runs: Sequence[Mapping[str, Any]], plt: Any, title: str = "
         xlim=(lo, hi),
         ylim=(lo, hi),
     )
-    ax.set_title(_title("Measured vs predicted", title), fontsize=9)
-    _legend(ax, fontsize=7)
-    return fig
+    return _titled(fig, ax, "Measured vs predicted", title, 7)
 
 
 def aggregate_throughput(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[int, float]]:
@@ -255,13 +256,8 @@ def throughput_vs_agents_plot(
     xs = sorted({int(r["agents"]) for r in runs})
     ax.set_xscale("log")
     ax.set_xticks(xs, [str(m) for m in xs])
-    ax.set(
-        xlabel="concurrent agents M",
-        ylabel="aggregate generated tok/s",
-        title=f"Throughput vs agents\n{title}".strip(),
-    )
-    ax.title.set_fontsize(9)
-    _legend(ax, fontsize=7)
+    ax.set(xlabel="concurrent agents M", ylabel="aggregate generated tok/s")
+    _titled(fig, ax, "Throughput vs agents", title, 7)
     return _save(fig, path, plt)
 
 

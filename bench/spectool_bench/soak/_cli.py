@@ -53,7 +53,7 @@ from ._faults import FaultCounts, FaultyDrafter, disconnecting_clients, faulty_t
 from ._leak import DEFAULT_MAX_LEAK_PCT, judge, rss_mb, run_passes, settled_rss_mb
 from ._mcp import Prestep, pass_world, with_world
 
-__all__ = ["add_arguments", "main", "run"]
+__all__ = ["add_arguments", "run"]
 
 
 class _Statuses:
@@ -383,13 +383,3 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="4 agents × 2 tasks")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--out", type=Path, default=Path("soak-out"))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="spectool soak", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

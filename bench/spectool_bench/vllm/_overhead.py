@@ -29,6 +29,8 @@ from typing import Any
 
 import httpx
 
+from ._workload import story_body
+
 __all__ = [
     "ARMS",
     "NGRAM",
@@ -103,15 +105,7 @@ def sse_chunks(resp: httpx.Response) -> Iterator[dict[str, Any]]:
 
 def _one_stream(client: httpx.Client, model: str, i: int, tokens: int) -> tuple[float, int]:
     """(seconds to the first token, tokens generated) of one streamed story request."""
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": f"Tell long story number {i}."}],
-        "max_tokens": tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+    body = story_body(model, i, tokens, stream=True, stream_options={"include_usage": True})
     start, ttft, generated = time.perf_counter(), None, 0
     with client.stream("POST", "/v1/chat/completions", json=body) as resp:
         resp.raise_for_status()

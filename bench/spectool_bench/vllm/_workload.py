@@ -25,7 +25,17 @@ from typing import Any
 
 import httpx
 
-__all__ = ["CITIES", "MODES", "TOOL", "chat_body", "decode_rate", "o2_counts", "o2_rejections", "turn"]
+__all__ = [
+    "CITIES",
+    "MODES",
+    "TOOL",
+    "chat_body",
+    "decode_rate",
+    "o2_counts",
+    "o2_rejections",
+    "story_body",
+    "turn",
+]
 
 CITIES = ["Paris", "Rome", "Berlin", "Madrid", "Vienna", "Oslo", "Lisbon", "Prague"]
 MODES = ("baseline", "client", "engine")
@@ -73,18 +83,24 @@ def _prefill(usage: dict | None) -> int:
     )
 
 
+def story_body(model: str, i: int, tokens: int, **kw: Any) -> dict:
+    """Story request ``i``: greedy, exactly ``tokens`` tokens (``ignore_eos``), no tools: a
+    decode-rate load."""
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": f"Tell long story number {i}."}],
+        "max_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        **kw,
+    }
+
+
 def decode_rate(c: httpx.Client, model: str, streams: int, tokens: int = 128) -> float:
     """Aggregate generated tokens/s of ``streams`` concurrent story requests."""
 
     def one(i: int) -> int:
-        b = {
-            "model": model,
-            "messages": [{"role": "user", "content": f"Tell long story number {i}."}],
-            "max_tokens": tokens,
-            "temperature": 0,
-            "ignore_eos": True,
-        }
-        r = c.post("/v1/chat/completions", json=b)
+        r = c.post("/v1/chat/completions", json=story_body(model, i, tokens))
         r.raise_for_status()
         return r.json()["usage"]["completion_tokens"]
 
