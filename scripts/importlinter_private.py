@@ -10,7 +10,7 @@
     owners = spectool
 
 A module is private when any part of its name below the owner starts with ``_``
-(``spectool._loop``, ``spectool.drafters._local``). Every direct import from a source module
+(``spectool._loop``, ``spectool.drafters.local._local``). Every direct import from a source module
 (and its descendants) into an owner's private module, from outside that owner, breaks the
 contract. The built-in contract types cannot say this: their wildcards replace whole names only,
 so ``spectool._*`` is no expression, and a hand-typed list misses every new private module.

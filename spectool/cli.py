@@ -14,8 +14,10 @@ once the user picked it. Commands come from two places, merged:
 
 A command whose module cannot be imported (its extra is not installed) still shows in
 ``--help`` and fails with the install hint when run. The measurement commands (``bench``,
-``soak``, ``drafters``, …) come from the ``spectool-bench`` distribution this way; without it,
-running one says to install it (:data:`ELSEWHERE`).
+``soak``, …) come from the ``spectool-bench`` distribution this way; without it, running one
+says to install it (:data:`ELSEWHERE`). ``spectool drafters`` is the core's own (``tune``);
+spectool-bench adds ``eval`` to it the same way, through the ``spectool.drafters.commands``
+group (:mod:`spectool.drafters._cli`).
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ from importlib import metadata
 # subcommand -> (module with `add_arguments(parser)` and `run(args) -> int`, help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "model": ("spectool._model_cli", "the performance model: calculator and Figure 3"),
+    "drafters": ("spectool.drafters._cli", "tune the local drafter; evaluate drafters (spectool-bench)"),
     "serve": ("spectool_serving._serve_cli", "serve a model with the engine-side tool cache (OpenAI API)"),
 }
 
 # Commands another distribution of this project registers; named here only so that running one
 # without it installed says what to install instead of "invalid choice".
 ELSEWHERE: dict[str, str] = {
-    name: "spectool-bench" for name in ("bench", "soak", "calibrate", "decode-bench", "drafters", "overhead")
+    name: "spectool-bench" for name in ("bench", "soak", "calibrate", "decode-bench", "overhead")
 }
 
 ENTRY_POINT_GROUP = "spectool.commands"

@@ -10,20 +10,22 @@
 Every entry point that takes a drafter also takes a name (``"history"``, ``"learning"``,
 ``"learning:<scope>"``, ``"local"``, ``"tuned"``), resolved by :func:`resolve_drafter`.
 
-Importing this package never imports torch or transformers.
+Its folders: ``local/`` (LocalDrafter: loading, prompts, grammar, decoding), ``history/`` (the
+training-free drafters and their mining), ``tune/`` (LoRA tuning, ``spectool drafters tune``); what
+several of them use sits beside them here. Importing this package never imports torch or transformers.
 """
 
-from ._adapter import load_adapter, shipped_adapter_path
 from ._combined import CombinedDrafter
 from ._common import call_key, tool_schemas
-from ._compact import compact_prompt_ids
 from ._endpoint import EndpointDrafter
-from ._grammar import calls_schema
-from ._history import HistoryDrafter
-from ._learning import LearningDrafter, learning_drafter
-from ._local import DEFAULT_LOCAL_MODEL, LocalDrafter
 from ._named import DRAFTER_NAMES, drafter_hint, resolve_drafter
-from ._options import LocalDrafterOptions
+from .history._history import HistoryDrafter
+from .history._learning import LearningDrafter, learning_drafter
+from .local._adapter import load_adapter, shipped_adapter_path
+from .local._compact import compact_prompt_ids
+from .local._grammar import calls_schema
+from .local._local import DEFAULT_LOCAL_MODEL, LocalDrafter
+from .local._options import LocalDrafterOptions
 
 __all__ = [
     "CombinedDrafter",

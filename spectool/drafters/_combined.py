@@ -23,7 +23,7 @@ import anyio
 from .._types import Drafter, DraftRequest, ToolCall
 from ..errors import ConfigError, DrafterError
 from ._common import assistant_calls, call_key, tool_schemas
-from ._history import _session_key
+from .history._history import _session_key
 
 __all__ = ["CombinedDrafter", "DrafterStats"]
 

@@ -32,28 +32,28 @@ _hinted = False
 
 
 def _history() -> Drafter:
-    from ._history import HistoryDrafter
+    from .history._history import HistoryDrafter
 
     return HistoryDrafter()
 
 
 def _learning(scope: str = "default") -> Drafter:
-    from ._learning import learning_drafter
+    from .history._learning import learning_drafter
 
     return learning_drafter(scope)  # one per scope for the process: sessions learn into it
 
 
 def _local() -> Drafter:
     _require("torch", "transformers")
-    from ._local import LocalDrafter
+    from .local._local import LocalDrafter
 
     return LocalDrafter()
 
 
 def _tuned() -> Drafter:
     _require("torch", "transformers", "peft")
-    from ._adapter import shipped_adapter_path
-    from ._local import LocalDrafter
+    from .local._adapter import shipped_adapter_path
+    from .local._local import LocalDrafter
 
     return LocalDrafter(adapter=shipped_adapter_path())
 

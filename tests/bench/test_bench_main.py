@@ -214,7 +214,7 @@ def test_quick_runs_the_headline_then_tau2_then_the_embedded_engine():
 
 
 def test_the_tuned_arm_appears_when_the_adapter_is_shipped(tmp_path, monkeypatch):
-    from spectool.drafters import _adapter
+    from spectool.drafters.local import _adapter
     from spectool_bench.harness import _arms, _sweep
 
     assert _sweep.headline_drafters()[0] == "history"

@@ -260,31 +260,6 @@ def test_model_option_reaches_the_model_drafters_and_no_other(tmp_path, capsys):
     assert "--model is for the model drafters" in capsys.readouterr().err
 
 
-def test_cli_tune_without_the_tuning_module_says_so(monkeypatch, capsys):
-    from spectool_bench.drafters import _cli as _drafters_cli
-
-    monkeypatch.setattr(_drafters_cli, "TUNE_MODULE", "spectool.drafters._no_such_tune_module")
-    assert main(["drafters", "tune", "--traces", "x"]) == 1
-    assert "spectool.drafters._no_such_tune_module" in capsys.readouterr().err
-
-
-def test_cli_tune_delegates_to_the_tuning_module(monkeypatch):
-    # A stand-in for spectool.drafters._tune (another branch owns it): same two functions.
-    import sys
-    import types
-
-    from spectool_bench.drafters import _cli as _drafters_cli
-
-    seen = {}
-    fake = types.ModuleType("fake_tune")
-    fake.add_arguments = lambda p: p.add_argument("--traces", required=True)
-    fake.run = lambda args: seen.setdefault("traces", args.traces) and 7
-    monkeypatch.setitem(sys.modules, "fake_tune", fake)
-    monkeypatch.setattr(_drafters_cli, "TUNE_MODULE", "fake_tune")
-    assert main(["drafters", "tune", "--traces", "t.jsonl"]) == 7
-    assert seen == {"traces": "t.jsonl"}
-
-
 @pytest.mark.parametrize("category", __import__("spectool_bench.bfcl._tasks", fromlist=["x"]).ALL_CATEGORIES)
 def test_every_category_in_the_wheel_replays(category):
     from spectool_bench.bfcl._tasks import NO_CALL_CATEGORIES

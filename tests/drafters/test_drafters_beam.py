@@ -15,11 +15,11 @@ import pytest
 
 from spectool import DraftRequest
 from spectool.drafters import LocalDrafter, LocalDrafterOptions
-from spectool.drafters._beam import beam_rows
 from spectool.drafters._common import call_key, tool_schemas
-from spectool.drafters._decode import DecodeInputs, DecodeStats, PrefixCache, decode_rows
-from spectool.drafters._grammar import GrammarConstraint
-from spectool.drafters._local import _answer_key
+from spectool.drafters.local._beam import beam_rows
+from spectool.drafters.local._decode import DecodeInputs, DecodeStats, PrefixCache, decode_rows
+from spectool.drafters.local._grammar import GrammarConstraint
+from spectool.drafters.local._local import _answer_key
 from spectool_bench.drafters._prompt_eval import valid
 
 from .conftest import fn_tool, tiny_llama_fixture

@@ -15,8 +15,8 @@ import pytest
 
 from spectool import DraftRequest
 from spectool.drafters import LearningDrafter, LocalDrafter, LocalDrafterOptions
-from spectool.drafters._choices import copied, value_choices
-from spectool.drafters._grammar import calls_schema, with_choices
+from spectool.drafters.history._choices import copied, value_choices
+from spectool.drafters.local._grammar import calls_schema, with_choices
 from spectool.errors import ConfigError
 
 from .conftest import STRING, assistant_call, fn_tool, tiny_llama_fixture, tool_output

@@ -10,7 +10,7 @@ import torch
 
 from spectool import ConfigError, DraftRequest
 from spectool.drafters import LocalDrafter, LocalDrafterOptions
-from spectool.drafters._copy import CopyBias, TokenTable, expects_value, open_string_value, source_text
+from spectool.drafters.local._copy import CopyBias, TokenTable, expects_value, open_string_value, source_text
 
 from .conftest import add_tool, tiny_llama_fixture
 

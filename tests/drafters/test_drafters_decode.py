@@ -21,11 +21,11 @@ import torch
 from spectool import ConfigError, DraftRequest
 from spectool.drafters import LocalDrafter, LocalDrafterOptions
 from spectool.drafters._common import tool_schemas
-from spectool.drafters._copy import open_string_value
-from spectool.drafters._decode import DecodeInputs, DecodeStats, PrefixCache, decode_rows
-from spectool.drafters._grammar import GrammarConstraint
-from spectool.drafters._options import TUNED_LIMITS, UNTUNED_LIMITS
-from spectool.drafters._row_limits import repeats_a_call
+from spectool.drafters.local._copy import open_string_value
+from spectool.drafters.local._decode import DecodeInputs, DecodeStats, PrefixCache, decode_rows
+from spectool.drafters.local._grammar import GrammarConstraint
+from spectool.drafters.local._options import TUNED_LIMITS, UNTUNED_LIMITS
+from spectool.drafters.local._row_limits import repeats_a_call
 from spectool.toolcall_text import parse_tool_calls
 from spectool_bench.drafters._prompt_eval import valid
 
@@ -330,11 +330,11 @@ def test_bad_options_are_config_errors():
 
 @pytest.mark.anyio
 async def test_adapter_is_loaded_through_the_tune_helpers_function(tiny, monkeypatch):
-    # A stand-in module: the real spectool.drafters._adapter (peft) belongs to the tuning work
+    # A stand-in module: the real spectool.drafters.local._adapter (peft) belongs to the tuning work
     # and is tested there; this checks only that LocalDrafter hands it the model and uses its result.
     model, _ = tiny
     seen = []
-    fake = types.ModuleType("spectool.drafters._adapter")
+    fake = types.ModuleType("spectool.drafters.local._adapter")
 
     def load_adapter(m, path):
         seen.append((m, path))
@@ -346,7 +346,7 @@ async def test_adapter_is_loaded_through_the_tune_helpers_function(tiny, monkeyp
 
     fake.load_adapter = load_adapter
     fake.adapter_manifest = adapter_manifest
-    monkeypatch.setitem(sys.modules, "spectool.drafters._adapter", fake)
+    monkeypatch.setitem(sys.modules, "spectool.drafters.local._adapter", fake)
     drafter = LocalDrafter(tiny, LocalDrafterOptions(max_string_length=12), adapter="/tmp/some-adapter")
     assert seen == [(model, "/tmp/some-adapter"), ("manifest", "/tmp/some-adapter")]
     # it renders in the format the adapter was tuned on, not the newest one

@@ -4,7 +4,7 @@ import anyio
 
 from spectool import DraftRequest, ToolCall
 from spectool.drafters import CombinedDrafter, HistoryDrafter
-from spectool.drafters._flows import mine_flows
+from spectool.drafters.history._flows import mine_flows
 
 from .conftest import assistant_call as call
 from .conftest import fn_tool as fn

@@ -14,9 +14,9 @@ import pytest
 
 from spectool import DraftRequest, ToolCall, resolve_drafter
 from spectool.drafters import LearningDrafter, learning_drafter
-from spectool.drafters._patterns import mine
-from spectool.drafters._shapes import anchors, shape
-from spectool.drafters._values import RULES
+from spectool.drafters.history._patterns import mine
+from spectool.drafters.history._shapes import anchors, shape
+from spectool.drafters.history._values import RULES
 from spectool.errors import ConfigError
 
 
@@ -311,7 +311,7 @@ def test_a_read_record_the_user_wrote_ends_the_walk_and_its_control_walks_on(mon
     searched: a record matching the user's words is an event outcome (``!match``), so the plan
     tells "found it" from "read one more". Controls: a record that does not match, and the
     match outcome switched off, both predict another read."""
-    from spectool.drafters import _patterns
+    from spectool.drafters.history import _patterns
 
     tools = [*TOOLS, _tool("search", "origin", "destination")]
     train = [

@@ -17,7 +17,8 @@ import anyio
 import pytest
 
 from spectool import ConfigError, DraftRequest
-from spectool.drafters import LocalDrafter, LocalDrafterOptions, _runtime
+from spectool.drafters import LocalDrafter, LocalDrafterOptions
+from spectool.drafters.local import _runtime
 
 from .conftest import add_tool, weather_tool
 
@@ -182,7 +183,7 @@ def test_the_gguf_template_renders_as_transformers_renders_it():
     pytest.importorskip("transformers")
     from transformers import AutoTokenizer
 
-    from spectool.drafters._loading import LocalModel
+    from spectool.drafters.local._loading import LocalModel
     from spectool.embedded import _folder_for
 
     fast = _drafter("qwen2.5-coder-0.5b", prompt="native")

@@ -13,7 +13,7 @@ import pytest
 from spectool import ConfigError, DrafterError, DraftRequest, ToolCall
 from spectool.drafters import DEFAULT_LOCAL_MODEL, LocalDrafter, LocalDrafterOptions, calls_schema
 from spectool.drafters._common import tool_schemas
-from spectool.drafters._loading import _resolve_source, load_shared
+from spectool.drafters.local._loading import _resolve_source, load_shared
 from spectool.toolcall_text import parse_tool_calls, salvage_tool_calls
 from spectool_bench.drafters._prompt_eval import valid
 
@@ -66,7 +66,7 @@ def test_calls_schema_bounds_strings_and_arrays_and_pins_names():
 
 
 def test_xlam_default_falls_back_to_embedded_when_not_on_disk(tmp_path, monkeypatch):
-    from spectool.drafters import _loading
+    from spectool.drafters.local import _loading
 
     assert _resolve_source(None) is None and _resolve_source("embedded") is None
     assert _resolve_source(str(tmp_path)) == str(tmp_path)
@@ -179,7 +179,7 @@ async def test_cancellation_returns_at_once_and_stops_the_worker(smol):
 async def test_int8_drafter_quantizes_every_linear_layer_and_still_drafts_valid_calls():
     import torch
 
-    from spectool.drafters._quant import int8_available
+    from spectool.drafters.local._quant import int8_available
 
     if not int8_available():
         pytest.fail("torch on this CPU has no quantized engine: the default drafter dtype would be fp32")

@@ -12,7 +12,7 @@ import pytest
 
 from spectool import DraftRequest
 from spectool.drafters import LocalDrafter, LocalDrafterOptions
-from spectool.drafters._compact import narrowed, tool_scores
+from spectool.drafters.local._compact import narrowed, tool_scores
 from spectool.errors import ConfigError
 
 from .conftest import STRING, WILD_ROWS, fn_tool, tiny_llama_fixture

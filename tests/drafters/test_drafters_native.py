@@ -18,7 +18,7 @@ import pytest
 from spectool import ConfigError, DraftRequest
 from spectool.drafters import LocalDrafter, LocalDrafterOptions
 from spectool.drafters._common import tool_schemas
-from spectool.drafters._native import native_messages
+from spectool.drafters.local._native import native_messages
 from spectool_bench.drafters._prompt_eval import valid
 
 from .conftest import STRING, fn_tool, qwen_style_tokenizer, weather_tool
@@ -84,7 +84,7 @@ def test_several_native_calls_are_newline_separated_tags(tiny_qwen):
     pytest.importorskip("xgrammar")
     import xgrammar as xgr
 
-    from spectool.drafters._grammar import GrammarConstraint
+    from spectool.drafters.local._grammar import GrammarConstraint
 
     _, tok = tiny_qwen
     grammar = GrammarConstraint(tok, len(tok), max_string_length=None, max_calls=2)

@@ -73,8 +73,8 @@ def test_the_cache_goes_under_the_name_the_models_forward_declares():
 
 
 def test_tuning_and_loading_an_adapter_warn_nothing_of_peft(tmp_path):
-    from spectool.drafters._adapter import load_adapter
-    from spectool.drafters._tune import _lora, save_adapter
+    from spectool.drafters.local._adapter import load_adapter
+    from spectool.drafters.tune._tune import _lora, save_adapter
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

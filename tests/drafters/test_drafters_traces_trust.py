@@ -11,7 +11,7 @@ import weakref
 import pytest
 
 from spectool import ConfigError, load_traces
-from spectool.drafters._tune import encode_fitting, training_examples
+from spectool.drafters.tune._tune import encode_fitting, training_examples
 
 GOOD = {
     "v": 1,
@@ -119,7 +119,7 @@ def test_encoding_keeps_only_what_fits_and_lets_each_example_go() -> None:
     class Chars:  # one token per character of the prompt's user text; a stand-in tokenizer
         pass
 
-    import spectool.drafters._tune_data as tune_mod  # where encode_fitting finds encode_example
+    import spectool.drafters.tune._tune_data as tune_mod  # where encode_fitting finds encode_example
 
     def encode(tokenizer, ex):
         n = len(ex.request.messages[0]["content"])

@@ -9,7 +9,7 @@ import pytest
 from spectool import ConfigError, Speculator, ToolCall
 from spectool._traces import TRACE_VERSION, TraceExample, TraceRecorder, load_traces
 from spectool._types import DraftRequest
-from spectool.drafters._compact import (
+from spectool.drafters.local._compact import (
     COMPACT_FORMAT_VERSIONS,
     compact_messages,
     compact_prompt_ids,
@@ -139,7 +139,7 @@ def test_format_3_shows_described_defaults_and_format_2_renders_as_before() -> N
 
 def test_a_drafter_renders_in_the_format_its_adapter_was_tuned_on(tmp_path) -> None:
     from spectool.drafters import LocalDrafter
-    from spectool.drafters._adapter import shipped_adapter_path
+    from spectool.drafters.local._adapter import shipped_adapter_path
 
     shipped = LocalDrafter(model="embedded", adapter=shipped_adapter_path())
     assert shipped.compact_options["version"] in COMPACT_FORMAT_VERSIONS
@@ -162,7 +162,7 @@ def test_target_is_what_the_grammar_lets_the_drafter_write(smol_tokenizer) -> No
     pytest.importorskip("xgrammar")
     import xgrammar as xgr
 
-    from spectool.drafters._grammar import GrammarConstraint
+    from spectool.drafters.local._grammar import GrammarConstraint
 
     text = compact_target(CALLS, TOOLS)
     assert text == '[{"name": "add", "arguments": {"a": 2, "b": 3}}]'  # schema order, not call order
@@ -173,8 +173,8 @@ def test_target_is_what_the_grammar_lets_the_drafter_write(smol_tokenizer) -> No
 
 
 def test_training_and_drafting_render_the_same_prompt_and_mask_it(smol_tokenizer) -> None:
-    from spectool.drafters._loading import LocalModel
-    from spectool.drafters._tune import IGNORE, encode_example
+    from spectool.drafters.local._loading import LocalModel
+    from spectool.drafters.tune._tune import IGNORE, encode_example
     from spectool_bench.drafters._adapter_eval import CompactDrafter
 
     enc = encode_example(smol_tokenizer, TraceExample(REQUEST, CALLS))
@@ -256,8 +256,8 @@ def test_tuning_recipe_end_to_end_and_adapter_changes_outputs(tmp_path, smol_tok
     """A tiny random Llama with SmolLM2's tokenizer: the real recipe in seconds."""
     import torch
 
-    from spectool.drafters._adapter import adapter_manifest, load_adapter
-    from spectool.drafters._tune import save_adapter, tune
+    from spectool.drafters.local._adapter import adapter_manifest, load_adapter
+    from spectool.drafters.tune._tune import save_adapter, tune
 
     def tiny():
         return _tiny_llama(smol_tokenizer)
@@ -293,7 +293,7 @@ def test_tuning_recipe_end_to_end_and_adapter_changes_outputs(tmp_path, smol_tok
 
 
 def test_the_manifest_lists_the_content_digest_of_every_example_trained_on(tmp_path) -> None:
-    from spectool.drafters._tune import training_examples
+    from spectool.drafters.tune._tune import training_examples
 
     traces = tmp_path / "t.jsonl"
     examples = [
@@ -318,7 +318,7 @@ def test_loss_on_the_target_columns_equals_the_full_right_padded_loss(smol_token
     position count or a shifted label column changes it)."""
     import torch
 
-    from spectool.drafters._tune import IGNORE, _target_loss, encode_example
+    from spectool.drafters.tune._tune import IGNORE, _target_loss, encode_example
 
     model = _tiny_llama(smol_tokenizer)
     short = DraftRequest([{"role": "user", "content": "add 2 and 3"}], TOOLS)
@@ -343,7 +343,7 @@ def test_loss_on_the_target_columns_equals_the_full_right_padded_loss(smol_token
 def test_a_tokenizer_without_a_chat_template_gets_the_plain_one() -> None:
     """Gemma 3 270M ships as a base model with no chat template: the prompt falls back to
     ``Role:`` blocks after the BOS token, the answer left open."""
-    from spectool.drafters._compact import compact_prompt_text
+    from spectool.drafters.local._compact import compact_prompt_text
 
     class Plain:  # the one attribute pair compact_prompt_text reads from a template-less tokenizer
         chat_template = None
@@ -358,7 +358,7 @@ def test_a_tokenizer_without_a_chat_template_gets_the_plain_one() -> None:
 
 
 def test_shipped_adapter_has_its_manifest_and_documented_command() -> None:
-    from spectool.drafters._adapter import adapter_manifest, shipped_adapter_path
+    from spectool.drafters.local._adapter import adapter_manifest, shipped_adapter_path
 
     path = shipped_adapter_path()
     manifest = adapter_manifest(path)
@@ -376,7 +376,7 @@ def test_shipped_adapter_traces_share_no_content_with_any_test_task(tmp_path) ->
     import gzip
     import hashlib
 
-    from spectool.drafters._adapter import adapter_manifest, shipped_adapter_path
+    from spectool.drafters.local._adapter import adapter_manifest, shipped_adapter_path
     from spectool_bench.bfcl._splits import content_digest, in_split
     from spectool_bench.bfcl._tasks import ALL_CATEGORIES, load_tasks
     from spectool_bench.bfcl._twins import trace_twins
@@ -455,7 +455,7 @@ def test_a_tuned_drafter_drafts_without_importing_the_tuning_code(tmp_path, smol
     import subprocess
     import sys
 
-    from spectool.drafters._tune import save_adapter, tune
+    from spectool.drafters.tune._tune import save_adapter, tune
 
     base = tmp_path / "base"
     _tiny_llama(smol_tokenizer).save_pretrained(base)
@@ -474,10 +474,10 @@ def test_a_tuned_drafter_drafts_without_importing_the_tuning_code(tmp_path, smol
         "options = LocalDrafterOptions(max_new_tokens=24)\n"
         "d = LocalDrafter(sys.argv[1], options, adapter=sys.argv[2])\n"
         "calls = anyio.run(d.propose, DraftRequest([{'role': 'user', 'content': 'add 2'}], tools, 1))\n"
-        "tuning = ('drafters._tune', 'drafters._tune_data', 'drafters.tune')\n"
+        "tuning = ('drafters.tune', 'drafters.tune._tune', 'drafters.tune._tune_data')\n"
         "late = lambda: sorted(m for m in sys.modules if m.endswith(tuning) or m.split('.')[0] == 'trl')\n"
         "drafted = late()\n"
-        "import spectool.drafters._tune\n"  # the control: the check sees a tuning import when there is one
+        "import spectool.drafters.tune._tune\n"  # the control: the check sees a tuning import
         "print(json.dumps([len(d.last_texts), drafted, late()]))\n"
     )
     out = subprocess.run(
@@ -486,4 +486,8 @@ def test_a_tuned_drafter_drafts_without_importing_the_tuning_code(tmp_path, smol
     assert out.returncode == 0, out.stderr[-2000:]
     rows, drafted, control = json.loads(out.stdout.strip().splitlines()[-1])
     assert rows == 1 and drafted == []
-    assert control == ["spectool.drafters._tune", "spectool.drafters._tune_data"]
+    assert control == [
+        "spectool.drafters.tune",
+        "spectool.drafters.tune._tune",
+        "spectool.drafters.tune._tune_data",
+    ]

@@ -19,7 +19,7 @@ from spectool import DraftRequest, ToolCall
 from spectool._traces import TraceExample
 from spectool.drafters import LocalDrafter, LocalDrafterOptions
 from spectool.drafters._common import tool_schemas
-from spectool.drafters._compact import COMPACT_FORMAT_VERSION
+from spectool.drafters.local._compact import COMPACT_FORMAT_VERSION
 from spectool_bench.drafters._prompt_eval import valid
 
 from .conftest import TINY_TUNING, add_tool, tiny_qwen, weather_tool
@@ -39,9 +39,9 @@ def _tiny_qwen(tok):
 def test_tuning_recipe_end_to_end_on_the_qwen2_family(tmp_path, qwen_tokenizer) -> None:
     import torch
 
-    from spectool.drafters._adapter import load_adapter
-    from spectool.drafters._compact import compact_prompt_ids
-    from spectool.drafters._tune import save_adapter, tune
+    from spectool.drafters.local._adapter import load_adapter
+    from spectool.drafters.local._compact import compact_prompt_ids
+    from spectool.drafters.tune._tune import save_adapter, tune
 
     tok = qwen_tokenizer
     examples = [

@@ -51,7 +51,7 @@ STDLIB = set(sys.stdlib_module_names)
 ALLOWED = {
     ("spectool._model_cli", "matplotlib"): "bench",  # `spectool model figure`; else a missing-extra error
     # LocalDrafterOptions(runtime="llama.cpp"): opt-in, built from its sdist by the set-up
-    ("spectool.drafters._llamacpp", "llama-cpp-python"): "llamacpp",
+    ("spectool.drafters.local._llamacpp", "llama-cpp-python"): "llamacpp",
 }
 # import name -> distribution for what may not be installed here (an opt-in extra): without it
 # an uninstalled package would be known only by its import name

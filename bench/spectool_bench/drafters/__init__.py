@@ -1,2 +1,2 @@
-"""`spectool drafters`: drafters evaluated offline on BFCL ground truth (accuracy, speed, the tuned
-adapter, the prompt check), and the `tune` subcommand."""
+"""`spectool drafters eval`: drafters evaluated offline on BFCL ground truth (accuracy, speed, the
+tuned adapter, the prompt check); `spectool drafters tune` is the core's (`spectool.drafters.tune`)."""

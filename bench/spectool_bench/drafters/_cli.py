@@ -1,4 +1,4 @@
-"""``spectool drafters``: evaluate drafters offline on BFCL or τ² ground truth, or tune one.
+"""``spectool drafters eval``: evaluate drafters offline on BFCL or τ² ground truth.
 
     spectool drafters eval --categories simple_python,multi_turn_base --split test \\
         --drafters history --samples 1,3 --limit 40 --out drafter-eval
@@ -6,17 +6,17 @@
         --drafters history,mined,tuned --samples 1,3
     spectool drafters eval --categories multiple --drafters \\
         local:qwen2.5-coder-0.5b,prompt=native,diversity=beam,min_confidence=0.3
-    spectool drafters tune --traces train.jsonl --out adapter/
 
 ``eval`` prints a table and writes ``results.json`` (one row per drafter × category × split × λ;
 a row names its drafter by the whole spec, see :mod:`._specs`)
-and ``drafter_eval.png`` into ``--out``. ``tune`` is :mod:`spectool.drafters.tune`.
+and ``drafter_eval.png`` into ``--out``. The core's ``spectool drafters`` command finds this
+subcommand through the ``spectool.drafters.commands`` entry-point group (bench/pyproject.toml);
+``spectool drafters tune`` is the core's own (:mod:`spectool.drafters.tune`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import time
 from collections.abc import Callable
@@ -26,8 +26,6 @@ from typing import Any
 from spectool.errors import ConfigError
 
 from ._specs import DRAFTERS, factories
-
-TUNE_MODULE = "spectool.drafters.tune"
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -41,9 +39,7 @@ def _ints(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="drafters_command", metavar="{eval,tune}")
-    ev = sub.add_parser("eval", help="offline α, ceiling, g and waste of drafters on BFCL ground truth")
+def add_arguments(ev: argparse.ArgumentParser) -> None:
     ev.add_argument(
         "--categories",
         type=_words,
@@ -99,16 +95,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ev.add_argument("--threads", type=int, help="torch CPU threads for model drafters")
     ev.add_argument("--no-progress", action="store_true")
     ev.add_argument("--no-plot", action="store_true")
-    help_ = "LoRA-tune the local drafter on traces (spectool.drafters.tune)"
-    try:
-        module = importlib.import_module(TUNE_MODULE)
-    except ImportError:
-        # No options to parse: take everything, so `run` can say what is missing.
-        tune = sub.add_parser("tune", help=help_, prefix_chars="+")
-        tune.set_defaults(_tune_missing=True)
-        tune.add_argument("rest", nargs="*")
-    else:
-        module.add_arguments(sub.add_parser("tune", help=help_))
 
 
 def _check_drafters(
@@ -145,7 +131,7 @@ def _categories(
     return names
 
 
-def run_eval(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     import anyio
 
     from ._eval import check_samples, run_grid
@@ -193,15 +179,3 @@ def run_eval(args: argparse.Namespace) -> int:
     if not args.no_plot:
         print(f"wrote {write_drafter_plot(rows, args.out)}")
     return 0
-
-
-def run(args: argparse.Namespace) -> int:
-    command = getattr(args, "drafters_command", None)
-    if command == "eval":
-        return run_eval(args)
-    if command == "tune":
-        if getattr(args, "_tune_missing", False):
-            raise ConfigError(f"`spectool drafters tune` needs {TUNE_MODULE}, which this installation lacks")
-        return int(importlib.import_module(TUNE_MODULE).run(args) or 0)
-    print("usage: spectool drafters {eval,tune} …  (spectool drafters eval --help)")
-    return 2

@@ -26,9 +26,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._types import DraftRequest, ToolCall
-from ..errors import ConfigError
-from ._common import assistant_calls, message_text, tool_schemas
+from ..._types import DraftRequest, ToolCall
+from ...errors import ConfigError
+from .._common import assistant_calls, message_text, tool_schemas
 
 __all__ = [
     "COMPACT_FORMAT_VERSION",

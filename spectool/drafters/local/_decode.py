@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..hf_compat import cache_keyword
+from ...hf_compat import cache_keyword
 from ._row_limits import StringGuard, repeats_a_call
 
 __all__ = ["DecodeInputs", "DecodeStats", "PrefixCache", "decode_rows"]

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from .._types import DraftRequest, ToolCall
-from ..errors import ConfigError, DrafterError
-from ..toolcall_text import salvage_tool_calls
-from ._common import call_key, tool_schemas, with_known_tools
+from ..._types import DraftRequest, ToolCall
+from ...errors import ConfigError, DrafterError
+from ...toolcall_text import salvage_tool_calls
+from .._common import call_key, tool_schemas, with_known_tools
 from ._copy import CopyBias, source_text, token_table
 from ._decode import DecodeInputs, DecodeStats, decode_rows
 from ._loading import (
@@ -48,7 +48,7 @@ from ._options import LocalDrafterOptions, from_keywords
 from ._runtime import choose_runtime
 
 if TYPE_CHECKING:
-    from ._learning import LearningDrafter
+    from ..history._learning import LearningDrafter
     from ._llamacpp import LlamaModel
 
 __all__ = ["DEFAULT_LOCAL_MODEL", "LocalDrafter", "LocalModel"]
@@ -92,7 +92,7 @@ class LocalDrafter:
         if values is not None and not callable(getattr(values, "learn", None)):
             raise ConfigError(f"values must be a LearningDrafter, not {type(values).__name__}")
         if values is None and self.options.choose_values:
-            from ._learning import LearningDrafter
+            from ..history._learning import LearningDrafter
 
             values = LearningDrafter()
         #: where ``choose_values`` reads the copied parameters from (None: the option is off)
@@ -169,7 +169,7 @@ class LocalDrafter:
         read while another draft updates them."""
         if self.values is None:
             return {}
-        from ._choices import value_choices
+        from ..history._choices import value_choices
 
         tools = {t["function"]["name"]: t["function"] for t in self.draft_tools(request) if "function" in t}
         try:

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .._quiet import quiet_peft_wrap
-from ..errors import ConfigError
+from ..._quiet import quiet_peft_wrap
+from ...errors import ConfigError
 
 __all__ = ["SHIPPED_ADAPTER", "adapter_manifest", "load_adapter", "shipped_adapter_path"]
 
@@ -23,7 +23,7 @@ SHIPPED_ADAPTER = "adapter-smollm2-bfcl"
 
 def shipped_adapter_path() -> Path:
     """The adapter shipped with spectool: SmolLM2-135M tuned on the BFCL train split."""
-    path = Path(__file__).parent / "data" / SHIPPED_ADAPTER
+    path = Path(__file__).parents[1] / "data" / SHIPPED_ADAPTER
     if not (path / "adapter_config.json").is_file():
         raise ConfigError(f"the shipped drafter adapter is missing from {path} (a broken install?)")
     return path

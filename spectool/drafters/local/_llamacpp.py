@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, DrafterError
+from ...errors import ConfigError, DrafterError
 from ._grammar import calls_schema
 from ._native import CALL_CLOSE, CALL_OPEN
 from ._runtime import require_llama_cpp
@@ -37,18 +37,18 @@ N_CTX = 8192
 def gguf_source(model: Any) -> Path | None:
     """The GGUF a drafter's ``model`` names (embedded, a named model, a ``.gguf`` path), or
     None when it names something llama.cpp cannot load (an HF folder or id, a loaded pair)."""
-    from ..embedded import NAMED_MODELS
+    from ...embedded import NAMED_MODELS
     from ._loading import _resolve_source
 
     if isinstance(model, tuple):
         return None
     source = _resolve_source(model)
     if source is None:
-        from ..embedded import embedded_gguf
+        from ...embedded import embedded_gguf
 
         return embedded_gguf()
     if source in NAMED_MODELS:
-        from ..embedded import named_gguf
+        from ...embedded import named_gguf
 
         return named_gguf(source)
     return Path(source) if source.endswith(".gguf") else None

@@ -1,6 +1,6 @@
 """``spectool drafters tune``: LoRA-tune the local drafter on drafting traces.
 
-The command around :func:`spectool.drafters._tune.tune`: it streams the chosen examples of a
+The command around :func:`spectool.drafters.tune._tune.tune`: it streams the chosen examples of a
 trace file, loads the base model, tunes and writes the adapter with its ``manifest.json`` (base
 model, data, split, command, options, loss curve and time). torch/transformers/peft load on use.
 
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._compact import COMPACT_FORMAT_VERSION
+from ..local._compact import COMPACT_FORMAT_VERSION
 from ._tune import save_adapter, tune
 from ._tune_data import training_examples
 
@@ -68,7 +68,7 @@ def resolve_precision(precision: str) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..embedded import load_causal_lm
+    from ...embedded import load_causal_lm
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -142,7 +142,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spectool drafters tune", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._common import assistant_calls, message_text
+from .._common import assistant_calls, message_text
 
 __all__ = ["Flows", "Source", "mine_flows", "output_fields", "value_tag"]
 

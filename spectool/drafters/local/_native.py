@@ -15,9 +15,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._types import DraftRequest
-from ..errors import ConfigError
-from ._common import UNPARSED, function_calls, message_text
+from ..._types import DraftRequest
+from ...errors import ConfigError
+from .._common import UNPARSED, function_calls, message_text
 
 __all__ = ["CALL_CLOSE", "CALL_OPEN", "native_grammar", "native_messages", "native_prompt_ids"]
 

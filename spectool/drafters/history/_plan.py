@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._common import assistant_calls, message_text
+from .._common import assistant_calls, message_text
 from ._patterns import CONTEXT, USER, Patterns, event, outcome
 
 __all__ = ["events_of", "own_plan", "plan_scores"]

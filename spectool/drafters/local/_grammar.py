@@ -22,8 +22,8 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import ConfigError, DrafterError
-from ._common import tool_schemas
+from ...errors import ConfigError, DrafterError
+from .._common import tool_schemas
 
 __all__ = ["GrammarConstraint", "calls_schema", "with_choices"]
 

@@ -18,9 +18,9 @@ from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .._types import DraftRequest, ToolCall
-from ..errors import ConfigError
-from ._common import assistant_calls, message_text, tool_schemas
+from ..._types import DraftRequest, ToolCall
+from ...errors import ConfigError
+from .._common import assistant_calls, message_text, tool_schemas
 from ._evidence import Evidence, collect_evidence
 from ._flows import Flows, mine_flows
 
@@ -41,7 +41,7 @@ class HistoryDrafter:
     ``order``: n of the n-grams (≥ 1). ``remember``: learn each session's call sequence (keyed
     by its first user message) so later sessions benefit. ``corpus``: known name sequences.
     ``variants``: alternative argument fillings per tool when λ allows. ``flows``: data flow
-    mined from earlier sessions (:func:`~spectool.drafters._flows.mine_flows`; see
+    mined from earlier sessions (:func:`~spectool.drafters.history._flows.mine_flows`; see
     :meth:`from_traces`). ``fan_out``: at the start of a turn, up to this many parallel calls of
     the top tool, each taking the user's next unused literals ("for 10, 20 and 30 years"); they
     form the first sample together.

@@ -15,7 +15,7 @@ import importlib.util
 import os
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 if TYPE_CHECKING:
     from ._options import LocalDrafterOptions
@@ -54,7 +54,7 @@ def require_llama_cpp() -> None:
 def _base_name(model: Any) -> str | None:
     """The GGUF base ``model`` names, without fetching it: "embedded", a named model, a
     ``.gguf`` path; None for an HF folder or id, or a loaded (model, tokenizer) pair."""
-    from ..embedded import NAMED_MODELS
+    from ...embedded import NAMED_MODELS
     from ._loading import DEFAULT_LOCAL_MODEL, _hub_cached
 
     if isinstance(model, tuple):

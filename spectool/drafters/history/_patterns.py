@@ -24,7 +24,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._common import assistant_calls, message_text
+from .._common import assistant_calls, message_text
 from ._flows import Source, output_fields, value_tag
 from ._records import MAX_RECORDS, records_of
 from ._shapes import anchors, shape

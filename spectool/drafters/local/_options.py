@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 from ._quant import DTYPES
 
 __all__ = ["TUNED_LIMITS", "UNTUNED_LIMITS", "LocalDrafterOptions", "from_keywords"]

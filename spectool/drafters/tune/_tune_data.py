@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._traces import TraceExample, iter_traces
-from ._compact import compact_prompt_ids, compact_target
+from ..._traces import TraceExample, iter_traces
+from ..local._compact import compact_prompt_ids, compact_target
 
 __all__ = [
     "IGNORE",

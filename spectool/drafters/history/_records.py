@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ._common import assistant_calls, message_text
+from .._common import assistant_calls, message_text
 from ._flows import value_tag
 
 __all__ = ["MAX_RECORDS", "records_of", "record_fillings"]

@@ -31,9 +31,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._types import DraftRequest, ToolCall
-from ..errors import ConfigError
-from ._common import assistant_calls, message_text, tool_schemas
+from ..._types import DraftRequest, ToolCall
+from ...errors import ConfigError
+from .._common import assistant_calls, message_text, tool_schemas
 from ._evidence import Evidence, collect_evidence
 from ._flows import value_tag
 from ._history import _fan_out, _latest_user_text, _session_key, _tag, _trailing_run, _words, fill_arguments

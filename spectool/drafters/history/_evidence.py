@@ -17,8 +17,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..keys import json_type
-from ._common import assistant_calls, message_text
+from ...keys import json_type
+from .._common import assistant_calls, message_text
 
 __all__ = ["Candidate", "Evidence", "collect_evidence"]
 

@@ -18,9 +18,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .._quiet import quiet_peft_wrap
-from .._traces import TraceExample
-from ..errors import ConfigError
+from ..._quiet import quiet_peft_wrap
+from ..._traces import TraceExample
+from ...errors import ConfigError
 from ._tune_data import IGNORE, Encoded, encode_example, encode_fitting, select_examples, training_examples
 
 __all__ = [

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 from ._decode import PrefixCache
 
 __all__ = [
@@ -103,7 +103,7 @@ def load_shared(
     key = (source or "embedded", dtype, os.fspath(adapter) if adapter is not None else "")
     with _LOAD_LOCK:
         if key not in _LOADED:
-            from ..embedded import load_causal_lm
+            from ...embedded import load_causal_lm
 
             try:
                 m, tok = load_causal_lm(source, dtype="float32" if dtype == "int8" else dtype)
