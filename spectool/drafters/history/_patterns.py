@@ -20,13 +20,13 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._common import assistant_calls, message_text
 from ._flows import Source, output_fields, value_tag
-from ._records import MAX_RECORDS, records_of
+from ._records import MAX_RECORDS, objects_of, records_of
 from ._shapes import anchors, shape
 
 __all__ = ["CONTEXT", "Patterns", "event", "mentioned_records", "mine", "outcome"]
@@ -164,31 +164,15 @@ def _key(x: Any) -> Any:
 def mentioned_records(content: Any, user_text: str) -> set[str]:
     """Value tags of the scalar fields of every record (JSON object) in a tool output that
     has a plain-words field the user wrote (``"name": "Mechanical Keyboard"``)."""
-    try:
-        value = json.loads(message_text(content))
-    except (json.JSONDecodeError, TypeError):
-        return set()
     low = user_text.lower()
     out: set[str] = set()
-    for record in _records(value, 4):
+    for record in objects_of(content):
         named = [
             v for v in record.values() if isinstance(v, str) and _PLAIN.fullmatch(v) and v.lower() in low
         ]
         if any(re.search(rf"\b{re.escape(v.lower())}\b", low) for v in named):
             out.update(value_tag(v) for v in record.values() if not isinstance(v, (Mapping, list)))
     return out
-
-
-def _records(value: Any, depth: int) -> Iterator[Mapping[str, Any]]:
-    if depth < 0:
-        return
-    if isinstance(value, Mapping):
-        yield value
-        for v in value.values():
-            yield from _records(v, depth - 1)
-    elif isinstance(value, list):
-        for v in value[:50]:
-            yield from _records(v, depth - 1)
 
 
 def mine(messages: Sequence[Mapping[str, Any]]) -> Patterns:

@@ -17,20 +17,26 @@ from typing import Any
 from .._common import assistant_calls, message_text
 from ._flows import value_tag
 
-__all__ = ["MAX_RECORDS", "records_of", "record_fillings"]
+__all__ = ["MAX_RECORDS", "objects_of", "records_of", "record_fillings"]
 
 #: records read per output at most
 MAX_RECORDS = 200
 
 
-def records_of(content: Any) -> list[dict[str, Any]]:
-    """The JSON objects of a tool output (nested ones too), scalar fields only, in order."""
+def objects_of(content: Any) -> Iterator[Mapping[str, Any]]:
+    """The JSON objects of a tool output, nested ones too (4 levels deep, the first 50 items of
+    a list), in order; none where the output is not JSON."""
     try:
         value = json.loads(message_text(content))
     except (json.JSONDecodeError, TypeError):
-        return []
+        return iter(())
+    return _walk(value, 4)
+
+
+def records_of(content: Any) -> list[dict[str, Any]]:
+    """The JSON objects of a tool output (nested ones too), scalar fields only, in order."""
     out: list[dict[str, Any]] = []
-    for record in _walk(value, 4):
+    for record in objects_of(content):
         scalars = {str(k): v for k, v in record.items() if not isinstance(v, (Mapping, list))}
         if len(scalars) >= 2:
             out.append(scalars)
