@@ -115,15 +115,8 @@ class HistoryDrafter:
                 ][: self.variants]
             )
         ]
-        parallel = (
-            _fan_out(ranked[0], tools[ranked[0]]["parameters"], evidence, self.fan_out)
-            if turn_start and ranked and self.fan_out
-            else []
-        )
-        limit = max(1, int(request.samples)) + len(parallel)
-        out: list[ToolCall] = []
-        if per_tool and parallel and per_tool[0][0].name == ranked[0]:
-            out = [per_tool[0][0], *parallel]
+        fan_out = self.fan_out if turn_start else 0
+        out, limit = open_with_fan_out(per_tool, ranked, tools, evidence, fan_out, request.samples)
         for round_ in range(self.variants):  # best filling of every tool first, then alternatives
             for fills in per_tool:
                 if round_ < len(fills) and len(out) < limit and fills[round_] not in out:
@@ -197,6 +190,26 @@ def _fan_out(name: str, params: Mapping[str, Any], evidence: Evidence, most: int
         seen.append(fills[0])
         out.append(fills[0])
     return out
+
+
+def open_with_fan_out(
+    per_tool: Sequence[Sequence[ToolCall]],
+    ranked: Sequence[str],
+    tools: Mapping[str, Any],
+    evidence: Evidence,
+    fan_out: int,
+    samples: int,
+) -> tuple[list[ToolCall], int]:
+    """The drafts to open with and how many to make in all: with ``fan_out`` (a turn's start),
+    the top tool's best filling (``per_tool[0][0]``) and up to ``fan_out`` further calls of it
+    (:func:`_fan_out`), made beside λ; else none, λ in all."""
+    parallel: list[ToolCall] = []
+    if ranked and fan_out:
+        parallel = _fan_out(ranked[0], tools[ranked[0]]["parameters"], evidence, fan_out)
+    limit = max(1, int(samples)) + len(parallel)
+    if per_tool and parallel and per_tool[0][0].name == ranked[0]:
+        return [per_tool[0][0], *parallel], limit
+    return [], limit
 
 
 def _fillings(

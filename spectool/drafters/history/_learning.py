@@ -36,7 +36,15 @@ from ...errors import ConfigError
 from .._common import assistant_calls, message_text, tool_schemas
 from ._evidence import Evidence, collect_evidence
 from ._flows import value_tag
-from ._history import _fan_out, _latest_user_text, _session_key, _tag, _trailing_run, _words, fill_arguments
+from ._history import (
+    _latest_user_text,
+    _session_key,
+    _tag,
+    _trailing_run,
+    _words,
+    fill_arguments,
+    open_with_fan_out,
+)
 from ._patterns import Patterns, mentioned_records, mine
 from ._plan import events_of, own_plan, plan_scores
 from ._records import record_fillings
@@ -194,15 +202,8 @@ class LearningDrafter:
             fills = [f for i, f in enumerate(fills) if f not in fills[:i]]
             if fills:
                 per_tool.append(fills[: self.variants])
-        parallel = (
-            _fan_out(ranked[0], tools[ranked[0]]["parameters"], evidence, self.fan_out)
-            if turn_start and ranked and self.fan_out
-            else []
-        )
-        limit = max(1, int(request.samples)) + len(parallel)
-        out: list[ToolCall] = []
-        if per_tool and parallel and per_tool[0][0].name == ranked[0]:
-            out = [per_tool[0][0], *parallel]
+        fan_out = self.fan_out if turn_start else 0
+        out, limit = open_with_fan_out(per_tool, ranked, tools, evidence, fan_out, request.samples)
         # the top tool's best fillings first (λ > 1: its next-best distinct values), then the
         # other tools' best, then their alternatives
         order = [(0, r) for r in range(len(per_tool[0]))] if per_tool else []
