@@ -24,12 +24,13 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._types import ToolCall
 from .._common import assistant_calls, message_text
 from ._flows import Source, output_fields, value_tag
 from ._records import MAX_RECORDS, objects_of, records_of
 from ._shapes import anchors, shape
 
-__all__ = ["CONTEXT", "Patterns", "event", "mentioned_records", "mine", "outcome"]
+__all__ = ["CONTEXT", "EventLog", "Patterns", "event", "mentioned_records", "mine", "outcome"]
 
 #: longest event context the plan counts (back-off goes down to none)
 CONTEXT = 4
@@ -175,51 +176,76 @@ def mentioned_records(content: Any, user_text: str) -> set[str]:
     return out
 
 
+class EventLog:
+    """A conversation's events as its messages are read (:func:`event`): user turns, calls,
+    and each call's outcome once its output comes, with what :func:`outcome` reads (the
+    user's words, the argument values called so far)."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.user_text = ""
+        self.used: set[str] = set()
+        self._pending: dict[str, tuple[int, str]] = {}  # tool_call_id -> (its event's index, tool)
+
+    def read(self, message: Mapping[str, Any]) -> str:
+        """One message's events; returns the tool a tool output is of ("" for other messages)."""
+        role = message.get("role")
+        if role == "user":
+            self.user_text += "\n" + message_text(message.get("content"))
+            self.events.append(USER)
+        elif role == "assistant":
+            for call in assistant_calls(message):
+                self.call(call)
+        elif role == "tool":
+            return self.output(message)
+        return ""
+
+    def call(self, call: ToolCall) -> None:
+        self._pending[str(call.id)] = (len(self.events), call.name)
+        self.events.append(call.name)
+        self.used.update(str(v) for v in call.arguments.values())
+
+    def output(self, message: Mapping[str, Any]) -> str:
+        """Its call's event gets the output's outcome; returns the tool ("": no such call)."""
+        i, tool = self._pending.get(str(message.get("tool_call_id")), (-1, ""))
+        if i < 0:
+            return ""
+        self.events[i] = event(tool, outcome(message.get("content"), self.user_text, self.used))
+        return tool
+
+
 def mine(messages: Sequence[Mapping[str, Any]]) -> Patterns:
     """The patterns of one conversation (see the module doc)."""
     p = Patterns(sessions=1)
-    events: list[str] = []
+    log = EventLog()
     seen: dict[str, set[Source]] = {}  # value tag -> sources so far
     linked: set[str] = set()  # value tags of records the user named
-    user_text = ""
-    pending: dict[str, str] = {}  # tool_call_id -> tool name
     calls = 0
-    used: set[str] = set()  # argument values so far (a record's match must be news)
     records: list[set[str]] = []  # value tags of each output record read so far
     for m in messages:
-        role = m.get("role")
-        if role == "user":
-            user_text += "\n" + message_text(m.get("content"))
-            events.append(USER)
-        elif role == "assistant":
-            for call in assistant_calls(m):
-                calls += 1
-                if calls > MAX_CALLS:
-                    return p
-                for k in range(min(CONTEXT, len(events)) + 1):
-                    p.plan.setdefault(tuple(events[len(events) - k :]), Counter())[call.name] += 1
-                _observe(p, call.name, call.arguments, seen, linked, user_text)
-                if len(call.arguments) >= 2:
-                    tags = {value_tag(v) for v in call.arguments.values()}
-                    p.records.setdefault((call.name, ""), Counter())[any(tags <= r for r in records)] += 1
-                for arg, v in call.arguments.items():
-                    seen.setdefault(value_tag(v), set()).add(("arg", call.name, str(arg)))
-                    used.add(str(v))
-                pending[str(call.id)] = call.name
-                events.append(event(call.name, ""))  # outcome filled in by its output
-        elif role == "tool":
-            tool = pending.get(str(m.get("tool_call_id")), "")
-            content = m.get("content")
-            result = outcome(content, user_text, used)
-            for i in range(len(events) - 1, -1, -1):
-                if events[i] == tool:
-                    events[i] = event(tool, result)
-                    break
-            for field_name, v in output_fields(content):
-                seen.setdefault(value_tag(v), set()).add(("out", tool, field_name))
-            linked |= mentioned_records(content, user_text)
-            records.extend({value_tag(v) for v in r.values()} for r in records_of(content))
-            del records[:-MAX_RECORDS]
+        if m.get("role") != "assistant":  # a user turn, or a call's output (its outcome)
+            tool, content = log.read(m), m.get("content")
+            if m.get("role") == "tool":
+                for field_name, v in output_fields(content):
+                    seen.setdefault(value_tag(v), set()).add(("out", tool, field_name))
+                linked |= mentioned_records(content, log.user_text)
+                records.extend({value_tag(v) for v in r.values()} for r in records_of(content))
+                del records[:-MAX_RECORDS]
+            continue
+        for call in assistant_calls(m):
+            calls += 1
+            if calls > MAX_CALLS:
+                return p
+            events = log.events
+            for k in range(min(CONTEXT, len(events)) + 1):
+                p.plan.setdefault(tuple(events[len(events) - k :]), Counter())[call.name] += 1
+            _observe(p, call.name, call.arguments, seen, linked, log.user_text)
+            if len(call.arguments) >= 2:
+                tags = {value_tag(v) for v in call.arguments.values()}
+                p.records.setdefault((call.name, ""), Counter())[any(tags <= r for r in records)] += 1
+            for arg, v in call.arguments.items():
+                seen.setdefault(value_tag(v), set()).add(("arg", call.name, str(arg)))
+            log.call(call)  # its outcome comes with its output
     return p
 
 

@@ -16,32 +16,17 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._common import assistant_calls, message_text
-from ._patterns import CONTEXT, USER, Patterns, event, outcome
+from ._patterns import CONTEXT, USER, EventLog, Patterns
 
 __all__ = ["events_of", "own_plan", "plan_scores"]
 
 
 def events_of(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     """The conversation's events so far, oldest first (as :func:`._patterns.mine` counts them)."""
-    events: list[str] = []
-    pending: dict[str, int] = {}  # tool_call_id -> index of its event
-    user_text, used = "", set[str]()
+    log = EventLog()
     for m in messages:
-        role = m.get("role")
-        if role == "user":
-            user_text += "\n" + message_text(m.get("content"))
-            events.append(USER)
-        elif role == "assistant":
-            for call in assistant_calls(m):
-                pending[str(call.id)] = len(events)
-                events.append(call.name)
-                used.update(str(v) for v in call.arguments.values())
-        elif role == "tool":
-            i = pending.get(str(m.get("tool_call_id")))
-            if i is not None:
-                events[i] = event(events[i], outcome(m.get("content"), user_text, used))
-    return events
+        log.read(m)
+    return log.events
 
 
 def own_plan(events: Sequence[str], context: int = CONTEXT) -> dict[tuple[str, ...], Counter[str]]:
