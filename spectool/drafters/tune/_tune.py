@@ -21,7 +21,7 @@ from typing import Any
 from ..._quiet import quiet_peft_wrap
 from ..._traces import TraceExample
 from ...errors import ConfigError
-from ._tune_data import IGNORE, Encoded, encode_example, encode_fitting, select_examples, training_examples
+from ._tune_data import IGNORE, Encoded, encode_example, encode_fitting, training_examples
 
 __all__ = [
     "IGNORE",
@@ -29,7 +29,6 @@ __all__ = [
     "encode_example",
     "encode_fitting",
     "save_adapter",
-    "select_examples",
     "training_examples",
     "tune",
 ]

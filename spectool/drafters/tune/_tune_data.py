@@ -24,7 +24,6 @@ __all__ = [
     "Encoded",
     "encode_example",
     "encode_fitting",
-    "select_examples",
     "select_indices",
     "training_examples",
 ]
@@ -56,20 +55,6 @@ def encode_example(tokenizer: Any, example: TraceExample) -> Encoded:
     return Encoded(prompt + target, [IGNORE] * len(prompt) + target)
 
 
-def select_examples(
-    examples: Sequence[TraceExample],
-    *,
-    max_examples: int | None = None,
-    max_per_category: int | None = None,
-    seed: int = 0,
-) -> list[TraceExample]:
-    """A seeded, shuffled subset: at most ``max_per_category`` per ``meta.category``, then
-    ``max_examples`` in all (categories interleaved by the shuffle)."""
-    cats = [str(ex.meta.get("category", "")) for ex in examples]
-    chosen = select_indices(cats, max_examples=max_examples, max_per_category=max_per_category, seed=seed)
-    return [examples[i] for i in chosen]
-
-
 def select_indices(
     categories: Sequence[str],
     *,
@@ -77,8 +62,9 @@ def select_indices(
     max_per_category: int | None = None,
     seed: int = 0,
 ) -> list[int]:
-    """:func:`select_examples` on positions: which examples (by their ``meta.category``) a
-    seeded shuffle keeps, so a trace file can be chosen from without holding its examples."""
+    """Which examples (by their ``meta.category``) a seeded shuffle keeps: at most
+    ``max_per_category`` per category, then ``max_examples`` in all (categories interleaved by
+    the shuffle). Positions, so a trace file can be chosen from without holding its examples."""
     rng = random.Random(seed)
     pool = list(range(len(categories)))
     rng.shuffle(pool)
