@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from spectool.drafters.tune._tune import TuneOptions
 from tests.tree_fixtures import TINY_SHAPE, tiny_llama_for
 
 STRING: dict[str, Any] = {"type": "string"}
@@ -25,7 +26,7 @@ TEMPLATE = Path(__file__).with_name("qwen2_5_chat_template.jinja")
 #: λ rows that wander: every row sampled hot, so a random model's drafts cover many tool names.
 WILD_ROWS: dict[str, Any] = {"diversity": "sample", "temperature": 1.5, "top_p": 1.0, "greedy_first": False}
 #: LoRA tuning a tiny model in seconds: two epochs of 2-example batches at a high rate.
-TINY_TUNING: dict[str, Any] = {"epochs": 2, "rank": 4, "lr": 5e-2, "batch_size": 2, "log_every": 1}
+TINY_TUNING = TuneOptions(epochs=2, rank=4, lr=5e-2, batch_size=2, log_every=1)
 
 
 def fn_tool(

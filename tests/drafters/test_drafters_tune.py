@@ -271,8 +271,8 @@ def test_tuning_recipe_end_to_end_and_adapter_changes_outputs(tmp_path, smol_tok
         tiny(),
         smol_tokenizer,
         examples,
+        TINY_TUNING,
         out=open(tmp_path / "log", "w"),
-        **TINY_TUNING,
     )
     assert report["steps"] == 4 and report["examples"] == 3 and len(report["loss_curve"]) == 4
     assert all(torch.isfinite(torch.tensor(p["loss"])) for p in report["loss_curve"])
@@ -462,7 +462,7 @@ def test_a_tuned_drafter_drafts_without_importing_the_tuning_code(tmp_path, smol
     smol_tokenizer.save_pretrained(base)
     examples = [TraceExample(REQUEST, CALLS)]
     peft_model, _ = tune(
-        _tiny_llama(smol_tokenizer), smol_tokenizer, examples, out=open(tmp_path / "log", "w"), **TINY_TUNING
+        _tiny_llama(smol_tokenizer), smol_tokenizer, examples, TINY_TUNING, out=open(tmp_path / "log", "w")
     )
     adapter = save_adapter(peft_model, tmp_path / "adapter", {"data": "1 example"})
     code = (
@@ -491,3 +491,27 @@ def test_a_tuned_drafter_drafts_without_importing_the_tuning_code(tmp_path, smol
         "spectool.drafters.tune._tune",
         "spectool.drafters.tune._tune_data",
     ]
+
+
+def test_the_tune_command_trains_with_its_flags_and_writes_them_down(tmp_path, smol_tokenizer) -> None:
+    """`spectool drafters tune` end to end on a tiny saved base: the flags reach the training
+    (steps = epochs × batches) and the manifest, the training defaults are TuneOptions'."""
+    from spectool.drafters.local._adapter import adapter_manifest
+    from spectool.drafters.tune import main
+    from spectool.drafters.tune._tune import TuneOptions
+
+    base = tmp_path / "base"
+    _tiny_llama(smol_tokenizer).save_pretrained(base)
+    smol_tokenizer.save_pretrained(base)
+    rec = TraceRecorder(tmp_path / "t.jsonl", mode="w")
+    for a in range(4):
+        rec.record(REQUEST, [ToolCall("add", {"a": a, "b": 3})], category="c")
+    out = tmp_path / "adapter"
+    flags = ["--traces", str(tmp_path / "t.jsonl"), "--out", str(out), "--model", str(base)]
+    flags += ["--epochs", "2", "--rank", "4", "--lr", "5e-2", "--batch-size", "2", "--precision", "fp32"]
+    assert main(flags) == 0
+    manifest = adapter_manifest(out)
+    assert manifest["steps"] == 4 and manifest["examples"] == 4  # 2 epochs of 2 batches of 2
+    options = manifest["options"]
+    assert (options["epochs"], options["rank"], options["batch_size"]) == (2.0, 4, 2)
+    assert (options["max_tokens"], options["seed"]) == (TuneOptions.max_tokens, TuneOptions.seed) == (768, 0)

@@ -55,8 +55,8 @@ def test_tuning_recipe_end_to_end_on_the_qwen2_family(tmp_path, qwen_tokenizer) 
         model,
         tok,
         examples,
+        TINY_TUNING,
         out=open(tmp_path / "log", "w"),
-        **TINY_TUNING,
     )
     assert report["steps"] == 4 and report["examples"] == 3
     assert all(torch.isfinite(torch.tensor(p["loss"])) for p in report["loss_curve"])

@@ -10,6 +10,7 @@ model, data, split, command, options, loss curve and time). torch/transformers/p
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import shlex
 import shutil
@@ -19,23 +20,24 @@ from pathlib import Path
 from typing import Any
 
 from ..local._compact import COMPACT_FORMAT_VERSION
-from ._tune import save_adapter, tune
+from ._tune import TuneOptions, save_adapter, tune
 from ._tune_data import training_examples
 
 __all__ = ["add_arguments", "main", "resolve_precision", "run"]
+
+#: TuneOptions' fields the command sets by a flag of the same name (--batch-size)
+_FLAGS = [f for f in dataclasses.fields(TuneOptions) if "help" in f.metadata]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--traces", required=True, help="trace JSONL (spectool drafters traces, or recorded)")
     parser.add_argument("--out", required=True, help="output folder for the adapter + manifest.json")
     parser.add_argument("--model", default="embedded", help="base model (default: the embedded SmolLM2)")
-    parser.add_argument("--epochs", type=float, default=1.0)
-    parser.add_argument("--rank", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=5e-4)
-    parser.add_argument("--batch-size", type=int, default=4)
+    for f in _FLAGS:  # the training options, with TuneOptions' defaults
+        flag = "--" + f.name.replace("_", "-")
+        parser.add_argument(flag, type=type(f.default), default=f.default, help=f.metadata["help"])
     parser.add_argument("--max-examples", type=int, default=None)
     parser.add_argument("--max-per-category", type=int, default=None)
-    parser.add_argument("--max-tokens", type=int, default=768, help="drop longer examples")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument(
         "--precision",
@@ -44,7 +46,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="compute precision of the forward/backward (weights stay fp32); auto: bf16 where the "
         "CPU computes it natively (AVX-512), else fp32 (an AVX2-only CPU runs bf16 ~20x slower)",
     )
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--max-minutes",
         type=float,
@@ -93,19 +94,12 @@ def run(args: argparse.Namespace) -> int:
     digest = _model_digest(model)  # before LoRA layers are injected
     chosen = sum(data["examples_by_category"].values())
     print(f"tuning on {chosen} examples from {path}", file=sys.stderr, flush=True)
-    peft_model, report = tune(
-        model,
-        tokenizer,
-        examples,
-        epochs=args.epochs,
-        rank=args.rank,
-        lr=args.lr,
-        batch_size=args.batch_size,
-        max_tokens=args.max_tokens,
-        seed=args.seed,
+    options = TuneOptions(
+        **{f.name: getattr(args, f.name) for f in _FLAGS},
         bf16=precision == "bf16",
         max_seconds=args.max_minutes * 60 if args.max_minutes else None,
     )
+    peft_model, report = tune(model, tokenizer, examples, options)
     manifest = {
         "format": "spectool-drafter-adapter",
         "compact_format_version": COMPACT_FORMAT_VERSION,

@@ -15,6 +15,7 @@ import random
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from ._tune_data import IGNORE, Encoded, encode_example, encode_fitting, trainin
 __all__ = [
     "IGNORE",
     "Encoded",
+    "TuneOptions",
     "encode_example",
     "encode_fitting",
     "save_adapter",
@@ -124,37 +126,51 @@ def _output_layer_in_fp32(model: Any) -> Iterator[None]:
         del head.forward  # the class's forward again: the tuned model leaves as it came
 
 
+@dataclass(frozen=True)
+class TuneOptions:
+    """How :func:`tune` trains. The fields with a ``help`` are flags of ``spectool drafters
+    tune`` of the same name (``batch_size``: ``--batch-size``)."""
+
+    epochs: float = field(default=1.0, metadata={"help": "passes over the examples (2.5: two and a half)"})
+    rank: int = field(default=16, metadata={"help": "LoRA rank"})
+    lr: float = field(default=5e-4, metadata={"help": "peak learning rate (linear warm-up and decay)"})
+    batch_size: int = field(default=4, metadata={"help": "examples per step"})
+    max_tokens: int = field(default=768, metadata={"help": "drop longer examples"})
+    seed: int = field(default=0, metadata={"help": "seed of the example choice, batches and LoRA init"})
+    #: LoRA alpha (None: twice the rank)
+    alpha: float | None = None
+    dropout: float = 0.0
+    #: steps between two loss lines (the first three are always written)
+    log_every: int = 10
+    #: bf16 autocast of the forward and backward (weights stay fp32; the command: --precision)
+    bf16: bool = False
+    #: stop after this much training time (the command: --max-minutes)
+    max_seconds: float | None = None
+
+
 def tune(
     model: Any,
     tokenizer: Any,
     examples: Iterable[TraceExample],
+    options: TuneOptions = TuneOptions(),
     *,
-    epochs: float = 1.0,
-    rank: int = 16,
-    alpha: float | None = None,
-    lr: float = 5e-4,
-    batch_size: int = 4,
-    max_tokens: int = 768,
-    seed: int = 0,
-    log_every: int = 10,
-    dropout: float = 0.0,
-    bf16: bool = False,
-    max_seconds: float | None = None,
-    out=sys.stderr,
+    out: Any = sys.stderr,
 ) -> tuple[Any, dict[str, Any]]:
     """LoRA-tune ``model`` on ``examples`` (any iterable: consumed once, one at a time);
     returns the peft model and a training report."""
     import torch
 
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-    encoded, dropped = encode_fitting(tokenizer, examples, max_tokens)
+    o = options
+    epochs, batch_size, max_seconds = o.epochs, o.batch_size, o.max_seconds
+    torch.manual_seed(o.seed)
+    rng = random.Random(o.seed)
+    encoded, dropped = encode_fitting(tokenizer, examples, o.max_tokens)
     if not encoded:
         raise ConfigError("no training examples left (empty traces, or all longer than --max-tokens)")
-    peft_model = _lora(model, rank, float(alpha if alpha is not None else 2 * rank), dropout)
+    peft_model = _lora(model, o.rank, float(o.alpha if o.alpha is not None else 2 * o.rank), o.dropout)
     peft_model.train()
     params = [p for p in peft_model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(params, lr=o.lr, weight_decay=0.0)
     per_epoch = math.ceil(len(encoded) / batch_size)
     total = max(1, round(per_epoch * epochs))
     warmup = max(1, total // 20)
@@ -169,7 +185,10 @@ def tune(
             if step >= total or (max_seconds and time.perf_counter() - start > max_seconds):
                 break
             # bf16 autocast: ~1.5-2x faster steps on CPUs with AVX512-BF16; weights stay fp32
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16), _output_layer_in_fp32(peft_model):
+            with (
+                torch.autocast("cpu", dtype=torch.bfloat16, enabled=o.bf16),
+                _output_layer_in_fp32(peft_model),
+            ):
                 loss = _target_loss(peft_model, batch, pad)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -179,7 +198,7 @@ def tune(
             step, seen = step + 1, seen + len(batch)
             value = float(loss.detach())
             ema = value if ema is None else 0.9 * ema + 0.1 * value
-            if step % log_every == 0 or step == total or step <= 3:
+            if step % o.log_every == 0 or step == total or step <= 3:
                 elapsed = time.perf_counter() - start
                 rate = seen / elapsed
                 eta = (total - step) * elapsed / step
