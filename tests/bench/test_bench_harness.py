@@ -18,20 +18,7 @@ from spectool_bench.harness._metrics import predicted_speedup, run_row
 from spectool_bench.harness._oracle import OracleDrafter
 from spectool_bench.harness._replay import ReplayModel, TokenRates, next_step_call
 from spectool_bench.workloads._latency import Latency
-
-REQUIRED = {
-    "config",
-    "agents",
-    "samples",
-    "drafter",
-    "tool_latency_mean",
-    "time_saved_pct",
-    "throughput_tok_s",
-    "hit_rate",
-    "wasted_tool_runs",
-    "predicted_speedup",
-    "measured_speedup",
-}
+from tests.bench.helpers import REPLAY_CLOCK, REQUIRED, run_bench
 
 
 def test_latency_is_normal_and_paired():
@@ -116,45 +103,19 @@ def test_tiny_paired_run_matches_the_model():
 
 
 def test_cli_tiny_run_writes_results_and_plots(tmp_path, capsys):
-    out = tmp_path / "bench"
-    rc = main(
-        [
-            "bench",
-            "--validate",
-            "--out",
-            str(out),
-            "--agents",
-            "2",
-            "--tasks-per-agent",
-            "2",
-            "--latencies",
-            "0.1",
-            "--alphas",
-            "0.5,1.0",
-            "--oracle-delay",
-            "0.01",
-            "--decode-rate",
-            "200",
-            "--prefill-rate",
-            "20000",
-            "--overhead",
-            "0.05",
-            "--no-progress",
-        ]
-    )
-    assert rc == 0
-    printed = capsys.readouterr().out
+    tiny = "--validate --agents 2 --tasks-per-agent 2 --latencies 0.1 --alphas 0.5,1.0 --oracle-delay 0.01"
+    printed, results = run_bench(tmp_path, capsys, tiny, REPLAY_CLOCK)
     assert "oracle(α=1" in printed and "replay" in printed and "meas/pred" in printed
-    results = json.loads((out / "results.json").read_text())
     assert results["main_model"].startswith("replay")
     runs = results["runs"]
     assert [r["config"] for r in runs] == ["baseline", "client", "client"]
     assert all(REQUIRED <= set(r) for r in runs)
     assert runs[2]["hit_rate"] == 1.0 and runs[2]["measured_speedup"] > 1.1
     for name in ("throughput_vs_hit_rate.png", "measured_vs_predicted.png"):
-        assert (out / name).read_bytes()[:4] == b"\x89PNG"
-    assert not (out / "time_saved_vs_latency.png").exists()  # one latency: no curve to draw
-    assert main(["bench", "--main", "replay", "--configs", "engine", "--out", str(out)]) == 1  # no tool cache
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "time_saved_vs_latency.png").exists()  # one latency: no curve to draw
+    # engine mode posts to the main model's tool cache: the replay model has none
+    assert main(["bench", "--main", "replay", "--configs", "engine", "--out", str(tmp_path)]) == 1
 
 
 def test_aggregate_throughput_is_m_times_the_mean_per_agent_rate_and_is_plotted(tmp_path):

@@ -5,7 +5,6 @@ The main model is the replay of BFCL ground truth (labelled as such); drafters a
 (history) or the oracle where a test needs a known α.
 """
 
-import json
 import time
 
 import anyio
@@ -13,7 +12,6 @@ import pytest
 from openai import AsyncOpenAI
 
 from spectool import ToolCall
-from spectool.cli import main
 from spectool_bench.bfcl._splits import split_of_id
 from spectool_bench.bfcl._tasks import load_tasks
 from spectool_bench.harness._agents import Setup, assign, run_agents
@@ -23,6 +21,7 @@ from spectool_bench.harness._replay import ReplayModel, TokenRates, next_step
 from spectool_bench.harness._sweep import headline_plan
 from spectool_bench.workloads._latency import Latency
 from spectool_bench.workloads._toolbox import ToolStats, build_toolbox, precomputed_output, task_output
+from tests.bench.helpers import REPLAY_CLOCK, run_bench
 
 
 def test_equal_canonical_calls_get_equal_stub_outputs():
@@ -137,40 +136,14 @@ def test_headline_plan_reports_test_split_tasks():
 
 def test_cli_replay_with_eager_arm_and_auto_writes_the_headline_plot(tmp_path, capsys):
     out = tmp_path / "bench"
-    rc = main(
-        [
-            "bench",
-            "--main",
-            "replay",
-            "--categories",
-            "simple_python,parallel",
-            "--split",
-            "test",
-            "--tasks-per-category",
-            "2",
-            "--tasks-per-agent",
-            "4",
-            "--agents",
-            "1",
-            "--drafters",
-            "history",
-            "--samples",
-            "1,auto",
-            "--decode-rate",
-            "200",
-            "--prefill-rate",
-            "20000",
-            "--overhead",
-            "0.05",
-            "--no-progress",
-            "--out",
-            str(out),
-        ]
+    printed, results = run_bench(
+        out,
+        capsys,
+        "--main replay --categories simple_python,parallel --split test --tasks-per-category 2",
+        "--tasks-per-agent 4 --agents 1 --drafters history --samples 1,auto",
+        REPLAY_CLOCK,
     )
-    assert rc == 0
-    printed = capsys.readouterr().out
     assert "vs eager %" in printed and "replay of BFCL ground truth" in printed
-    results = json.loads((out / "results.json").read_text())
     runs = results["runs"]
     assert [(r["config"], r["samples"]) for r in runs] == [
         ("baseline", 0),
