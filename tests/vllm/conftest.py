@@ -7,21 +7,16 @@ greedy decoding is reproducible and starts in well under a minute.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
+from .helpers import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 LOG = ROOT / "out" / "vllm-test-server.log"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +24,7 @@ def vllm_url():
     subprocess.run(["bash", str(ROOT / "scripts" / "setup-vllm.sh")], check=True)
     from spectool_serving.vllm.serve import VllmServer, build_command, server_env
 
-    port = _free_port()
+    port = free_port()
     cmd = build_command("embedded", port=port, dtype="float32", num_draft_tokens=8)
     env = server_env()
     env["SPECTOOL_VLLM_MAX_HOPS"] = "2"

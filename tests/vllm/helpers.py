@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import httpx
 
@@ -14,9 +16,26 @@ from spectool_bench.vllm import _workload as workload
 WEATHER = workload.TOOL
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def chat_body(question: str, **extra) -> dict:
     """The bench workload's request, for the served name ``smollm2`` and at most 40 tokens."""
     return workload.chat_body(question, **{"model": "smollm2", "max_tokens": 40, **extra})
+
+
+def post_until_known(send: Callable[[], httpx.Response], deadline_s: float = 120) -> tuple[int, dict]:
+    """``send()`` (a cache post) again while its response id is unknown (404); the first other
+    reply, or the last 404 once ``deadline_s`` passed."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        r = send()
+        if r.status_code != 404 or time.monotonic() > deadline:
+            return r.status_code, r.json()
+        time.sleep(0.005)
 
 
 def stream_and_post(
@@ -26,6 +45,7 @@ def stream_and_post(
     headers: dict | None = None,
     post_headers: dict | None = None,
     attempts: int = 3,
+    then: Callable[[str], list] | None = None,
 ) -> tuple[str, list[dict], list]:
     """Stream a chat and post ``items`` to it while it is live.
 
@@ -34,37 +54,38 @@ def stream_and_post(
     response finishing. Posting after the first chunk instead raced the whole generation on a
     loaded machine: all of a short tool call could stream before the client read a byte (410).
 
-    Returns (response id, parsed chunks, post replies: the one non-404 reply, or the last 404).
+    Returns (response id, parsed chunks, post replies: the one non-404 reply, or the last 404,
+    then what ``then(response id)`` returned: more posts, made right after the first landed).
 
     A 410 means the whole response finished before the poster thread got a turn (CI on two busy
     cores): the server was right and the race was lost, so the exchange is run again under a
     fresh id, up to ``attempts`` times."""
     for _ in range(attempts):
-        rid, chunks, replies = _stream_and_post_once(client, body, items, headers, post_headers)
-        if not replies or replies[0][0] != 410:
+        rid, chunks, replies = _stream_and_post_once(client, body, items, headers, post_headers, then)
+        if not replies or all(status != 410 for status, _ in replies):
             break
     return rid, chunks, replies
 
 
-def _stream_and_post_once(client, body, items, headers, post_headers):
+def _stream_and_post_once(client, body, items, headers, post_headers, then):
     base = uuid.uuid4().hex
     rid = f"chatcmpl-{base}"
     replies: list = []
     poster = None
     if items is not None:
 
-        def post_until_known() -> None:
-            deadline = time.monotonic() + 120
-            while True:
-                r = client.post(
-                    f"/cache-tool-output/{rid}", json=items, headers=post_headers or headers or {}
+        def post() -> None:
+            replies.append(
+                post_until_known(
+                    lambda: client.post(
+                        f"/cache-tool-output/{rid}", json=items, headers=post_headers or headers or {}
+                    )
                 )
-                if r.status_code != 404 or time.monotonic() > deadline:
-                    replies.append((r.status_code, r.json()))
-                    return
-                time.sleep(0.005)
+            )
+            if then is not None and replies[0][0] != 404:
+                replies.extend(then(rid))
 
-        poster = threading.Thread(target=post_until_known)
+        poster = threading.Thread(target=post)
         poster.start()
     chunks = []
     try:

@@ -17,13 +17,9 @@ from spectool import ConfigError
 from spectool.cli import main as cli_main
 from spectool_serving.vllm.serve import build_command
 
+from .helpers import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _printed(capsys, *argv: str) -> list[str]:
@@ -114,7 +110,7 @@ def test_sigterm_to_spectool_serve_stops_the_whole_vllm_process_tree(tmp_path):
     env = {**os.environ, "SPECTOOL_VLLM_PYTHON": str(fake), "FAKE_PIDS": str(pids)}
     argv = [sys.executable, "-m", "spectool.cli", "serve", str(tmp_path), "--backend", "vllm"]
     # its own session, so the cleanup below reaches whatever a broken version leaves behind
-    proc = subprocess.Popen([*argv, "--port", str(_free_port())], env=env, cwd=ROOT, start_new_session=True)
+    proc = subprocess.Popen([*argv, "--port", str(free_port())], env=env, cwd=ROOT, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline:

@@ -35,15 +35,24 @@ def test_endpoint_errors(client):
 def test_malformed_items_and_tenancy_on_a_live_response(client):
     body = chat_body("What is the weather in Paris?")
     items = [{"name": "get_weather", "params": {"city": "Rome"}, "output": "x"}]
-    # while ALICE's request streams, BOB may not post to it (ids are scoped per tenant: to BOB
-    # the id does not exist, so no tenant learns which ids another holds) and malformed items
-    # are refused
-    _, _, replies = stream_and_post(client, body, items, headers=ALICE, post_headers=BOB)
-    assert replies[0][0] == 404
-    _, _, replies = stream_and_post(client, body, [{"params": {}}], headers=ALICE)
-    assert replies[0][0] == 422 and "name" in replies[0][1]["error"]["message"]
-    _, _, replies = stream_and_post(client, body, items, headers=ALICE)
-    assert replies[0] == (200, {"cached": 1})
+
+    def then(rid: str) -> list:
+        def post(json: list, headers: dict) -> tuple[int, dict]:
+            r = client.post(f"/cache-tool-output/{rid}", json=json, headers=headers)
+            return r.status_code, r.json()
+
+        # BOB's post between two of ALICE's, all while the response is live
+        return [post(items, BOB), post([{"params": {}}], ALICE), post([], ALICE)]
+
+    # ALICE's own post lands on her live response; BOB may not post to it (ids are scoped per
+    # tenant: to BOB the id does not exist, so no tenant learns which ids another holds) and
+    # malformed items are refused. ALICE's empty post after them says the response was still
+    # live: BOB's 404 was not a finished response's 410 (one stream, no wait on BOB's 404s)
+    _, _, replies = stream_and_post(client, body, items, headers=ALICE, then=then)
+    (alice, bob, malformed, still_live) = replies
+    assert alice == (200, {"cached": 1}) and still_live == (200, {"cached": 0})
+    assert bob[0] == 404
+    assert malformed[0] == 422 and "name" in malformed[1]["error"]["message"]
 
 
 def test_o2_is_lossless_and_drafts_tool_calls(client):
