@@ -5,8 +5,6 @@ the transcript with SpeculativeToolMiddleware must equal the one without it."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 import time
 
 import pytest
@@ -17,6 +15,7 @@ from langchain_spectool import SpeculativeToolMiddleware, create_agent, speculab
 from langchain_spectool.testing import transcript
 from spectool import ToolCall
 from spectool.testing import ScriptedDrafter
+from tests.serving.helpers import uvicorn_server
 
 pytestmark = pytest.mark.model
 
@@ -26,25 +25,14 @@ QUESTION = {"messages": [("user", "What is the weather in Paris?")]}
 @pytest.fixture(scope="module")
 def base_url():
     """The embedded engine on a free port, served by uvicorn in a thread (as `spectool serve`)."""
-    import uvicorn
-
     from spectool_serving.server import build_server
 
     app = build_server(None)  # the embedded SmolLM2-135M-Instruct, fp32 on CPU
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="test-serve", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "the embedded engine did not start"
-    yield f"http://127.0.0.1:{port}/v1"
-    server.should_exit = True
-    thread.join(timeout=30)
-    app.state.engine.stop()
+    try:
+        with uvicorn_server(app) as url:
+            yield f"{url}/v1"
+    finally:
+        app.state.engine.stop()
 
 
 class FirstTurnCallsATool(AgentMiddleware):

@@ -6,21 +6,18 @@ import json
 
 import pytest
 
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 WEATHER = {
     "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather of a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
+    "function": {"name": "get_weather", "description": "Current weather of a city", "parameters": CITY},
 }
-TIME = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "description": "Local time in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
+#: A request that must call get_weather (greedy, 40 tokens): the one the lossless checks replay.
+WEATHER_REQUEST = {
+    "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+    "tools": [WEATHER],
+    "tool_choice": "required",
+    "temperature": 0,
+    "max_tokens": 40,
 }
 
 

@@ -1,11 +1,15 @@
-"""Drive an engine in-process without HTTP: one request at a time, collecting its events."""
+"""Drive an engine in-process without HTTP, one request at a time collecting its events; or
+serve an app on a real socket with uvicorn."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import threading
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from spectool_serving.requests import build_sequences
@@ -89,3 +93,24 @@ def agent(
             }
         )
     return messages, finishes
+
+
+@contextlib.contextmanager
+def uvicorn_server(app, *, start_timeout: float = 60) -> Iterator[str]:
+    """``app`` served by uvicorn (the server ``spectool serve`` runs) in a thread, on a free
+    localhost port: yields its base URL (no ``/v1``), stops it on exit."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="test-serve", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + start_timeout
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "the server did not start"
+    port = server.servers[0].sockets[0].getsockname()[1]  # port 0: the one the OS gave
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

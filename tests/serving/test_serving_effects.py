@@ -12,18 +12,11 @@ import json
 
 import pytest
 
-from .conftest import WEATHER
+from .conftest import WEATHER_REQUEST
 from .helpers import normalized, run_request, transcript_of
 
 pytestmark = pytest.mark.model
 
-BODY = {
-    "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
-    "tools": [WEATHER],
-    "tool_choice": "required",
-    "temperature": 0,
-    "max_tokens": 40,
-}
 CALLS = 3
 
 
@@ -32,7 +25,7 @@ def _world_agent(engine, speculate: bool, effect: str = "read_only"):
     write; the speculating client posts the world's current value to each new response."""
     world = {"version": 0}
     engine.ctx.max_rounds = CALLS
-    messages = list(BODY["messages"])
+    messages = list(WEATHER_REQUEST["messages"])
 
     def read(args):
         return json.dumps({"city": args.get("city"), "version": world["version"]})
@@ -53,7 +46,9 @@ def _world_agent(engine, speculate: bool, effect: str = "read_only"):
             )
 
     while sum(m["role"] == "assistant" for m in messages) < CALLS:
-        fin = run_request(engine, {**BODY, "messages": messages}, before=post_now if speculate else None)
+        fin = run_request(
+            engine, {**WEATHER_REQUEST, "messages": messages}, before=post_now if speculate else None
+        )
         new = transcript_of(fin)
         for _ in fin["resolved"]:
             world["version"] += 1  # the client acts on each result it is shown
@@ -94,16 +89,16 @@ def test_forced_choice_splices_a_read_only_entry_once_and_a_pure_one_again(engin
 
         return before
 
-    first = run_request(engine, BODY)
+    first = run_request(engine, WEATHER_REQUEST)
     args.update(json.loads(first["tool_call"]["function"]["arguments"]))
-    once = run_request(engine, BODY, before=post("read_only"))
+    once = run_request(engine, WEATHER_REQUEST, before=post("read_only"))
     assert len(once["resolved"]) == 1 and once["tool_call"] is not None
-    again = run_request(engine, BODY, before=post("pure"))
+    again = run_request(engine, WEATHER_REQUEST, before=post("pure"))
     assert len(again["resolved"]) > 1  # the model repeats the call; a pure result may be reused
 
 
 def test_a_call_cut_off_by_max_tokens_leaks_no_marker(engine):
     for max_tokens in (3, 6, 10):
-        fin = run_request(engine, {**BODY, "max_tokens": max_tokens})
+        fin = run_request(engine, {**WEATHER_REQUEST, "max_tokens": max_tokens})
         assert fin["reason"] == "length" and fin["tool_call"] is None
         assert "<tool_call>" not in (fin["content"] or "") and "<tool_call>" not in fin["streamed"]

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
-import time
 
 import httpx
 import pytest
 
 from .conftest import WEATHER
+from .helpers import uvicorn_server
 
 pytestmark = pytest.mark.model
 
@@ -34,20 +32,8 @@ def app(smol):
 def live(app):
     """The same app on a real socket (ASGITransport buffers whole responses, so live
     interleaving of a stream and posts needs a server)."""
-    import uvicorn
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 60
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=30)
+    with uvicorn_server(app) as url:
+        yield url
 
 
 def _client(app, key="key-a"):

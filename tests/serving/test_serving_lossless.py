@@ -12,27 +12,22 @@ import json
 
 import pytest
 
-from .conftest import WEATHER, weather_tool
+from .conftest import WEATHER_REQUEST, weather_tool
 from .helpers import agent, normalized, run_request
 
 pytestmark = pytest.mark.model
 
-BODY = {
-    "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
-    "tools": [WEATHER],
-    "tool_choice": "required",
-    "temperature": 0,
-    "max_tokens": 40,
-}
 CALLS = 2  # assistant messages per transcript
 
 
 def _agent(engine, speculate=None):
     engine.ctx.max_rounds = CALLS - 1  # the engine resolves at most as many calls as the client loop
-    messages = list(BODY["messages"])
+    messages = list(WEATHER_REQUEST["messages"])
     finishes = []
     while sum(m["role"] == "assistant" for m in messages) < CALLS:
-        msgs, fins = agent(engine, {**BODY, "messages": messages}, weather_tool, turns=1, speculate=speculate)
+        msgs, fins = agent(
+            engine, {**WEATHER_REQUEST, "messages": messages}, weather_tool, turns=1, speculate=speculate
+        )
         messages, finishes = msgs, finishes + fins
     return messages, finishes
 
