@@ -16,26 +16,8 @@ from spectool.cli import main
 @pytest.mark.timeout(600)
 def test_a_tiny_soak_loses_and_changes_nothing(tmp_path, capsys):
     out = tmp_path / "soak"
-    rc = main(
-        [
-            "soak",
-            "--agents",
-            "3",
-            "--tasks-per-agent",
-            "2",
-            "--restart-after",
-            "4",
-            "--disconnect-every",
-            "1",
-            "--settle",
-            "2",
-            "--passes",
-            "2",
-            "--no-plot",
-            "--out",
-            str(out),
-        ]
-    )
+    argv = "soak --agents 3 --tasks-per-agent 2 --restart-after 4 --disconnect-every 1 --settle 2"
+    rc = main([*argv.split(), "--passes", "2", "--no-plot", "--out", str(out)])
     report = json.loads((out / "results.json").read_text())
     assert rc == 0, report
     assert report["lost_transcripts"] == 0 and report["changed_transcripts"] == 0

@@ -34,41 +34,13 @@ def test_comparison_workload_on_vllm(vllm_url):
 def test_main_job_configs_on_vllm(vllm_url, tmp_path):
     """``spectool bench``'s baseline/client/engine on vLLM: same transcripts, engine posts land."""
     out = tmp_path / "bench"
-    rc = main(
-        [
-            "bench",
-            "--main",
-            "endpoint",
-            "--base-url",
-            f"{vllm_url}/v1",
-            "--model",
-            "smollm2",
-            "--categories",
-            "simple_python",
-            "--task-ids",
-            "simple_python_1",
-            "--agents",
-            "1",
-            "--latencies",
-            "0.2",
-            "--drafters",
-            "history",
-            "--samples",
-            "1",
-            "--configs",
-            "client,engine",
-            "--max-steps",
-            "3",
-            "--max-tokens",
-            "40",
-            "--tool-choice",
-            "required",
-            "--no-progress",
-            "--no-plots",
-            "--out",
-            str(out),
-        ]
+    argv = (
+        f"bench --main endpoint --base-url {vllm_url}/v1 --model smollm2 --categories simple_python"
+        " --task-ids simple_python_1 --agents 1 --latencies 0.2 --drafters history --samples 1"
+        " --configs client,engine --max-steps 3 --max-tokens 40 --tool-choice required"
+        " --no-progress --no-plots --out"
     )
+    rc = main([*argv.split(), str(out)])
     assert rc == 0
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert [r["config"] for r in runs] == ["baseline", "client", "engine"]

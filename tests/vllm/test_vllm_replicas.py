@@ -12,27 +12,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import tempfile
 import threading
-import time
 import uuid
 from pathlib import Path
 
 import httpx
 import pytest
 
-from .helpers import chat_body, final_call
+from .helpers import chat_body, final_call, free_port, post_until_known
 
 pytestmark = pytest.mark.vllm
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _server(flags: list[str], log: str):
@@ -40,7 +32,7 @@ def _server(flags: list[str], log: str):
 
     if vllm_env_missing():
         pytest.fail(f"the vLLM tests need vLLM: {vllm_env_missing()}")
-    port = _free_port()
+    port = free_port()
     cmd = build_command("embedded", port=port, dtype="float32", extra=[*flags, "--max-model-len", "4096"])
     env = server_env()
     env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # two engines on a shared machine
@@ -57,14 +49,10 @@ def _exchange(url: str, body: dict, output: str) -> tuple[tuple[int, dict], list
     call = final_call(body["_plain"])
     items = [{"name": call[0], "params": call[1], "output": output}]
 
-    def post() -> None:
-        deadline = time.monotonic() + 120
-        while True:  # a fresh connection each time: the kernel picks the process
-            r = httpx.post(f"{url}/cache-tool-output/{rid}", json=items, timeout=60)
-            if r.status_code != 404 or time.monotonic() > deadline:
-                reply.append((r.status_code, r.json()))
-                return
-            time.sleep(0.005)
+    def post() -> None:  # a fresh connection each time: the kernel picks the process
+        reply.append(
+            post_until_known(lambda: httpx.post(f"{url}/cache-tool-output/{rid}", json=items, timeout=60))
+        )
 
     poster = threading.Thread(target=post)
     poster.start()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,18 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .helpers import chat_body
+from .helpers import chat_body, free_port
 
 pytestmark = pytest.mark.vllm
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG = ROOT / "out" / "vllm-serve-real.log"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _session(sid: int) -> list[int]:
@@ -54,7 +47,7 @@ def test_spectool_serve_backend_vllm_end_to_end():
 
     if vllm_env_missing():  # $SPECTOOL_VLLM_PYTHON or .venv-vllm, else build it (minutes, once)
         subprocess.run(["bash", str(ROOT / "scripts" / "setup-vllm.sh")], check=True)
-    port = _free_port()
+    port = free_port()
     LOG.parent.mkdir(exist_ok=True)
     argv = [sys.executable, "-m", "spectool.cli", "serve", "--backend", "vllm", "--model", "embedded"]
     with open(LOG, "wb") as log:
