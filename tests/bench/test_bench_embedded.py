@@ -7,25 +7,10 @@ runs' transcripts equal the baseline run's (digests across rows), and that the e
 answered a call from its tool cache.
 """
 
-import json
-
 import pytest
 
-from spectool.cli import main
+from tests.bench.helpers import REQUIRED, run_bench
 
-REQUIRED = {
-    "config",
-    "agents",
-    "samples",
-    "drafter",
-    "tool_latency_mean",
-    "time_saved_pct",
-    "throughput_tok_s",
-    "hit_rate",
-    "wasted_tool_runs",
-    "predicted_speedup",
-    "measured_speedup",
-}
 ENGINE_FIELDS = {
     "engine_hit_rate",
     "predicted_engine_speedup",
@@ -42,46 +27,14 @@ ENGINE_FIELDS = {
 @pytest.mark.model
 @pytest.mark.timeout(300)
 def test_embedded_main_baseline_client_engine(tmp_path, capsys):
-    out = tmp_path / "bench"
-    rc = main(
-        [
-            "bench",
-            "--main",
-            "embedded",
-            "--categories",
-            "simple_python",
-            "--task-ids",
-            "simple_python_1",
-            "--agents",
-            "1",
-            "--latencies",
-            "0.2",
-            "--drafters",
-            "history",
-            "--samples",
-            "1",
-            "--configs",
-            "client,engine",
-            "--max-steps",
-            "2",
-            "--max-tokens",
-            "40",
-            "--tool-choice",
-            "required",
-            "--threads",
-            "1",
-            "--backend",
-            "torch",
-            "--no-progress",
-            "--no-plots",
-            "--out",
-            str(out),
-        ]
+    printed, results = run_bench(
+        tmp_path / "bench",
+        capsys,
+        "--main embedded --categories simple_python --task-ids simple_python_1 --agents 1",
+        "--latencies 0.2 --drafters history --samples 1 --configs client,engine --max-steps 2",
+        "--max-tokens 40 --tool-choice required --threads 1 --backend torch --no-plots",
     )
-    assert rc == 0
-    printed = capsys.readouterr().out
     assert "embedded" in printed and "α_eng" in printed
-    results = json.loads((out / "results.json").read_text())
     assert results["main_model"].startswith("embedded")
     cal = results["engine_calibration"]
     assert 0 < cal["prefill_s_per_token"] < cal["decode_s_per_token"] < 5
