@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from spectool.errors import ModelOutputError
@@ -104,41 +104,20 @@ class PromptFormat:
         return "\n\n".join(x for x in lines if x).strip()
 
 
-# The other families as what they change of ChatML.
-_CHATML = PromptFormat(
-    "chatml",
-    bos="",
-    header="<|im_start|>{role}\n",
-    footer="<|im_end|>",
-    separator="\n",
-    call_start="<tool_call>",
-    call_prefix="\n",
-    call_suffix="\n</tool_call>",
-    tool_role="tool",
-)
+# One row per family: name, the message frame (bos, header, footer, separator), the call
+# markers (start, prefix, suffix), the tool role and the rest by keyword.
+_CHATML = ("", "<|im_start|>{role}\n", "<|im_end|>", "\n")
+_LLAMA3 = ("<|begin_of_text|>", "<|start_header_id|>{role}<|end_header_id|>\n\n", "<|eot_id|>", "")
+_TAGS = ("<tool_call>", "\n", "\n</tool_call>")
 FORMATS: dict[str, PromptFormat] = {
-    "chatml": replace(_CHATML, default_system=_SMOL_SYSTEM),
-    "qwen": replace(
-        _CHATML, name="qwen", tool_role="user", tool_wrap="<tool_response>\n{content}\n</tool_response>"
-    ),
-    "llama3": replace(
-        _CHATML,
-        name="llama3",
-        bos="<|begin_of_text|>",
-        header="<|start_header_id|>{role}<|end_header_id|>\n\n",
-        footer="<|eot_id|>",
-        separator="",
-        tool_role="ipython",
-    ),
-    # xLAM writes its calls as a JSON array that is the whole message
-    "xlam": replace(
-        _CHATML,
-        name="xlam",
-        call_start="[",
-        call_prefix="",
-        call_suffix="]",
-        start_only_at_message_start=True,
-    ),
+    f.name: f
+    for f in (
+        PromptFormat("chatml", *_CHATML, *_TAGS, "tool", default_system=_SMOL_SYSTEM),
+        PromptFormat("qwen", *_CHATML, *_TAGS, "user", "<tool_response>\n{content}\n</tool_response>"),
+        PromptFormat("llama3", *_LLAMA3, *_TAGS, "ipython"),
+        # xLAM writes its calls as a JSON array that is the whole message
+        PromptFormat("xlam", *_CHATML, "[", "", "]", "tool", start_only_at_message_start=True),
+    )
 }
 
 
