@@ -63,28 +63,23 @@ def _schemas(tools: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any] 
     return out
 
 
+@dataclass(eq=False, kw_only=True)
 class ToolOutputStore:
     """Posted tool outputs keyed by (tenant, response id) and canonical call key."""
 
-    def __init__(
-        self,
-        *,
-        ttl: float = 300.0,
-        max_entries: int = 256,
-        max_responses: int = 4096,
-        max_open_per_tenant: int = 256,
-        grace: float = 60.0,
-        open_ttl: float = 3600.0,
-        sweep_every: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.ttl, self.max_entries, self.grace, self.open_ttl = ttl, max_entries, grace, open_ttl
-        self.max_responses, self.max_open_per_tenant = max_responses, max_open_per_tenant
-        self.sweep_every = sweep_every
-        self._clock = clock
+    ttl: float = 300.0
+    max_entries: int = 256
+    max_responses: int = 4096
+    max_open_per_tenant: int = 256
+    grace: float = 60.0
+    open_ttl: float = 3600.0
+    sweep_every: float = 10.0
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._responses: OrderedDict[_Scope, _Response] = OrderedDict()
-        self._next_sweep = clock() + sweep_every
+        self._next_sweep = self.clock() + self.sweep_every
 
     def __len__(self) -> int:
         return len(self._responses)
@@ -110,7 +105,7 @@ class ToolOutputStore:
                         break
             if len(self._responses) >= self.max_responses:
                 raise ToolCacheError("too many open responses; retry later", status_code=429)
-            self._responses[scope] = _Response(_schemas(tools), self._clock() + self.open_ttl)
+            self._responses[scope] = _Response(_schemas(tools), self.clock() + self.open_ttl)
 
     def close(self, response_id: str, owner: str) -> None:
         """The response finished: later posts get 410; the id is forgotten after ``grace``."""
@@ -118,7 +113,7 @@ class ToolOutputStore:
             r = self._responses.get((owner, response_id))
             if r is not None:
                 r.open, r.by_key = False, OrderedDict()
-                r.expires = self._clock() + self.grace
+                r.expires = self.clock() + self.grace
 
     def fence(self, response_id: str, owner: str) -> None:
         """The response emitted a call the engine did not serve: the client may run a write
@@ -139,7 +134,7 @@ class ToolOutputStore:
         tenant's: ids are per tenant), 410 finished, 422 malformed items."""
         entries = [_fields(i, item) for i, item in enumerate(items)]
         self._maybe_sweep()
-        now = self._clock()
+        now = self.clock()
         kept = 0
         with self._lock:
             r = self._live(response_id, owner)
@@ -182,7 +177,7 @@ class ToolOutputStore:
             except ValueError:
                 return None
             entry = r.by_key.get(key)
-            if entry is None or entry.expires < self._clock():
+            if entry is None or entry.expires < self.clock():
                 return None
             if entry.effect == "read_only":
                 del r.by_key[key]
@@ -191,7 +186,7 @@ class ToolOutputStore:
     def by_name(self, response_id: str, owner: str, name: str) -> list[StoredOutput]:
         """Live entries of one tool, newest first (O2 drafts from these; drafts are verified,
         so reading them consumes nothing)."""
-        now = self._clock()
+        now = self.clock()
         with self._lock:
             r = self._responses.get((owner, response_id))
             if r is None or not r.open:
@@ -201,7 +196,7 @@ class ToolOutputStore:
     def sweep(self) -> None:
         """Forget expired responses (finished past their grace, or open past ``open_ttl``)
         and expired entries."""
-        now = self._clock()
+        now = self.clock()
         with self._lock:
             self._next_sweep = now + self.sweep_every
             for s in [s for s, r in self._responses.items() if r.expires < now]:
@@ -211,7 +206,7 @@ class ToolOutputStore:
                     del r.by_key[k]
 
     def _maybe_sweep(self) -> None:
-        if self._clock() >= self._next_sweep:
+        if self.clock() >= self._next_sweep:
             self.sweep()
 
 
