@@ -17,7 +17,7 @@ import anyio.to_thread
 from ._cache import ToolCache
 from ._estimates import shared_estimator
 from ._loop import AgentResult, run_agent
-from ._openai import RequestHook, SpeculativeOpenAI, SpeculativeStream
+from ._openai import SpeculativeOpenAI, SpeculativeStream
 from ._options import check_client, check_options
 from ._speculator import Speculator
 from ._sync import SyncSpeculator
@@ -165,16 +165,14 @@ class SyncSpeculativeOpenAI:
         client: Any,
         tools: Toolbox | Iterable[Any],
         drafter: Drafter | str | None = None,
-        *,
-        hooks: Iterable[RequestHook] = (),
-        on_tool_error: str = "message",
         **options: Any,
     ) -> None:
-        if options.get("mode", "client") != "client":
+        if options.pop("mode", "client") != "client":
             raise ConfigError(
                 "the sync wrapper speculates on the client only; use the async client for mode='engine'"
             )
-        options.pop("mode", None)
+        # hooks= and on_tool_error= are the async wrapper's (it checks them); the rest the session's
+        wrapper = {k: options.pop(k) for k in ("hooks", "on_tool_error") if k in options}
         check_options(options, "spectool.speculative_sync()", SyncSpeculator, Speculator, ToolCache)
         check_client(client, asynchronous=False, where="spectool.speculative_sync()")
         self.client = client
@@ -184,9 +182,8 @@ class SyncSpeculativeOpenAI:
         self.async_client = SpeculativeOpenAI(
             _AsyncFacade(client),
             self._session.speculator.toolbox,
-            hooks=list(hooks),
-            on_tool_error=on_tool_error,  # type: ignore[arg-type]
             speculator=self._session.speculator,
+            **wrapper,
         )
         self.chat = cast("Chat", _SyncChat(self))
         self.responses = cast("Responses", _SyncResource(self, ("responses",)))

@@ -174,7 +174,7 @@ class ToolSpec:
             description=body.get("description", "") or "",
             parameters=body.get("parameters") or {"type": "object", "properties": {}},
             fn=fn,
-            **{k: _coerce_option(k, v) for k, v in options.items()},
+            **options,  # an effect name becomes an Effect in __post_init__
         )
 
 
@@ -222,10 +222,6 @@ def _effect(value: Any) -> Effect:
         raise ToolDefinitionError(
             f"effect must be one of {', '.join(allowed)}; got {value!r}{did_you_mean(value, allowed)}"
         ) from exc
-
-
-def _coerce_option(name: str, value: Any) -> Any:
-    return _effect(value) if name == "effect" else value
 
 
 def _check_spec(spec: ToolSpec) -> None:
@@ -296,7 +292,7 @@ def _build_spec(fn: Callable[..., Any], options: dict[str, Any]) -> ToolSpec:
         parameters=schema,
         fn=fn,
         validator=validate,
-        **{k: _coerce_option(k, v) for k, v in options.items()},
+        **options,  # an effect name becomes an Effect in __post_init__
     )
 
 

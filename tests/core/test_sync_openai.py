@@ -75,3 +75,22 @@ def test_the_sync_client_keeps_auto_estimates_across_its_sessions() -> None:
             with speculative_sync(client, KeyValueWorld().toolbox, drafter, **options) as c:
                 chosen.append(c.run_agent(model="scripted", messages="hi").stats["samples_chosen"])
     assert chosen == [[1, 0, 0], [0, 0, 0]]
+
+
+def test_hooks_and_on_tool_error_reach_the_async_wrapper() -> None:
+    seen: list[str] = []
+
+    class Record(spectool.RequestHook):
+        async def before_request(self, request: spectool.ModelRequest) -> None:
+            seen.append(request.api)
+
+    model = ScriptedModel(SCRIPT)
+    client_of = lambda url: OpenAI(base_url=url, api_key="x", max_retries=0)  # noqa: E731
+    with ServerThread(model) as url:
+        with speculative_sync(client_of(url), [], hooks=[Record()], on_tool_error="raise") as c:
+            c.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "hi"}])
+            assert c.async_client.on_tool_error == "raise"
+        assert seen == ["chat"]
+        # control: the async wrapper's check refuses a bad value given to the sync one
+        with pytest.raises(ConfigError, match="on_tool_error"):
+            speculative_sync(client_of(url), [], on_tool_error="ignore")
