@@ -16,12 +16,11 @@ Users override any of this per tool by name.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spectool import ConfigError, Effect, ToolSpec
+from spectool import ConfigError, Effect
 
 __all__ = ["McpEffect", "effect_from_annotations", "spec_options"]
 
@@ -60,11 +59,6 @@ def effect_from_annotations(annotations: Any) -> McpEffect:
     return McpEffect(Effect.READ_ONLY, True, "read-only, open world (the MCP default): reaches outside")
 
 
-def _core_has_external() -> bool:
-    # The core's declaration for tools that reach outside (issue 18); used once it exists.
-    return any(f.name == "external" for f in dataclasses.fields(ToolSpec))
-
-
 def spec_options(
     name: str,
     annotations: Any,
@@ -93,9 +87,5 @@ def spec_options(
                 raise ConfigError(f"MCP tool {name!r}: effect must be one of {allowed}") from exc
         options.update(override)
     if external and options["effect"].speculable and not allow_external:
-        if _core_has_external():
-            options["external"] = True
-        else:
-            # Until the core can say "reaches outside", keep such a tool from running early.
-            options["effect"] = Effect.MUTATING
+        options["external"] = True  # not run early unless the session opts in
     return options

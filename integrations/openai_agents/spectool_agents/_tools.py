@@ -9,7 +9,6 @@ so its output is what the real run would have returned.
 
 from __future__ import annotations
 
-import copy
 import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,7 +20,7 @@ from agents.tracing import custom_span
 
 from spectool import ConfigError, Effect, Speculator, ToolCall, ToolDefinitionError, ToolSpec
 
-__all__ = ["SpeculativeInvoker", "declared_options", "gated", "tool_spec_of", "wrap_tool"]
+__all__ = ["SpeculativeInvoker", "declared_options", "gated", "tool_spec_of"]
 
 Invoker = Callable[[ToolContext[Any], str], Awaitable[Any]]
 _OPTIONS = {"effect", "scope", "ttl", "max_concurrency"}
@@ -128,10 +127,3 @@ class SpeculativeInvoker:
                 with custom_span("spectool.hit", data):
                     return outcome.unwrap()
         return await self._inner(ctx, input)
-
-
-def wrap_tool(tool: FunctionTool, speculator: Speculator, spec: ToolSpec) -> FunctionTool:
-    """A copy of ``tool`` whose invocations go through the session."""
-    twin = copy.copy(tool)
-    twin.on_invoke_tool = SpeculativeInvoker(twin.on_invoke_tool, speculator, spec)
-    return twin
