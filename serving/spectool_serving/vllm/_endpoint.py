@@ -83,14 +83,8 @@ class SpectoolEndpoint:
         self.o2 = False
         self.api_keys: set[str] = set()  # vLLM's --api-key: its middleware guards /v1 only
         self.registry: Registry | None = None  # on when responses can live in another process
-        self.stats = {
-            "posts": 0,
-            "entries": 0,
-            "relayed": 0,
-            "o3_hits": 0,
-            "o3_round_trips_saved": 0,
-            "o3_responses": 0,
-        }
+        names = ("posts", "entries", "relayed", "o3_hits", "o3_round_trips_saved", "o3_responses")
+        self.stats = dict.fromkeys(names, 0)
 
     # -- EndpointPlugin ---------------------------------------------------------------------
     def attach_router(self, app: Any) -> None:
@@ -192,24 +186,21 @@ class SpectoolEndpoint:
         await self._mirror_put(response_id, raw_request, items)  # same engine: O2 needs no owner
         return {"cached": n, "relayed": True}
 
-    async def _mirror_put(self, response_id: str, raw_request: Any, items: list) -> None:
+    async def _mirror(self, method: str, *args: Any) -> None:
+        """Call the workers' mirror of the store (O2 only); a failure is logged, never raised."""
         if self.o2:
-            now, ttl = time.time(), self.cache.ttl
-            tag = tenant_tag(_owner(raw_request))
-            mirrored = [
-                (
-                    tag,
-                    response_id,
-                    it.name,
-                    json.dumps(it.params or {}, ensure_ascii=False),
-                    now + min(ttl, it.keep_alive or ttl),
-                )
-                for it in items
-            ]
             try:
-                await self.engine.collective_rpc("spectool_put", args=(mirrored,))
+                await self.engine.collective_rpc(method, args=args)
             except Exception:
-                log.exception("spectool: could not mirror entries to the proposer")
+                log.exception("spectool: %s on the proposer failed", method)
+
+    async def _mirror_put(self, response_id: str, raw_request: Any, items: list) -> None:
+        now, ttl, tag = time.time(), self.cache.ttl, tenant_tag(_owner(raw_request))
+        expiry = lambda it: now + min(ttl, it.keep_alive or ttl)  # noqa: E731
+        params = lambda it: json.dumps(it.params or {}, ensure_ascii=False)  # noqa: E731
+        await self._mirror(
+            "spectool_put", [(tag, response_id, it.name, params(it), expiry(it)) for it in items]
+        )
 
     async def collect_stats(self, raw_request: Any) -> Any:
         if (denied := self._denied(raw_request)) is not None:
@@ -292,13 +283,8 @@ class SpectoolEndpoint:
     async def _mirror_open(self, rid: str, owner: str) -> None:
         """Tell the workers the exact engine ids this response runs under: the id, and the
         O3 hops' ids (vLLM runs a hop under ``X-Request-Id`` when given, else ``<base>.h<n>``)."""
-        if not self.o2:
-            return
         engine_ids = [rid, *(f"{rid}.h{n}" for n in range(1, self.max_hops + 2))]
-        try:
-            await self.engine.collective_rpc("spectool_open", args=(tenant_tag(owner), rid, engine_ids))
-        except Exception:
-            log.exception("spectool: could not open the response on the proposer")
+        await self._mirror("spectool_open", tenant_tag(owner), rid, engine_ids)
 
     def _register(self, rid: str, owner: str, tools: list) -> None:
         """Record the response for sibling processes; 409 if one of them holds the id."""
@@ -330,11 +316,7 @@ class SpectoolEndpoint:
                 self.registry.close(tenant_tag(owner), rid)
             except OSError:
                 log.exception("spectool: could not close response %s for sibling processes", rid)
-        if self.o2:
-            try:
-                await self.engine.collective_rpc("spectool_drop", args=(tenant_tag(owner), rid))
-            except Exception:
-                log.exception("spectool: could not drop mirrored entries")
+        await self._mirror("spectool_drop", tenant_tag(owner), rid)
 
 
 def _registry_for(args: Any) -> Registry | None:
