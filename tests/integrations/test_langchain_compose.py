@@ -306,6 +306,8 @@ def test_options_are_checked_when_the_middleware_is_built():
         SpeculativeToolMiddleware("history", samples=0)
     with pytest.raises(ConfigError, match="max_sessions"):
         SpeculativeToolMiddleware("history", max_sessions=0)
+    with pytest.raises(ConfigError, match="cache"):  # each conversation's own, not an option
+        SpeculativeToolMiddleware("history", cache=object())
     SpeculativeToolMiddleware("history", samples=2, ttl=30, capacity=8)  # control: valid ones build
 
     @tool

@@ -154,26 +154,16 @@ def _interrupts(tool: BaseTool) -> bool:
     )
 
 
-def openai_schema(tool: BaseTool | Mapping[str, Any]) -> dict[str, Any]:
-    """The tool as a Chat Completions ``tools=[...]`` entry."""
-    return convert_to_openai_tool(tool)
-
-
 def to_tool_spec(tool: BaseTool, fn: Callable[..., Any] | None = None, *, gated: bool = False) -> ToolSpec:
     """The spectool spec of a LangChain tool; ``fn`` runs its body (see ``_replay``); ``gated``:
     the graph puts it behind an approval (see ``_gates``)."""
     options = declared(tool)
-    if has_injected_args(tool) and not options.get("injected_ok"):
-        options["effect"] = Effect.MUTATING.value
-    body = openai_schema(tool)["function"]
-    return ToolSpec(
-        name=tool.name,
-        description=body.get("description", "") or "",
-        parameters=body.get("parameters") or {"type": "object", "properties": {}},
-        effect=Effect(options.get("effect", Effect.MUTATING)),
+    return ToolSpec.from_schema(
+        convert_to_openai_tool(tool),
+        fn,
+        effect=effect_of(tool),
         scope=options.get("scope") or "default",
         ttl=options.get("ttl"),
         max_concurrency=options.get("max_concurrency"),
         gated=gated or bool(options.get("gated")) or _interrupts(tool),
-        fn=fn,
     )

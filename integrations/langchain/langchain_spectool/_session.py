@@ -38,18 +38,21 @@ def _served(outcome: Outcome | None) -> Outcome | None:
     return outcome
 
 
-def _spec(speculator: Speculator, name: str) -> ToolSpec | None:
-    box = speculator.toolbox
-    return box.get(name) if name in box else None
-
-
 class _Session:
     """What both session kinds share: ``core`` is a Speculator or a SyncSpeculator."""
 
-    core: Any
-    _speculator: Any
-    _failed: list[Outcome]
-    _failed_ids: list[str]
+    def __init__(self, core: Any, speculator: Speculator) -> None:
+        self.core, self._speculator = core, speculator
+        self._turn: Turn | None = None
+        self._failed: list[Outcome] = []
+        self._failed_ids: list[str] = []
+
+    def spec(self, name: str) -> ToolSpec | None:
+        box = self._speculator.toolbox
+        return box.get(name) if name in box else None
+
+    def start_turn(self, messages: Sequence[Mapping[str, Any]], tools: Drafts) -> None:
+        self._turn = self.core.start_turn(messages, tools or None)
 
     def _retried(self, call: ToolCall) -> bool:
         """The same call (its id) was served a recorded failure already: a retry runs it for
@@ -94,17 +97,7 @@ class SyncSession(_Session):
     """A conversation driven by sync hooks: a :class:`SyncSpeculator` plus the open turn."""
 
     def __init__(self, core: SyncSpeculator) -> None:
-        self.core = core.open()
-        self._speculator = core.speculator
-        self._turn: Turn | None = None
-        self._failed = []
-        self._failed_ids = []
-
-    def spec(self, name: str) -> ToolSpec | None:
-        return _spec(self.core.speculator, name)
-
-    def start_turn(self, messages: Sequence[Mapping[str, Any]], tools: Drafts) -> None:
-        self._turn = self.core.start_turn(messages, tools or None)
+        super().__init__(core.open(), core.speculator)
 
     def end_turn(self) -> None:
         turn, self._turn = self._turn, None
@@ -124,14 +117,10 @@ class AsyncSession(_Session):
     """A conversation driven by async hooks: a :class:`Speculator` on the agent's loop."""
 
     def __init__(self, core: Speculator) -> None:
-        self.core = core
-        self._speculator = core
-        self._failed = []
-        self._failed_ids = []
+        super().__init__(core, core)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._turn: Turn | None = None
 
     async def open(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -157,12 +146,6 @@ class AsyncSession(_Session):
             return False
         return self._task is not None and not self._task.done() and running is self.loop
 
-    def spec(self, name: str) -> ToolSpec | None:
-        return _spec(self.core, name)
-
-    def start_turn(self, messages: Sequence[Mapping[str, Any]], tools: Drafts) -> None:
-        self._turn = self.core.start_turn(messages, tools or None)
-
     def end_turn(self) -> None:
         turn, self._turn = self._turn, None
         if turn is not None:
@@ -187,18 +170,10 @@ def _merge(total: dict[str, Any], part: Mapping[str, Any]) -> None:
 
 class Sessions:
     """Conversations by key, at most ``max_sessions`` of each kind (oldest closed first).
+    ``make(Speculator or SyncSpeculator, tool_specs)`` builds a conversation's core."""
 
-    ``make(tool_specs)`` builds a conversation's :class:`Speculator`; the sync path wraps it
-    in a :class:`SyncSpeculator` built by ``make_sync(tool_specs)``.
-    """
-
-    def __init__(
-        self,
-        make: Callable[[list[ToolSpec]], Speculator],
-        make_sync: Callable[[list[ToolSpec]], SyncSpeculator],
-        max_sessions: int = 64,
-    ) -> None:
-        self._make, self._make_sync, self._max = make, make_sync, max_sessions
+    def __init__(self, make: Callable[[type[Any], list[ToolSpec]], Any], max_sessions: int = 64) -> None:
+        self._make, self._max = make, max_sessions
         self._sync: OrderedDict[str, SyncSession] = OrderedDict()
         self._async: OrderedDict[str, AsyncSession] = OrderedDict()
         self._lock = threading.Lock()
@@ -214,7 +189,7 @@ class Sessions:
                 if not self._atexit:  # a session's loop thread would block interpreter exit
                     atexit.register(self.close)
                     self._atexit = True
-                session = self._sync[key] = SyncSession(self._make_sync(tools))
+                session = self._sync[key] = SyncSession(self._make(SyncSpeculator, tools))
                 while len(self._sync) > self._max:
                     self._retire(self._sync.popitem(last=False)[1])
             self._sync.move_to_end(key)
@@ -249,7 +224,7 @@ class Sessions:
             return session
         if session is not None:
             _merge(self.totals, session.stats())  # its loop is gone; so are its runs
-        session = AsyncSession(self._make(tools))
+        session = AsyncSession(self._make(Speculator, tools))
         await session.open()
         self._async[key] = session
         while len(self._async) > self._max:

@@ -78,17 +78,12 @@ class Speculation:
     def __init__(self, drafter: Drafter | str | None, options: Mapping[str, Any], max_sessions: int):
         self.options = check_options(options, max_sessions)
         self.drafter = resolve_drafter(drafter)  # once: one model for every conversation
-        self.sessions = Sessions(self._speculator, self._sync_speculator, max_sessions)
+        self.sessions = Sessions(self._core, max_sessions)
 
-    def _policy(self) -> PolicyDrafter | None:
-        # one per conversation: its budgets are the conversation's
-        return policy_for(self.drafter) if self.drafter is not None else None
-
-    def _speculator(self, tools: list[ToolSpec]) -> Speculator:
-        return Speculator(tools, self._policy(), **self.options)
-
-    def _sync_speculator(self, tools: list[ToolSpec]) -> SyncSpeculator:
-        return SyncSpeculator(tools, self._policy(), **self.options)
+    def _core(self, kind: type[Speculator | SyncSpeculator], tools: list[ToolSpec]) -> Any:
+        # a PolicyDrafter per conversation: its budgets are the conversation's
+        policy = policy_for(self.drafter) if self.drafter is not None else None
+        return kind(tools, policy, **self.options)
 
     # -- sync -------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -51,25 +51,15 @@ class _Owners:
         self._size = size
         self._lock = threading.Lock()
 
-    def note(self, result: ChatResult, key: str) -> None:
+    def note(self, key: str, outputs: Iterable[Any], calls: str = "tool_calls") -> None:
+        """The ids of the tool calls (or, streaming, ``tool_call_chunks``) in ``outputs``'
+        messages (ChatGenerations or chunks) belong to conversation ``key``."""
+        messages = [getattr(out, "message", None) for out in outputs]
+        ids = [c.get("id") for m in messages for c in getattr(m, calls, None) or () if c.get("id")]
         with self._lock:
-            for gen in result.generations:
-                message = getattr(gen, "message", None)
-                for call in getattr(message, "tool_calls", None) or ():
-                    if call.get("id"):
-                        self._map[call["id"]] = key
+            self._map.update(dict.fromkeys(ids, key))
             while len(self._map) > self._size:
                 self._map.popitem(last=False)
-
-    def note_chunk(self, chunk: Any, key: str) -> None:
-        message = getattr(chunk, "message", None)
-        ids = [c.get("id") for c in getattr(message, "tool_call_chunks", None) or () if c.get("id")]
-        if ids:
-            with self._lock:
-                for cid in ids:
-                    self._map[cid] = key
-                while len(self._map) > self._size:
-                    self._map.popitem(last=False)
 
     def key(self, call_id: str | None) -> str | None:
         with self._lock:
@@ -158,7 +148,7 @@ class SpeculativeChatModel(BaseChatModel):
             result = self.model._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
         finally:
             end_turn(session)
-        self._owners.note(result, key)
+        self._owners.note(key, result.generations)
         return result
 
     async def _agenerate(
@@ -170,7 +160,7 @@ class SpeculativeChatModel(BaseChatModel):
             result = await self.model._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
         finally:
             end_turn(session)
-        self._owners.note(result, key)
+        self._owners.note(key, result.generations)
         return result
 
     # Streaming: drafts run for the whole generation; each tool call's id is noted from the
@@ -183,7 +173,7 @@ class SpeculativeChatModel(BaseChatModel):
         session = self._spec.start(key, self._turn(messages))
         try:
             for chunk in self.model._stream(messages, stop=stop, run_manager=run_manager, **kwargs):
-                self._owners.note_chunk(chunk, key)
+                self._owners.note(key, [chunk], "tool_call_chunks")
                 yield chunk
         finally:
             end_turn(session)
@@ -195,7 +185,7 @@ class SpeculativeChatModel(BaseChatModel):
         session = await self._spec.astart(key, self._turn(messages))
         try:
             async for chunk in self.model._astream(messages, stop=stop, run_manager=run_manager, **kwargs):
-                self._owners.note_chunk(chunk, key)
+                self._owners.note(key, [chunk], "tool_call_chunks")
                 yield chunk
         finally:
             end_turn(session)
