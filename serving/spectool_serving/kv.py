@@ -59,10 +59,6 @@ class BatchKV:
         """Tokens cached for a sequence (= the position of its next token)."""
         return int(self.valid[self.row_of(seq_id)].sum())
 
-    def slots_in_use(self) -> int:
-        """Memory footprint in token slots (live rows x width): what eviction bounds."""
-        return sum(r is not None for r in self.rows) * self.width
-
     def memory(self) -> dict[str, int]:
         """KV bytes: ``reserved`` by the pool, ``in_use`` by valid slots, and ``rows``/
         ``slots`` of the pool (a gauge for soaks: reserved stays flat once warm)."""

@@ -61,7 +61,6 @@ ATTENTION_NAME = "spectool_grouped_sdpa"
 # token counts whose fp32 GEMMs run on pre-packed weights, most valuable first (the cost
 # table pads other widths up to the cheapest measured one)
 PACK_WIDTHS = (8, 16, 4, 12, 32, 6, 24)
-_PACK_MAX_GB = 4.0
 _MIN_CAPACITY = 256
 
 

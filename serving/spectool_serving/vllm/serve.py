@@ -97,7 +97,6 @@ def build_command(
     eager: bool = True,
     tool_parser: str = "hermes",
     chat_template: str | None = None,
-    strict_level: str = "parameter",
     extra: Sequence[str] = (),
     python: str | None = None,
     spectool_plugins: bool = True,
@@ -118,12 +117,12 @@ def build_command(
         ("--dtype", [dtype]),
         ("--served-model-name", names or served_names(model, folder, embedded)),
         ("--tool-call-parser", [tool_parser]),
-        ("--tool-strict-level", [strict_level]),
+        ("--tool-strict-level", ["parameter"]),
     ]
     template = chat_template or (str(TEMPLATE) if embedded else None)
     if template:
         options.append(("--chat-template", [template]))
-    if _on_cpu(python):  # CPU attention wants multiples of 32; small blocks cache more of a chat
+    if _on_cpu():  # CPU attention wants multiples of 32; small blocks cache more of a chat
         options.append(("--block-size", ["32"]))
     given = {a.split("=", 1)[0] for a in extra if a.startswith("-")}
     cmd = [python or vllm_python(), "-m", _entry(given), "--model", folder]
@@ -157,7 +156,7 @@ def _entry(given: set[str]) -> str:
     return "vllm.entrypoints.openai.api_server"
 
 
-def _on_cpu(python: str | None) -> bool:
+def _on_cpu() -> bool:
     return settings().vllm_flavour == "cpu"
 
 
@@ -282,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         opt("model") or "embedded",
         port=port,
         host=host,
-        dtype=resolve_dtype(opt("dtype") or "auto", gpu=not _on_cpu(None)),
+        dtype=resolve_dtype(opt("dtype") or "auto", gpu=not _on_cpu()),
         num_draft_tokens=opt("num_draft_tokens", 8),
         o2=choice.on,
         eager=not opt("compile"),
