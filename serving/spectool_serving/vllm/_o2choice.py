@@ -25,6 +25,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 __all__ = [
     "MEASURED_TAX",
     "HitGain",
@@ -95,13 +97,8 @@ def ratio_at(streams: int, tax: Sequence[TaxPoint] = MEASURED_TAX) -> float:
     pts = sorted(tax, key=lambda p: p.streams)
     if not pts:
         raise ValueError("no measured tax points")
-    if streams <= pts[0].streams:
-        return pts[0].ratio
-    for lo, hi in zip(pts, pts[1:]):
-        if streams <= hi.streams:
-            w = (math.log2(streams) - math.log2(lo.streams)) / (math.log2(hi.streams) - math.log2(lo.streams))
-            return lo.ratio + w * (hi.ratio - lo.ratio)
-    return pts[-1].ratio
+    log_streams = [math.log2(p.streams) for p in pts]
+    return float(np.interp(math.log2(streams), log_streams, [p.ratio for p in pts]))
 
 
 def parse_tax(text: str) -> tuple[TaxPoint, ...]:
