@@ -28,7 +28,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,25 +55,24 @@ def _private_dir(path: Path) -> Path:
     return path
 
 
+@dataclass(eq=False)
 class Registry:
     """Records and inboxes under ``root``; ``server`` and ``url`` name this server."""
 
-    def __init__(
-        self,
-        root: Path,
-        server: str,
-        url: str,
-        *,
-        grace: float = 60.0,
-        open_ttl: float = 3600.0,
-        sweep_every: float = 60.0,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.root, self.server, self.url = _private_dir(Path(root)), server, url
+    root: Path
+    server: str
+    url: str
+    _: KW_ONLY
+    grace: float = 60.0
+    open_ttl: float = 3600.0
+    sweep_every: float = 60.0
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        self.root = _private_dir(Path(self.root))
         self._records = _private_dir(self.root / "responses")
         self._inboxes = _private_dir(self.root / "inbox")
-        self.grace, self.open_ttl, self._clock = grace, open_ttl, clock
-        self.sweep_every, self._next_sweep = sweep_every, clock() + sweep_every
+        self._next_sweep = self.clock() + self.sweep_every
 
     # -- paths ---------------------------------------------------------------------------------
     @staticmethod
@@ -96,12 +95,12 @@ class Registry:
     def open(self, tag: str, response_id: str, tools: Iterable[Mapping[str, Any]]) -> None:
         """Record that this server streams the response; 409 if a live record exists (the
         same tenant reusing a live id in another process or replica)."""
-        if self._clock() >= self._next_sweep:  # one file per response: finished ones must go
+        if self.clock() >= self._next_sweep:  # one file per response: finished ones must go
             self.sweep()
         current = self.find(tag, response_id)
         if current is not None:
             raise ToolCacheError(f"response id {response_id!r} is already in use", status_code=409)
-        record = Record(self.server, self.url, [dict(t) for t in tools], True, self._clock() + self.open_ttl)
+        record = Record(self.server, self.url, [dict(t) for t in tools], True, self.clock() + self.open_ttl)
         self._write(self._record_path(tag, response_id), record.__dict__)
         self._inbox(tag, response_id).mkdir(mode=0o700, exist_ok=True)
 
@@ -110,7 +109,7 @@ class Registry:
         path = self._record_path(tag, response_id)
         record = self._read(path)
         if record is not None and record.server == self.server:
-            closed = Record(record.server, record.url, [], False, self._clock() + self.grace)
+            closed = Record(record.server, record.url, [], False, self.clock() + self.grace)
             self._write(path, closed.__dict__)
         self.drain(tag, response_id)
         with contextlib.suppress(OSError):
@@ -138,7 +137,7 @@ class Registry:
         """The live record of a scope (open, or closed within ``grace``), or None."""
         path = self._record_path(tag, response_id)
         record = self._read(path)
-        if record is not None and record.expires < self._clock():
+        if record is not None and record.expires < self.clock():
             with contextlib.suppress(OSError):
                 path.unlink()
             return None
@@ -153,10 +152,10 @@ class Registry:
     def sweep(self) -> int:
         """Forget expired records (a crashed owner's included); returns how many."""
         gone = 0
-        self._next_sweep = self._clock() + self.sweep_every
+        self._next_sweep = self.clock() + self.sweep_every
         for path in self._records.glob("*.json"):
             record = self._read(path)
-            if record is None or record.expires < self._clock():
+            if record is None or record.expires < self.clock():
                 with contextlib.suppress(OSError):
                     path.unlink()
                     gone += 1
