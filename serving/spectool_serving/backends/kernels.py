@@ -117,16 +117,16 @@ def library() -> ctypes.CDLL | None:
         return None
     if not lib.spectool_sgemm_supported():
         return None
-    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.spectool_sgemm_packed_floats.argtypes, lib.spectool_sgemm_packed_floats.restype = [i64, i64], i64
-    lib.spectool_sgemm_pack.argtypes, lib.spectool_sgemm_pack.restype = [ptr, i64, i64, ptr], None
-    lib.spectool_sgemm.argtypes = [ptr, i64, i64, ptr, i64, i64, ptr, ptr, i64]
-    lib.spectool_sgemm.restype = None
-    lib.spectool_row_stats.argtypes = [ptr, i64, i64, i64, ptr, ptr, ptr]
-    lib.spectool_row_stats.restype = None
-    lib.spectool_llama_layers.argtypes = [ptr, ptr, i64, i64, ptr, ptr, ptr, i64, ptr, ptr, ptr]
-    lib.spectool_llama_layers.restype = ctypes.c_int
-    lib.spectool_llama_max_head_dim.argtypes, lib.spectool_llama_max_head_dim.restype = [], i64
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    for name, args, result in (  # the C signatures: arguments, result
+        ("spectool_sgemm_packed_floats", [i, i], i),
+        ("spectool_sgemm_pack", [p, i, i, p], None),
+        ("spectool_sgemm", [p, i, i, p, i, i, p, p, i], None),
+        ("spectool_row_stats", [p, i, i, i, p, p, p], None),
+        ("spectool_llama_layers", [p, p, i, i, p, p, p, i, p, p, p], ctypes.c_int),
+        ("spectool_llama_max_head_dim", [], i),
+    ):
+        getattr(lib, name).argtypes, getattr(lib, name).restype = args, result
     _lib = lib
     return lib
 
