@@ -119,37 +119,19 @@ class ScriptedChatModel(BaseChatModel):
     # arguments in two halves), as providers stream them.
     def _chunks(self, result: ChatResult) -> list[Any]:
         from langchain_core.messages import AIMessageChunk
+        from langchain_core.messages.tool import tool_call_chunk
         from langchain_core.outputs import ChatGenerationChunk
 
         message = result.generations[0].message
         text = message.content if isinstance(message.content, str) else ""
-        pieces = [AIMessageChunk(content=w) for w in text.split(" ") if w] if text else []
-        pieces = [AIMessageChunk(content=(" " if i else "") + p.content) for i, p in enumerate(pieces)]
+        words = [w for w in text.split(" ") if w]
+        pieces = [AIMessageChunk(content=(" " if i else "") + w) for i, w in enumerate(words)]
         for i, c in enumerate(getattr(message, "tool_calls", None) or ()):
             args = json.dumps(c["args"])
             half = len(args) // 2
-            pieces.append(
-                AIMessageChunk(
-                    content="",
-                    tool_call_chunks=[
-                        {
-                            "index": i,
-                            "id": c["id"],
-                            "name": c["name"],
-                            "args": args[:half],
-                            "type": "tool_call_chunk",
-                        }
-                    ],
-                )
-            )
-            pieces.append(
-                AIMessageChunk(
-                    content="",
-                    tool_call_chunks=[
-                        {"index": i, "id": None, "name": None, "args": args[half:], "type": "tool_call_chunk"}
-                    ],
-                )
-            )
+            for cid, name, part in ((c["id"], c["name"], args[:half]), (None, None, args[half:])):
+                chunk = tool_call_chunk(name=name, args=part, id=cid, index=i)
+                pieces.append(AIMessageChunk(content="", tool_call_chunks=[chunk]))
         return [ChatGenerationChunk(message=p) for p in pieces or [AIMessageChunk(content="")]]
 
     def _stream(
