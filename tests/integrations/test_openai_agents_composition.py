@@ -229,3 +229,46 @@ async def test_two_agents_with_a_tool_of_the_same_name() -> None:
     with pytest.raises(ConfigError, match="two different function tools"):
         async with speculate(triage, oracle(), effects={"quote": "read_only"}):
             pass
+
+
+@pytest.mark.anyio
+async def test_the_agents_own_hooks_still_see_every_event() -> None:
+    """The copy's SpeculativeHooks forward each hook to the agent's own: the same events in the
+    same order as the plain run (which shows the list a dropped hook would break)."""
+    from agents import AgentHooks
+
+    class Record(AgentHooks[Any]):
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        async def on_start(self, context, agent) -> None:
+            self.seen.append("start")
+
+        async def on_end(self, context, agent, output) -> None:
+            self.seen.append("end")
+
+        async def on_llm_start(self, context, agent, system_prompt, input_items) -> None:
+            self.seen.append("llm_start")
+
+        async def on_llm_end(self, context, agent, response) -> None:
+            self.seen.append("llm_end")
+
+        async def on_tool_start(self, context, agent, tool) -> None:
+            self.seen.append(f"tool_start {tool.name}")
+
+        async def on_tool_end(self, context, agent, tool, result) -> None:
+            self.seen.append(f"tool_end {tool.name}")
+
+    runs = []
+    for speculating in (False, True):
+        hooks = Record()
+        agent = Agent(name="q", tools=[Market().quote], model=ScriptModel("m", QUOTE_SCRIPT, []), hooks=hooks)
+        if speculating:
+            async with speculate(agent, oracle(), effects={"quote": "read_only"}) as fast:
+                await Runner.run(fast, "NVDA?")
+        else:
+            await Runner.run(agent, "NVDA?")
+        runs.append(hooks.seen)
+    tool = ["tool_start quote", "tool_end quote"]
+    want = ["start", "llm_start", "llm_end", *tool, "llm_start", "llm_end", "end"]
+    assert runs == [want, want]

@@ -33,6 +33,11 @@ def _messages(state: Any) -> Sequence[Any]:
     return getattr(state, "messages", ()) or ()
 
 
+def _running(request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Callable[[Any], Any]:
+    """``run(tool)``: LangChain's own execution of the call, with ``tool`` (a replay) in its place."""
+    return lambda tool: handler(request if tool is request.tool else request.override(tool=tool))
+
+
 class SpeculativeToolMiddleware(AgentMiddleware):
     """Runs tool calls a drafter predicts while the model is still generating.
 
@@ -162,23 +167,13 @@ class SpeculativeToolMiddleware(AgentMiddleware):
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Any:
         key = session_key(_messages(request.state))
-        return self._spec.run_tool(
-            key,
-            request.tool_call,
-            request.tool,
-            lambda tool: handler(request if tool is request.tool else request.override(tool=tool)),
-        )
+        return self._spec.run_tool(key, request.tool_call, request.tool, _running(request, handler))
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]
     ) -> Any:
         key = session_key(_messages(request.state))
-        return await self._spec.arun_tool(
-            key,
-            request.tool_call,
-            request.tool,
-            lambda tool: handler(request if tool is request.tool else request.override(tool=tool)),
-        )
+        return await self._spec.arun_tool(key, request.tool_call, request.tool, _running(request, handler))
 
     # -- end of a run -----------------------------------------------------------------------
 

@@ -111,8 +111,7 @@ class Speculation:
         except Exception:
             log.warning("spectool: cache lookup failed; running the tool", exc_info=True)
             outcome = None
-        _served_early(session, tool, outcome)
-        return run(tool if outcome is None else ReplayTool.of(tool, outcome))
+        return run(_served(session, tool, outcome))
 
     # -- async ------------------------------------------------------------------------------
 
@@ -142,15 +141,16 @@ class Speculation:
         except Exception:
             log.warning("spectool: cache lookup failed; running the tool", exc_info=True)
             outcome = None
-        _served_early(session, tool, outcome)
-        return await run(tool if outcome is None else ReplayTool.of(tool, outcome))
+        return await run(_served(session, tool, outcome))
 
 
-def _served_early(session: Any, tool: BaseTool, outcome: Any) -> None:
-    """An early run served the model's call: the limit middleware counts that call itself."""
-    policy = session.policy
-    if outcome is not None and isinstance(policy, PolicyDrafter):
-        policy.note_served(tool.name)
+def _served(session: Any, tool: BaseTool, outcome: Any) -> BaseTool:
+    """A replay of the early run that served the call (the limit middleware counts it), or the tool."""
+    if outcome is None:
+        return tool
+    if isinstance(session.policy, PolicyDrafter):
+        session.policy.note_served(tool.name)
+    return ReplayTool.of(tool, outcome)
 
 
 def end_turn(session: Any) -> None:

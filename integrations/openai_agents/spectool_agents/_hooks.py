@@ -47,13 +47,11 @@ class SpeculativeHooks(AgentHooks[Any]):
             self._span = custom_span("spectool.draft", {"agent": agent.name, "samples": self._turn.samples})
             self._span.start(mark_as_current=False)
             await anyio.lowlevel.checkpoint()  # let the draft's request go out first
-        if self.inner is not None:
-            await self.inner.on_llm_start(context, agent, system_prompt, input_items)
+        await self._forward("on_llm_start", context, agent, system_prompt, input_items)
 
     async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
         self._stop()
-        if self.inner is not None:
-            await self.inner.on_llm_end(context, agent, response)
+        await self._forward("on_llm_end", context, agent, response)
 
     def _stop(self) -> None:
         turn, span, self._turn, self._span = self._turn, self._span, None, None
@@ -66,24 +64,23 @@ class SpeculativeHooks(AgentHooks[Any]):
             )
             span.finish()
 
+    async def _forward(self, hook: str, *args: Any) -> None:
+        if self.inner is not None:
+            await getattr(self.inner, hook)(*args)
+
     # every other hook: the agent's own, unchanged
     async def on_start(self, context: Any, agent: Any) -> None:
-        if self.inner is not None:
-            await self.inner.on_start(context, agent)
+        await self._forward("on_start", context, agent)
 
     async def on_end(self, context: Any, agent: Any, output: Any) -> None:
         self._stop()
-        if self.inner is not None:
-            await self.inner.on_end(context, agent, output)
+        await self._forward("on_end", context, agent, output)
 
     async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
-        if self.inner is not None:
-            await self.inner.on_handoff(context, agent, source)
+        await self._forward("on_handoff", context, agent, source)
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
-        if self.inner is not None:
-            await self.inner.on_tool_start(context, agent, tool)
+        await self._forward("on_tool_start", context, agent, tool)
 
     async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
-        if self.inner is not None:
-            await self.inner.on_tool_end(context, agent, tool, result)
+        await self._forward("on_tool_end", context, agent, tool, result)
