@@ -18,11 +18,12 @@ torch/transformers load lazily; tuning (:mod:`._tune`) is never imported here.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -142,14 +143,9 @@ class LocalDrafter:
         choices = self.choices(request)
         stop = threading.Event()
         try:
-            if isinstance(loaded, LocalModel):
-                texts = await anyio.to_thread.run_sync(
-                    self._decode, loaded, request, stop, choices, abandon_on_cancel=True
-                )
-            else:
-                texts = await anyio.to_thread.run_sync(
-                    self._decode_llama, loaded, request, stop, choices, abandon_on_cancel=True
-                )
+            texts = await anyio.to_thread.run_sync(
+                self._decode, loaded, request, stop, choices, abandon_on_cancel=True
+            )
         except (DrafterError, ConfigError):
             raise
         except Exception as exc:  # torch/xgrammar/llama.cpp failures become drafter failures
@@ -226,11 +222,59 @@ class LocalDrafter:
 
     def _decode(
         self,
-        loaded: LocalModel,
+        loaded: LocalModel | LlamaModel,
         request: DraftRequest,
         stop: threading.Event,
         choices: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> list[str]:
+        """Under the model's lock: the prompt ids, then the runtime's rows as texts, timed."""
+        if isinstance(loaded, LocalModel):
+            rows, clock = self._torch_rows(loaded, request, choices), time.thread_time
+        else:  # llama.cpp computes in its own thread pool as well as this thread: process CPU time
+            rows, clock = self._llama_rows(loaded, request, choices), time.process_time
+        with loaded.lock:
+            if stop.is_set():
+                return []
+            ids = self.token_ids(loaded, request)
+            start, cpu = time.perf_counter(), clock()
+            texts = rows(ids, stop)
+            self.last_generate_s = time.perf_counter() - start
+            self.last_generate_cpu_s = clock() - cpu
+        self.last_texts = texts
+        return texts
+
+    def _llama_rows(
+        self, loaded: LlamaModel, request: DraftRequest, choices: Mapping[str, Mapping[str, Any]] | None
+    ) -> Callable[[list[int], threading.Event], list[str]]:
+        """The llama.cpp runtime: the schema as GBNF, λ rows (row 0 greedy)."""
+        from ._llamacpp import draft_texts, grammar_text
+
+        opts = self.options
+        grammar = grammar_text(
+            self.grammar_tools(request, choices),
+            native=opts.prompt == "native",
+            max_calls=int(opts.max_calls),
+            max_string_length=opts.max_string_length,  # type: ignore[arg-type]
+        )
+        self.last_stats = None  # no row log-probabilities on this runtime (no gate: _runtime)
+        return lambda ids, stop: draft_texts(
+            loaded,
+            ids,
+            grammar,
+            rows=max(1, int(request.samples)) if opts.temperature > 0 else 1,
+            temperature=opts.temperature,
+            top_p=opts.top_p,
+            greedy_first=opts.greedy_first,
+            max_new_tokens=opts.max_new_tokens,
+            reuse=opts.prefix_cache,
+            stop=stop,
+        )
+
+    def _torch_rows(
+        self, loaded: LocalModel, request: DraftRequest, choices: Mapping[str, Mapping[str, Any]] | None
+    ) -> Callable[[list[int], threading.Event], list[str]]:
+        """The transformers runtime: the grammar compiles on the other core during the prefill,
+        rows decode with :mod:`._decode` or as a beam (:mod:`._beam`)."""
         import torch
 
         opts = self.options
@@ -242,113 +286,49 @@ class LocalDrafter:
             # strings are bounded in the decode loop, not the grammar: a grammar maxLength costs
             # ~0.2 s of compile per new tool set (see _decode.decode_rows)
             constraint = loaded.constraint(None, int(opts.max_calls))
-            tools = self.grammar_tools(request, choices)
-            grammar = COMPILER.submit(constraint.compiled, tools, native=native)
+            grammar = COMPILER.submit(
+                constraint.compiled, self.grammar_tools(request, choices), native=native
+            )
             xgr = constraint.xgr
             stops |= set(constraint.stop_token_ids)
         stats = DecodeStats()
         self.last_stats = stats
-        with loaded.lock, torch.inference_mode():
-            if stop.is_set():
-                return []
-            ids = self.token_ids(loaded, request)
-            start, cpu = time.perf_counter(), time.thread_time()
-            rows_out = self._rows(loaded, request, grammar, xgr, ids, stop, sorted(stops), vocab, stats)
-            self.last_generate_s = time.perf_counter() - start
-            self.last_generate_cpu_s = time.thread_time() - cpu
-        # native tags (<tool_call>) are added tokens: keep them, the parser reads them
-        texts = [loaded.tokenizer.decode(r, skip_special_tokens=not native) for r in rows_out]
-        self.last_texts = texts
-        return texts
-
-    def _decode_llama(
-        self,
-        loaded: LlamaModel,
-        request: DraftRequest,
-        stop: threading.Event,
-        choices: Mapping[str, Mapping[str, Any]] | None = None,
-    ) -> list[str]:
-        """The llama.cpp runtime: the same prompt ids, the schema as GBNF, λ rows (row 0 greedy)."""
-        from ._llamacpp import draft_texts, grammar_text
-
-        opts = self.options
-        grammar = grammar_text(
-            self.grammar_tools(request, choices),
-            native=opts.prompt == "native",
-            max_calls=int(opts.max_calls),
-            max_string_length=opts.max_string_length,  # type: ignore[arg-type]
-        )
-        self.last_stats = None  # no row log-probabilities on this runtime (no gate: _runtime)
-        with loaded.lock:
-            if stop.is_set():
-                return []
-            ids = self.token_ids(loaded, request)
-            # process CPU time: llama.cpp computes in its own thread pool as well as this thread
-            start, cpu = time.perf_counter(), time.process_time()
-            texts = draft_texts(
-                loaded,
-                ids,
-                grammar,
-                rows=max(1, int(request.samples)) if opts.temperature > 0 else 1,
-                temperature=opts.temperature,
-                top_p=opts.top_p,
-                greedy_first=opts.greedy_first,
-                max_new_tokens=opts.max_new_tokens,
-                reuse=opts.prefix_cache,
-                stop=stop,
-            )
-            self.last_generate_s = time.perf_counter() - start
-            self.last_generate_cpu_s = time.process_time() - cpu
-        self.last_texts = texts
-        return texts
-
-    def _rows(
-        self,
-        loaded: LocalModel,
-        request: DraftRequest,
-        grammar: Any,
-        xgr: Any,
-        ids: list[int],
-        stop: threading.Event,
-        stops: list[int],
-        vocab: int,
-        stats: DecodeStats,
-    ) -> list[list[int]]:
-        opts = self.options
         lam = max(1, int(request.samples))
-        max_string = opts.max_string_length if opts.constrained else None
         common = {
             "max_new_tokens": opts.max_new_tokens,
-            "stop_ids": stops,
+            "stop_ids": sorted(stops),
             "vocab": vocab,
             "jump_forward": opts.jump_forward,
             "reuse": opts.prefix_cache,
             "stats": stats,
-            "max_string_length": max_string,
+            "max_string_length": opts.max_string_length if opts.constrained else None,
         }
-        inputs = DecodeInputs(loaded.model, loaded.tokenizer, grammar, xgr, ids, loaded.prefix, stop)
-        if opts.diversity == "beam" and grammar is not None:
-            from ._beam import beam_rows
 
-            schemas = tool_schemas(request.tools)
-            return beam_rows(
-                inputs,
-                width=lam,
-                key=lambda text: _answer_key(text, schemas),
-                **common,  # type: ignore[arg-type]
-            )
-        branch = opts.diversity == "branch"
-        rows = lam if (opts.temperature > 0 or branch) else 1
-        return decode_rows(
-            inputs,
-            rows=rows,
-            temperature=opts.temperature,
-            top_p=opts.top_p,
-            greedy_first=opts.greedy_first,
-            branch=branch,
-            bias=self._copy_bias(loaded, request, vocab),
-            **common,  # type: ignore[arg-type]
-        )
+        def rows(ids: list[int], stop: threading.Event) -> list[str]:
+            inputs = DecodeInputs(loaded.model, loaded.tokenizer, grammar, xgr, ids, loaded.prefix, stop)
+            with torch.inference_mode():
+                if opts.diversity == "beam" and grammar is not None:
+                    from ._beam import beam_rows
+
+                    schemas = tool_schemas(request.tools)
+                    key = functools.partial(_answer_key, schemas=schemas)
+                    out = beam_rows(inputs, width=lam, key=key, **common)  # type: ignore[arg-type]
+                else:
+                    branch = opts.diversity == "branch"
+                    out = decode_rows(
+                        inputs,
+                        rows=lam if (opts.temperature > 0 or branch) else 1,
+                        temperature=opts.temperature,
+                        top_p=opts.top_p,
+                        greedy_first=opts.greedy_first,
+                        branch=branch,
+                        bias=self._copy_bias(loaded, request, vocab),
+                        **common,  # type: ignore[arg-type]
+                    )
+            # native tags (<tool_call>) are added tokens: keep them, the parser reads them
+            return [loaded.tokenizer.decode(r, skip_special_tokens=not native) for r in out]
+
+        return rows
 
     def _copy_bias(self, loaded: LocalModel, request: DraftRequest, vocab: int) -> CopyBias | None:
         beta = float(self.options.copy_bias)
