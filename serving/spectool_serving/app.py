@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from spectool.errors import EngineError, ToolCacheError
 
 from .engine import Engine
-from .requests import build_sequences, parse_chat
+from .requests import build_sequences, first_error, parse_chat
 from .schemas import ChatCompletionRequest, ErrorBody, ToolOutputItems, ToolOutputPosted
 from .sequence import Content, Error, Finish, Resolved
 
@@ -103,7 +103,7 @@ def create_app(
             items = ToolOutputItems.model_validate_json(raw).root
         except ValidationError as exc:
             bad_json = exc.errors()[0]["type"] == "json_invalid"
-            return _error(400 if bad_json else 422, _first_error(exc))
+            return _error(400 if bad_json else 422, first_error(exc))
         try:
             return {"cached": engine.store.post(response_id, owner, items)}
         except ToolCacheError as exc:
@@ -159,12 +159,6 @@ async def read_limited(request: Request, limit: int) -> bytes:
             raise EngineError(f"body exceeds the limit of {limit} bytes", status_code=413)
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _first_error(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(x) for x in first.get("loc") or ())
-    return f"{where or 'body'}: {first['msg']}"
 
 
 _REF = "#/components/schemas/{model}"
@@ -230,6 +224,10 @@ def _tool_calls(call: dict | None, stream: bool = False) -> list | None:
     return [{"index": 0, **call}] if stream else [call]
 
 
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
 async def _complete(engine: Engine, seqs: list, meta: dict) -> Any:
     finals: dict[int, Finish] = {}
     async for index, ev in engine.stream(seqs):
@@ -246,63 +244,34 @@ async def _complete(engine: Engine, seqs: list, meta: dict) -> Any:
         }
         if ev.tool_call:
             message["tool_calls"] = _tool_calls(ev.tool_call)
-        choices.append(
-            {
-                "index": i,
-                "message": message,
-                "finish_reason": ev.reason,
-                "logprobs": None,
-                "spectool_resolved_calls": ev.resolved,
-            }
-        )
+        choice = {"index": i, "message": message, "finish_reason": ev.reason, "logprobs": None}
+        choices.append({**choice, "spectool_resolved_calls": ev.resolved})
         prompt = max(prompt, ev.usage["prompt_tokens"])
         completion += ev.usage["completion_tokens"]
-    return {
-        **meta,
-        "object": "chat.completion",
-        "choices": choices,
-        "usage": {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        },
-    }
+    return {**meta, "object": "chat.completion", "choices": choices, "usage": _usage(prompt, completion)}
 
 
 def _chunk(meta: dict, choices: list, **extra: Any) -> str:
-    return (
-        "data: "
-        + json.dumps({**meta, "object": "chat.completion.chunk", "choices": choices, **extra})
-        + "\n\n"
-    )
+    body = {**meta, "object": "chat.completion.chunk", "choices": choices, **extra}
+    return "data: " + json.dumps(body) + "\n\n"
+
+
+def _delta(meta: dict, index: int, delta: dict, finish_reason: str | None = None, **extra: Any) -> str:
+    """A chunk of one choice: its ``delta``, ``finish_reason`` and spectool's fields."""
+    return _chunk(meta, [{"index": index, "delta": delta, "finish_reason": finish_reason, **extra}])
 
 
 async def _sse(engine: Engine, seqs: list, meta: dict, include_usage: bool, owner: str) -> AsyncIterator[str]:
     prompt = completion = 0
     try:
         # the first chunk carries the response id before any token: the client posts to it
-        yield _chunk(
-            meta,
-            [
-                {"index": s.index, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-                for s in seqs
-            ],
-        )
+        first = {"role": "assistant", "content": ""}
+        yield _chunk(meta, [{"index": s.index, "delta": first, "finish_reason": None} for s in seqs])
         async for index, ev in engine.stream(seqs):
             if isinstance(ev, Content):
-                yield _chunk(meta, [{"index": index, "delta": {"content": ev.text}, "finish_reason": None}])
+                yield _delta(meta, index, {"content": ev.text})
             elif isinstance(ev, Resolved):
-                yield _chunk(
-                    meta,
-                    [
-                        {
-                            "index": index,
-                            "delta": {},
-                            "finish_reason": None,
-                            "spectool_resolved_call": ev.record,
-                        }
-                    ],
-                )
+                yield _delta(meta, index, {}, spectool_resolved_call=ev.record)
             elif isinstance(ev, Error):
                 yield (
                     "data: " + json.dumps({"error": {"message": ev.message, "type": "server_error"}}) + "\n\n"
@@ -310,39 +279,12 @@ async def _sse(engine: Engine, seqs: list, meta: dict, include_usage: bool, owne
                 return
             elif isinstance(ev, Finish):
                 if ev.tool_call:
-                    yield _chunk(
-                        meta,
-                        [
-                            {
-                                "index": index,
-                                "delta": {"tool_calls": _tool_calls(ev.tool_call, True)},
-                                "finish_reason": None,
-                            }
-                        ],
-                    )
-                yield _chunk(
-                    meta,
-                    [
-                        {
-                            "index": index,
-                            "delta": {},
-                            "finish_reason": ev.reason,
-                            "spectool_resolved_calls": ev.resolved,
-                        }
-                    ],
-                )
+                    yield _delta(meta, index, {"tool_calls": _tool_calls(ev.tool_call, True)})
+                yield _delta(meta, index, {}, ev.reason, spectool_resolved_calls=ev.resolved)
                 prompt = max(prompt, ev.usage["prompt_tokens"])
                 completion += ev.usage["completion_tokens"]
         if include_usage:
-            yield _chunk(
-                meta,
-                [],
-                usage={
-                    "prompt_tokens": prompt,
-                    "completion_tokens": completion,
-                    "total_tokens": prompt + completion,
-                },
-            )
+            yield _chunk(meta, [], usage=_usage(prompt, completion))
         yield "data: [DONE]\n\n"
     finally:
         _close(engine, meta["id"], owner)
@@ -352,25 +294,20 @@ def _decoding_metrics(stats: Any):
     """Text speculation (tree decoding policy): τ, draft size and verify time."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    yield CounterMetricFamily(
-        "spectool_engine_tree_steps", "verification steps with a text draft", value=stats.steps
-    )
-    yield CounterMetricFamily(
-        "spectool_engine_tree_drafted", "text draft tokens verified", value=stats.drafted
-    )
-    yield CounterMetricFamily(
-        "spectool_engine_tree_accepted", "text draft tokens accepted", value=stats.accepted
-    )
-    yield CounterMetricFamily(
-        "spectool_engine_tree_verify_seconds", "time in verifying forwards", value=stats.verify_s
-    )
-    yield GaugeMetricFamily(
-        "spectool_engine_tree_tau", "mean tokens emitted per verification", value=stats.tau
-    )
-    steps = max(stats.steps, 1)
-    yield GaugeMetricFamily(
-        "spectool_engine_tree_mean_draft", "mean draft tokens per verification", value=stats.drafted / steps
-    )
+    for family, name, doc, value in (
+        (CounterMetricFamily, "steps", "verification steps with a text draft", stats.steps),
+        (CounterMetricFamily, "drafted", "text draft tokens verified", stats.drafted),
+        (CounterMetricFamily, "accepted", "text draft tokens accepted", stats.accepted),
+        (CounterMetricFamily, "verify_seconds", "time in verifying forwards", stats.verify_s),
+        (GaugeMetricFamily, "tau", "mean tokens emitted per verification", stats.tau),
+        (
+            GaugeMetricFamily,
+            "mean_draft",
+            "mean draft tokens per verification",
+            stats.drafted / max(stats.steps, 1),
+        ),
+    ):
+        yield family(f"spectool_engine_tree_{name}", doc, value=value)
 
 
 def _metrics_registry(engine: Engine):

@@ -13,7 +13,7 @@ from .sampling import SamplingParams
 from .schemas import MAX_N, ChatCompletionRequest
 from .sequence import Sequence
 
-__all__ = ["MAX_N", "build_sequences", "parse_chat"]
+__all__ = ["MAX_N", "build_sequences", "first_error", "parse_chat"]
 
 
 def _bad(message: str, param: str | None = None) -> EngineError:
@@ -36,8 +36,14 @@ def parse_chat(body: Any) -> ChatCompletionRequest:
             raise _bad(f"body is not valid JSON: {first['msg']}") from exc
         loc = first.get("loc") or ()
         param = str(loc[0]) if loc and loc[0] in ChatCompletionRequest.model_fields else None
-        where = ".".join(str(x) for x in loc)
-        raise _bad(f"{where or 'body'}: {first['msg']}", param) from exc
+        raise _bad(first_error(exc), param) from exc
+
+
+def first_error(exc: ValidationError) -> str:
+    """The first validation error as ``where: what`` (``body`` where no field is named)."""
+    first = exc.errors()[0]
+    where = ".".join(str(x) for x in first.get("loc") or ())
+    return f"{where or 'body'}: {first['msg']}"
 
 
 def _tool_choice(req: ChatCompletionRequest, tools: list) -> str | None:
@@ -86,18 +92,8 @@ def build_sequences(
         engine.tokenizer, fmt, plain["messages"], prompt_tools, forced_prefix=forced, memo=engine.memo
     )
     forced_ids = encode(engine.tokenizer, forced)
+    rest = (params, fmt, prompt_tools, choice, forced_ids)  # tokens: a list of each choice's own
     return [
-        Sequence(
-            response_id,
-            owner,
-            list(ids),
-            params,
-            fmt,
-            prompt_tools,
-            choice,
-            forced_ids,
-            emit=lambda ev: None,
-            index=i,
-        )
+        Sequence(response_id, owner, list(ids), *rest, emit=lambda ev: None, index=i)
         for i in range(req.n or 1)
     ]
