@@ -70,21 +70,15 @@ def _types_of(schema: Mapping[str, Any]) -> list[str]:
     return []
 
 
+#: Python type -> JSON type, bool before int (a bool is an int)
+_JSON_TYPES: tuple[tuple[type, str], ...] = ((bool, "boolean"), (int, "integer"), (float, "number"))
+_JSON_TYPES += ((str, "string"), (type(None), "null"), (Mapping, "object"), (list, "array"))
+
+
 def json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if value is None:
-        return "null"
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, list):
-        return "array"
+    for kind, name in _JSON_TYPES:
+        if isinstance(value, kind):
+            return name
     # Not JSON (a tuple, a set, an object): a repr could collide with a string; refuse.
     raise ValueError(f"arguments must be JSON values, got {type(value).__name__}")
 
