@@ -67,17 +67,19 @@ class ErrorBody(BaseModel):
     error: _ErrorDetail
 
 
-class FunctionSpec(BaseModel):
+class _Open(BaseModel):
+    """Strictly typed; fields that stock clients add are kept, not refused."""
+
     model_config = ConfigDict(extra="allow", strict=True)
 
+
+class FunctionSpec(_Open):
     name: str = Field(min_length=1)
     description: str | None = None
     parameters: dict[str, JsonValue] | None = None
 
 
-class ToolSpec(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
+class ToolSpec(_Open):
     type: Literal["function"] = "function"
     function: FunctionSpec
 
@@ -95,24 +97,18 @@ class ForcedTool(BaseModel):
     function: _ForcedFunction
 
 
-class _CalledFunction(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
+class _CalledFunction(_Open):
     name: str = Field(min_length=1)
     arguments: str | dict[str, JsonValue] = "{}"
 
 
-class MessageToolCall(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
+class MessageToolCall(_Open):
     id: str | None = None
     type: Literal["function"] = "function"
     function: _CalledFunction
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
+class ChatMessage(_Open):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, JsonValue]] | None = None
     tool_calls: list[MessageToolCall] | None = None
@@ -120,17 +116,13 @@ class ChatMessage(BaseModel):
     name: str | None = None
 
 
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
+class StreamOptions(_Open):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(_Open):
     """The subset of OpenAI's Chat Completions request this engine honours; other fields that
     stock clients send are accepted and ignored."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
