@@ -157,9 +157,6 @@ class SyncSpeculativeOpenAI:
     SDK's sync resources. ``mode="engine"`` is not offered here (use the async client).
     """
 
-    chat: Chat
-    responses: Responses
-
     def __init__(
         self,
         client: Any,

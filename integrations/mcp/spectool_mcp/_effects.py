@@ -16,13 +16,13 @@ Users override any of this per tool by name.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from spectool import ConfigError, Effect
 
-__all__ = ["McpEffect", "effect_from_annotations", "spec_options"]
+__all__ = ["McpEffect", "by_name", "effect_from_annotations", "spec_options"]
 
 _HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 
@@ -89,3 +89,15 @@ def spec_options(
     if external and options["effect"].speculable and not allow_external:
         options["external"] = True  # not run early unless the session opts in
     return options
+
+
+def by_name(
+    overrides: Mapping[str, Any] | None, confirm: Iterable[str], names: set[str], missing: str
+) -> tuple[dict[str, Any], set[str]]:
+    """``overrides`` and ``confirm`` as a dict and a set, each naming only tools in ``names``:
+    ConfigError ("... name tools {missing}: ...") otherwise, since a typo would do nothing."""
+    overrides, confirm = dict(overrides or {}), set(confirm)
+    for option, given in (("overrides", set(overrides)), ("confirm", confirm)):
+        if unknown := given - names:
+            raise ConfigError(f"{option} name tools {missing}: {', '.join(sorted(unknown))}")
+    return overrides, confirm

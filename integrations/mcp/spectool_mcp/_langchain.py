@@ -12,9 +12,9 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from langchain_spectool import speculable
-from spectool import ConfigError, Effect
+from spectool import Effect
 
-from ._effects import spec_options
+from ._effects import by_name, spec_options
 
 __all__ = ["declare_mcp_tools"]
 
@@ -36,12 +36,7 @@ def declare_mcp_tools(
     the tools never run early. ``confirm`` names the tools the user confirms before each call:
     they never run early."""
     tools = list(tools)
-    overrides = dict(overrides or {})
-    confirm = set(confirm)
-    for option, names in (("overrides", set(overrides)), ("confirm", confirm)):
-        unknown = names - {t.name for t in tools}
-        if unknown:
-            raise ConfigError(f"{option} name tools that were not loaded: {', '.join(sorted(unknown))}")
+    overrides, confirm = by_name(overrides, confirm, {t.name for t in tools}, "that were not loaded")
     for t in tools:
         options = spec_options(
             t.name,

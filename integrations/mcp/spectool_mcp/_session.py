@@ -15,7 +15,7 @@ from mcp import ClientSession, types
 
 from spectool import ConfigError, ToolError, ToolSpec
 
-from ._effects import spec_options
+from ._effects import by_name, spec_options
 
 __all__ = ["MAX_PAGES", "MAX_TOOLS", "mcp_tool_spec", "mcp_tools", "result_value"]
 
@@ -107,14 +107,7 @@ async def mcp_tools(
         seen.add(cursor)
     else:
         raise ConfigError(f"the MCP server's tools/list goes on past {max_pages} pages (max_pages)")
-    overrides = dict(overrides or {})
-    confirm = set(confirm)
-    for option, names in (("overrides", set(overrides)), ("confirm", confirm)):
-        unknown = names - {t.name for t in listed}
-        if unknown:
-            raise ConfigError(
-                f"{option} name tools the MCP server does not have: {', '.join(sorted(unknown))}"
-            )
+    overrides, confirm = by_name(overrides, confirm, {t.name for t in listed}, "the MCP server does not have")
     return [
         mcp_tool_spec(
             session,
