@@ -31,8 +31,6 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, PrivateAttr
 
-from spectool import Drafter
-
 from ._compose import Composition
 from ._convert import session_key
 from ._effects import copy_declaration, has_injected_args
@@ -83,8 +81,7 @@ class SpeculativeChatModel(BaseChatModel):
 
     def model_post_init(self, context: Any) -> None:
         options = {"samples": self.samples, "draft_timeout": self.draft_timeout}
-        drafter: Drafter | None = self.drafter
-        self._spec = Speculation(drafter, options, self.max_sessions)
+        self._spec = Speculation(self.drafter, options, self.max_sessions)
 
     @property
     def _llm_type(self) -> str:
