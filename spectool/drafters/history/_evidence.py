@@ -118,7 +118,7 @@ class Evidence:
 
 
 def collect_evidence(messages: Sequence[Mapping[str, Any]]) -> Evidence:
-    from ._flows import output_fields
+    from ._flows import NOT_JSON, output_fields, read_output
 
     ev = Evidence()
     call_names: dict[str, str] = {}
@@ -133,16 +133,14 @@ def collect_evidence(messages: Sequence[Mapping[str, Any]]) -> Evidence:
         elif role == "tool":
             tool = call_names.get(str(m.get("tool_call_id")), "")
             fresh: dict[tuple[str, ...], list[tuple[Any, int]]] = {}
-            for k, v in output_fields(m.get("content")):
+            output = read_output(m.get("content"))
+            for k, v in output_fields(output):
                 fresh.setdefault(("out", tool, k), []).append((v, i))
             for src, values in fresh.items():  # newest output first; earlier ones stay behind it
                 ev.sourced[src] = values + ev.sourced.get(src, [])
-            text = message_text(m.get("content"))
-            try:
-                value = json.loads(text)
-            except (json.JSONDecodeError, TypeError):
+            if output.value is NOT_JSON:
                 continue
-            for k, v in _fields(value, depth=3):
+            for k, v in _fields(output.value, depth=3):
                 ev.named.append((_norm(k), v, i))
         elif role == "user":
             ev.texts.append((message_text(m.get("content")), i))

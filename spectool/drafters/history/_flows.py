@@ -19,11 +19,11 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._common import assistant_calls, message_text
 
-__all__ = ["Flows", "Source", "mine_flows", "output_fields", "value_tag"]
+__all__ = ["NOT_JSON", "Flows", "Output", "Source", "mine_flows", "output_fields", "read_output", "value_tag"]
 
 Source = tuple[str, ...]  # ("arg", tool, param) | ("out", tool, field) | ("user",)
 
@@ -44,14 +44,32 @@ def _string_tag(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def output_fields(content: Any, depth: int = 3) -> Iterator[tuple[str, Any]]:
+#: the value of an :class:`Output` whose text is not JSON
+NOT_JSON: Any = object()
+
+
+class Output(NamedTuple):
+    """A tool output read once: its text (stripped) and its JSON value (or :data:`NOT_JSON`);
+    every reader of outputs takes this, so a conversation's outputs are parsed once a pass."""
+
+    text: str
+    value: Any
+
+
+def read_output(content: Any) -> Output:
+    text = message_text(content).strip()
+    try:
+        return Output(text, json.loads(text))
+    except (json.JSONDecodeError, TypeError):
+        return Output(text, NOT_JSON)
+
+
+def output_fields(output: Output, depth: int = 3) -> Iterator[tuple[str, Any]]:
     """(field name, value) of a JSON tool output, nested up to ``depth``; list items under their
     field's name too (``{"files": ["a", "b"]}`` gives ``files: a`` and ``files: b``). An output
     that is one scalar or one bare word (``noah_ito_3850``) is the field ``""``."""
-    text = message_text(content).strip()
-    try:
-        value = json.loads(text)
-    except (json.JSONDecodeError, TypeError):
+    text, value = output
+    if value is NOT_JSON:
         if text and len(text) <= 100 and not any(c.isspace() for c in text):
             yield "", text  # a bare result (an id, a name): the whole output is the value
         return
@@ -114,7 +132,7 @@ def mine_flows(traces: Iterable[Sequence[Mapping[str, Any]]]) -> Flows:
                         call_names[call.id] = call.name
             elif role == "tool":
                 tool = call_names.get(str(m.get("tool_call_id")), "")
-                for k, v in output_fields(m.get("content")):
+                for k, v in output_fields(read_output(m.get("content"))):
                     seen[value_tag(v)].add(("out", tool, k))
         if names:
             flows.sequences.append(names)

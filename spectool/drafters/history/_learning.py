@@ -35,7 +35,7 @@ from ..._types import DraftRequest, ToolCall
 from ...errors import ConfigError
 from .._common import assistant_calls, message_text, tool_schemas
 from ._evidence import Evidence, collect_evidence
-from ._flows import value_tag
+from ._flows import read_output, value_tag
 from ._history import (
     _latest_user_text,
     _session_key,
@@ -63,6 +63,9 @@ UNSURE = 0.2
 MIN_RECORD_USES = 2
 #: data-flow sources below this share of a parameter's uses are not offered as candidates
 MIN_SHARE = 0.1
+
+#: a request's tool scores: (the plan's, the request's words')
+Signals = tuple[dict[str, float], dict[str, float]]
 
 
 class LearningDrafter:
@@ -167,8 +170,11 @@ class LearningDrafter:
         with self._lock:
             own = self._forget(session) if session is not None else None
             try:
-                self._weigh(session, request.messages, tool_schemas(request.tools))
-                out = self._draft(request)
+                tools = tool_schemas(request.tools)
+                # the plan and the words, read once for scoring the last request and for this one
+                signals = self._signals(request.messages, tools) if tools else ({}, {})
+                self._weigh(session, request.messages, tools, signals)
+                out = self._draft(request, tools, signals) if tools else []
             finally:
                 if own is not None and session is not None:  # back until learn() replaces it
                     self._sessions[session] = own
@@ -176,13 +182,10 @@ class LearningDrafter:
         self.learn(request.messages)
         return out
 
-    def _draft(self, request: DraftRequest) -> list[ToolCall]:
-        tools = tool_schemas(request.tools)
-        if not tools:
-            return []
+    def _draft(self, request: DraftRequest, tools: Mapping[str, Any], signals: Signals) -> list[ToolCall]:
         messages = request.messages
         turn_start = bool(messages) and messages[-1].get("role") == "user"
-        ranked = self.rank_tools(messages, tools, turn_start)
+        ranked = self.rank_tools(signals, tools, turn_start)
         evidence = collect_evidence(messages)
         ctx = value_context(messages)
         done = set(map(_tag, _trailing_run(messages)))
@@ -214,19 +217,15 @@ class LearningDrafter:
                 out.append(per_tool[t][r])
         return out
 
-    def rank_tools(
-        self, messages: Sequence[Mapping[str, Any]], tools: Mapping[str, Any], turn_start: bool
-    ) -> list[str]:
-        """Offered tools by plan score plus the request's words, best first; ties by name.
-        The words' weight beside the plan is the one that has ranked the called tool first
-        most often so far (:meth:`_weigh`), per turn start / within a turn."""
-        plan, words = self._signals(messages, tools)
+    def rank_tools(self, signals: Signals, tools: Mapping[str, Any], turn_start: bool) -> list[str]:
+        """Offered tools by plan score plus the request's words (:meth:`_signals`), best first;
+        ties by name. The words' weight beside the plan is the one that has ranked the called
+        tool first most often so far (:meth:`_weigh`), per turn start / within a turn."""
+        plan, words = signals
         weight = self._word_weight(turn_start, plan) if plan else 1.0
         return _combine(plan, words, (3.0 if turn_start else 1.0) * weight, tools)
 
-    def _signals(
-        self, messages: Sequence[Mapping[str, Any]], tools: Mapping[str, Any]
-    ) -> tuple[dict[str, float], dict[str, float]]:
+    def _signals(self, messages: Sequence[Mapping[str, Any]], tools: Mapping[str, Any]) -> Signals:
         events = events_of(messages)
         plan = plan_scores(self.patterns, events, own=own_plan(events)) if self.plan else {}
         plan = {n: v for n, v in plan.items() if n in tools}
@@ -247,7 +246,11 @@ class LearningDrafter:
         return self.plan_words if max(plan.values()) >= UNSURE else 1.0
 
     def _weigh(
-        self, session: str | None, messages: Sequence[Mapping[str, Any]], tools: Mapping[str, Any]
+        self,
+        session: str | None,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Mapping[str, Any],
+        signals: Signals,
     ) -> None:
         """Score the previous request of this session: which word weights would have ranked
         the tool called since first. Then keep this request's signals for the next."""
@@ -266,7 +269,7 @@ class LearningDrafter:
                     self._weights[start][w] += bool(ranked) and ranked[0] == called[0]
         if session is not None and self.plan:
             turn_start = bool(messages) and messages[-1].get("role") == "user"
-            plan, words = self._signals(messages, tools)
+            plan, words = signals
             if plan:
                 self._pending[session] = (len(messages), turn_start, plan, words, dict.fromkeys(tools))
                 while len(self._pending) > max(self.max_sessions, 1):
@@ -330,7 +333,7 @@ def value_context(messages: Sequence[Mapping[str, Any]]) -> ValueContext:
             for call in assistant_calls(m):
                 used.update((call.name, str(k), value_tag(v)) for k, v in call.arguments.items())
         elif role == "tool":
-            linked |= mentioned_records(m.get("content"), user_text)
+            linked |= mentioned_records(read_output(m.get("content")), user_text)
     return ValueContext(user_text, frozenset(used), frozenset(linked), index, tuple(spans(user_text)))
 
 

@@ -17,7 +17,6 @@ and subtract (:meth:`Patterns.add`), so a window of sessions can drop its oldest
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
@@ -26,7 +25,7 @@ from typing import Any
 
 from ..._types import ToolCall
 from .._common import assistant_calls, message_text
-from ._flows import Source, output_fields, value_tag
+from ._flows import Output, Source, output_fields, read_output, value_tag
 from ._records import MAX_RECORDS, objects_of, records_of
 from ._shapes import anchors, shape
 
@@ -42,25 +41,21 @@ _PLAIN = re.compile(r"[A-Za-z][A-Za-z ]{3,59}")
 Key = tuple[str, str]
 
 
-def outcome(content: Any, user_text: str = "", used: Collection[str] = ()) -> str:
+def outcome(output: Output, user_text: str = "", used: Collection[str] = ()) -> str:
     """``"err"``, ``"empty"``, ``"match"`` or ``""`` (a result) for a tool output. ``"match"``:
     the output is one record with two or more fields the user wrote (``ORD``, ``PHL``) that no
     call has used yet: the record the user means was found, so a walk through records ends."""
-    text = message_text(content).strip()
+    text = output.text
     if not text or text in ("[]", "{}", "null", '""'):
         return "empty"
     low = text[:80].lower()
     if low.startswith(("error", "exception", "traceback")) or low.startswith('{"error'):
         return "err"
-    return "match" if user_text and _user_fields(text, user_text, used) >= 2 else ""
+    return "match" if user_text and _user_fields(output.value, user_text, used) >= 2 else ""
 
 
-def _user_fields(text: str, user_text: str, used: Collection[str]) -> int:
+def _user_fields(record: Any, user_text: str, used: Collection[str]) -> int:
     """How many distinct top-level string fields of a JSON object output the user wrote."""
-    try:
-        record = json.loads(text)
-    except ValueError:
-        return 0
     if not isinstance(record, Mapping):
         return 0
     low = user_text.lower()
@@ -162,12 +157,12 @@ def _key(x: Any) -> Any:
     return list(x) if isinstance(x, tuple) else x
 
 
-def mentioned_records(content: Any, user_text: str) -> set[str]:
+def mentioned_records(output: Output, user_text: str) -> set[str]:
     """Value tags of the scalar fields of every record (JSON object) in a tool output that
     has a plain-words field the user wrote (``"name": "Mechanical Keyboard"``)."""
     low = user_text.lower()
     out: set[str] = set()
-    for record in objects_of(content):
+    for record in objects_of(output):
         named = [
             v for v in record.values() if isinstance(v, str) and _PLAIN.fullmatch(v) and v.lower() in low
         ]
@@ -197,7 +192,7 @@ class EventLog:
             for call in assistant_calls(message):
                 self.call(call)
         elif role == "tool":
-            return self.output(message)
+            return self.output(message, read_output(message.get("content")))
         return ""
 
     def call(self, call: ToolCall) -> None:
@@ -205,12 +200,12 @@ class EventLog:
         self.events.append(call.name)
         self.used.update(str(v) for v in call.arguments.values())
 
-    def output(self, message: Mapping[str, Any]) -> str:
+    def output(self, message: Mapping[str, Any], output: Output) -> str:
         """Its call's event gets the output's outcome; returns the tool ("": no such call)."""
         i, tool = self._pending.get(str(message.get("tool_call_id")), (-1, ""))
         if i < 0:
             return ""
-        self.events[i] = event(tool, outcome(message.get("content"), self.user_text, self.used))
+        self.events[i] = event(tool, outcome(output, self.user_text, self.used))
         return tool
 
 
@@ -223,14 +218,17 @@ def mine(messages: Sequence[Mapping[str, Any]]) -> Patterns:
     calls = 0
     records: list[set[str]] = []  # value tags of each output record read so far
     for m in messages:
-        if m.get("role") != "assistant":  # a user turn, or a call's output (its outcome)
-            tool, content = log.read(m), m.get("content")
-            if m.get("role") == "tool":
-                for field_name, v in output_fields(content):
-                    seen.setdefault(value_tag(v), set()).add(("out", tool, field_name))
-                linked |= mentioned_records(content, log.user_text)
-                records.extend({value_tag(v) for v in r.values()} for r in records_of(content))
-                del records[:-MAX_RECORDS]
+        if m.get("role") == "tool":  # a call's output: its outcome, values and records
+            output = read_output(m.get("content"))
+            tool = log.output(m, output)
+            for field_name, v in output_fields(output):
+                seen.setdefault(value_tag(v), set()).add(("out", tool, field_name))
+            linked |= mentioned_records(output, log.user_text)
+            records.extend({value_tag(v) for v in r.values()} for r in records_of(output))
+            del records[:-MAX_RECORDS]
+            continue
+        if m.get("role") != "assistant":  # a user turn
+            log.read(m)
             continue
         for call in assistant_calls(m):
             calls += 1

@@ -14,8 +14,8 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from .._common import assistant_calls, message_text
-from ._flows import value_tag
+from .._common import assistant_calls
+from ._flows import NOT_JSON, Output, read_output, value_tag
 
 __all__ = ["MAX_RECORDS", "objects_of", "records_of", "record_fillings"]
 
@@ -23,20 +23,16 @@ __all__ = ["MAX_RECORDS", "objects_of", "records_of", "record_fillings"]
 MAX_RECORDS = 200
 
 
-def objects_of(content: Any) -> Iterator[Mapping[str, Any]]:
+def objects_of(output: Output) -> Iterator[Mapping[str, Any]]:
     """The JSON objects of a tool output, nested ones too (4 levels deep, the first 50 items of
     a list), in order; none where the output is not JSON."""
-    try:
-        value = json.loads(message_text(content))
-    except (json.JSONDecodeError, TypeError):
-        return iter(())
-    return _walk(value, 4)
+    return _walk(output.value, 4) if output.value is not NOT_JSON else iter(())
 
 
-def records_of(content: Any) -> list[dict[str, Any]]:
+def records_of(output: Output) -> list[dict[str, Any]]:
     """The JSON objects of a tool output (nested ones too), scalar fields only, in order."""
     out: list[dict[str, Any]] = []
-    for record in objects_of(content):
+    for record in objects_of(output):
         scalars = {str(k): v for k, v in record.items() if not isinstance(v, (Mapping, list))}
         if len(scalars) >= 2:
             out.append(scalars)
@@ -84,7 +80,7 @@ def record_fillings(
     for m in messages:
         if m.get("role") != "tool":
             continue
-        for record in records_of(m.get("content")):
+        for record in records_of(read_output(m.get("content"))):
             args = {}
             for pname in props:
                 for f in (*fields.get(pname, ()), pname):
