@@ -49,13 +49,15 @@ def test_speculable_declares_on_tool_decorator_and_subclass():
 
 
 def test_spectool_decorated_functions_keep_their_effect_in_create_agent():
-    @spectool.tool(effect="read_only")
+    @spectool.tool(effect="read_only", scope="wx", ttl=5, max_concurrency=2)
     def weather(city: str) -> str:
         """Weather."""
         return city
 
     # create_agent turns plain functions into StructuredTools the same way tool() does.
     assert effect_of(tool(weather)) is Effect.READ_ONLY
+    spec = to_tool_spec(tool(weather))
+    assert (spec.scope, spec.ttl, spec.max_concurrency) == ("wx", 5, 2)
 
 
 def test_tools_with_injected_arguments_are_never_speculable():

@@ -52,13 +52,8 @@ class Limiter:
     def remaining(self, state: Any) -> int:
         """Calls the limit still lets through, from the counts the middleware keeps in state."""
         get = state.get if hasattr(state, "get") else (lambda k, d=None: getattr(state, k, d))
-        left = []
-        for limit, counts in (
-            (self.thread_limit, "thread_tool_call_count"),
-            (self.run_limit, "run_tool_call_count"),
-        ):
-            if limit is not None:
-                left.append(limit - int((get(counts, None) or {}).get(self.key, 0)))
+        limits = ((self.thread_limit, "thread_tool_call_count"), (self.run_limit, "run_tool_call_count"))
+        left = [n - int((get(counts, None) or {}).get(self.key, 0)) for n, counts in limits if n is not None]
         return max(0, min(left)) if left else 0
 
 

@@ -113,12 +113,8 @@ def declared(tool: BaseTool) -> dict[str, Any]:
     fn = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
     if fn is not None and hasattr(fn, "__spectool_tool__"):
         spec = tool_spec(fn)
-        return {
-            "effect": spec.effect.value,
-            "scope": spec.scope,
-            "ttl": spec.ttl,
-            "max_concurrency": spec.max_concurrency,
-        }
+        kept = {k: getattr(spec, k) for k in ("scope", "ttl", "max_concurrency")}
+        return {"effect": spec.effect.value, **kept}
     return {"effect": Effect.MUTATING.value}
 
 
