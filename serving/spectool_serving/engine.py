@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import threading
 import time
 import weakref
@@ -280,23 +281,26 @@ class Engine:
         self._recent.append((tuple(seq.tokens), seq.prompt_len))
         seq.n_cached = 0
 
-    def _fail(self, seq: Sequence, exc: BaseException) -> None:
-        """End one sequence with an error event; the others keep their rows and go on."""
-        if seq.seq_id in self.kv.rows:
+    def _release(self, seq: Sequence) -> bool:
+        """Take ``seq`` out of the batch, the scheduler and the decoding policy; True when it
+        held a row of the batch."""
+        held = seq.seq_id in self.kv.rows
+        if held:
             self.kv.leave({seq.seq_id})
         self.scheduler.finish(seq)
         if self.decoding is not None:
             self.decoding.forget(seq.seq_id)
+        return held
+
+    def _fail(self, seq: Sequence, exc: BaseException) -> None:
+        """End one sequence with an error event; the others keep their rows and go on."""
+        self._release(seq)
         self.stats.failed_requests += 1
         seq.emit(Error(f"engine failure: {exc!r}"))
 
     def _retire(self, seq: Sequence) -> None:
-        if seq.seq_id in self.kv.rows:
-            self.kv.leave({seq.seq_id})
+        if self._release(seq):
             self.stats.left_batch += 1
-        self.scheduler.finish(seq)
-        if self.decoding is not None:
-            self.decoding.forget(seq.seq_id)
         self._recent.append((tuple(seq.tokens), seq.prompt_len))
         seq.emit(
             Finish(
@@ -351,12 +355,7 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._wake:
-                while (
-                    not self._stop
-                    and not self._inbox
-                    and not self._cancelled
-                    and not self.scheduler.has_work()
-                ):
+                while not (self._stop or self._inbox or self._cancelled or self.scheduler.has_work()):
                     self._wake.wait()
                 if self._stop:
                     return
@@ -369,10 +368,8 @@ class Engine:
                 for seq in [*self.scheduler.running, *self.scheduler.waiting]:
                     self.stats.failed_requests += 1
                     self.scheduler.finish(seq)
-                    try:
+                    with contextlib.suppress(Exception):  # a listener that is gone must not kill the loop
                         seq.emit(Error(f"engine failure: {exc!r}"))
-                    except Exception:  # noqa: BLE001 - a listener that is gone must not kill the loop
-                        pass
                 self.kv.reset()
 
     async def stream(self, seqs: list[Sequence]) -> AsyncIterator[tuple[int, Event]]:
