@@ -404,22 +404,11 @@ class SpeculativeOpenAI:
             _, parsed = extract_calls([tc])
             if parsed and isinstance(parsed[0], ToolCall):
                 self.speculator.cache.consume(parsed[0])
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": rec.get("content"),
-                    "tool_calls": [
-                        {
-                            "id": tc.get("id"),
-                            "type": "function",
-                            "function": {"name": fn.get("name"), "arguments": fn.get("arguments") or ""},
-                        }
-                    ],
-                }
-            )
-            messages.append(
-                {"role": "tool", "tool_call_id": tc.get("id"), "content": format_output(rec.get("output"))}
-            )
+            function = {"name": fn.get("name"), "arguments": fn.get("arguments") or ""}
+            call = {"id": tc.get("id"), "type": "function", "function": function}
+            messages.append({"role": "assistant", "content": rec.get("content"), "tool_calls": [call]})
+            output = format_output(rec.get("output"))
+            messages.append({"role": "tool", "tool_call_id": tc.get("id"), "content": output})
         return messages
 
     def _remember_stream(self, stream: SpeculativeStream) -> None:
