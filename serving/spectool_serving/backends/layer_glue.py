@@ -30,7 +30,7 @@ __all__ = ["LayerOps", "compiled_ops", "eager_ops", "layer_ops"]
 log = logging.getLogger("spectool.serving.backends")
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     h = x.to(torch.float32)
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     return weight * h.to(x.dtype)
@@ -41,11 +41,7 @@ def add_rms(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(x + r, RMSNorm(x + r) * weight): the residual and the next block's input."""
     s = x + r
-    return s, _rms(s, weight, eps)
-
-
-def rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return _rms(x, weight, eps)
+    return s, rms(s, weight, eps)
 
 
 def rotary(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -94,7 +90,9 @@ class _Guarded:
 
 
 @functools.cache
-def _compiled(backend: str) -> LayerOps:
+def compiled_ops(backend: str = "inductor") -> LayerOps:
+    """The operations through ``torch.compile(fullgraph=True)`` with ``backend`` (tests use
+    ``aot_eager``, which needs no compiler); built once per backend."""
     # each operation meets a few dtypes and 0/1-specialised shapes (prefill, one row, buckets,
     # several models in one process): dynamo's default of 8 graphs per function ran out on a
     # GPU, and a recompile must never be what first happens inside a graph capture
@@ -103,12 +101,6 @@ def _compiled(backend: str) -> LayerOps:
     cfg.accumulated_recompile_limit = max(cfg.accumulated_recompile_limit, 1024)
     parts = [_Guarded(fn, backend) for fn in (rms, add_rms, rotary, swiglu)]
     return LayerOps(f"compiled[{backend}]", *parts)
-
-
-def compiled_ops(backend: str = "inductor") -> LayerOps:
-    """The operations through ``torch.compile(fullgraph=True)`` with ``backend`` (tests use
-    ``aot_eager``, which needs no compiler); built once per backend."""
-    return _compiled(backend)
 
 
 def triton_available() -> bool:
