@@ -45,6 +45,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="re-measure cost tables and g* instead of reusing stored ones",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="runs of every method per prompt, interleaved; the median run is kept and the "
+        "spread of the per-category ratios against engine_ar reported (default: 1)",
+    )
+    parser.add_argument(
         "--no-gate",
         action="store_true",
         help="draft every step (the policies' draft gate off), to measure what the gate buys",
@@ -56,12 +64,15 @@ def run(args: argparse.Namespace) -> int:
         import torch  # noqa: F401
 
         from . import _tree as bench
+        from ._summary import category_table
     except ImportError as exc:
         raise missing_extra(getattr(exc, "name", None) or "torch", "serve") from exc
     dtypes = tuple(args.dtype or ("float32", "bfloat16"))
     batches = tuple(sorted(set(args.batch or (1, 4))))
     if any(b < 1 for b in batches):
         raise ConfigError("--batch must be >= 1")
+    if getattr(args, "repeat", 1) < 1:
+        raise ConfigError("--repeat must be >= 1")
     if args._job == "calibrate":
         return _calibrate(bench, dtypes, batches, args.threads)
     try:
@@ -79,9 +90,13 @@ def run(args: argparse.Namespace) -> int:
         log=lambda m: print(m, file=sys.stderr),
         prompt_ids=args.prompt,
         gate=not args.no_gate,
+        repeat=args.repeat,
     )
     summary = {d: r["summary"] for d, r in res["dtypes"].items()}
     print(json.dumps(summary, indent=1))
+    for dtype, s in summary.items():  # the speculation alone, per category (batch 1)
+        print(f"\n{dtype}, batch 1, tok/s against engine_ar (spread over --repeat runs):")
+        print(category_table(s))
     print(f"wrote {args.out / 'results.json'} and {args.out / 'speedup_vs_draft.png'}")
     return 0
 

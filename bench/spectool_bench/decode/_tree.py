@@ -16,13 +16,10 @@ gains over transformers; ``speedup_vs_engine_ar`` is the speculation alone.
 from __future__ import annotations
 
 import json
-import math
 import time
 from importlib import resources
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from spectool_serving.tree.calibrate import MODEL_NAME, cost_table, device_name
 from spectool_serving.tree.cast import CostTable
@@ -30,10 +27,9 @@ from spectool_serving.tree.policy import DecodingPolicy
 
 from ._calibrate import Calibration, calibrate, load_calibration
 from ._loop import Run, bench_engine, run_engine
+from ._summary import TREE_POLICIES, merge_repeats, plot, summarize
 
 __all__ = ["load_calibration_prompts", "load_prompts", "run_bench"]
-
-TREE_POLICIES = ("unispec", "cast", "both")
 
 
 def _prompt_data() -> dict[str, Any]:
@@ -61,11 +57,6 @@ def load_prompts(quick: bool = False, ids: list[str] | None = None) -> list[dict
         first: dict[str, dict] = {}  # the first item of each category, in their order
         items = [first.setdefault(i["category"], i) for i in items if i["category"] not in first]
     return items
-
-
-def _geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x and x > 0]
-    return float(math.exp(np.mean(np.log(xs)))) if xs else float("nan")
 
 
 def get_calibration(
@@ -130,7 +121,14 @@ def _record(outs: list[list[int]], secs: float, refs: list[list[int]], **extra: 
 
 
 def _run_dtype(
-    dtype: str, items: list[dict], n: int, batches: list[int], log: Any, refresh: bool, gate: bool = True
+    dtype: str,
+    items: list[dict],
+    n: int,
+    batches: list[int],
+    log: Any,
+    refresh: bool,
+    gate: bool = True,
+    repeat: int = 1,
 ) -> dict:
     from spectool.embedded import load_causal_lm
 
@@ -146,32 +144,38 @@ def _run_dtype(
     rows: list[dict] = []
     single_refs: list[list[int]] = []
     for item, ids in zip(items, prompts):
-        ref, secs = _hf(model, tok, [ids], n)
-        single_refs.append(ref[0])
-        rec = {
-            "id": item["id"],
-            "category": item["category"],
-            "batch": 1,
-            "methods": {"ar": _record(ref, secs, ref)},
-        }
-        for look in (3, 10):
-            outs, secs = _hf(model, tok, [ids], n, look)
-            rec["methods"][f"pl{look}"] = _record(outs, secs, ref)
-        _run_engine(rec, engine, [ids], n, ref)
+        runs = [_run_single(model, tok, engine, ids, n) for _ in range(repeat)]
+        single_refs.append(runs[0][1])
+        reps = [methods for methods, _ in runs]
+        rec = {"id": item["id"], "category": item["category"], "batch": 1, "methods": merge_repeats(reps)}
         rows.append(rec)
         log(
             f"[{dtype}] {item['id']}: "
             + "  ".join(f"{k} {v['tok_s']:.1f}" for k, v in rec["methods"].items())
         )
     for bsz in [b for b in batches if b > 1]:
-        rows += _run_batched(engine, items, prompts, single_refs, n, bsz, log, dtype)
+        rows += _run_batched(engine, items, prompts, single_refs, n, bsz, log, dtype, repeat)
     return {
         "g_star": cal.g_star,
         "calibration": cal.__dict__,
         "rows": rows,
         "cost_table": json.loads(table.to_json()),
-        "summary": _summarize(rows),
+        "summary": summarize(rows),
     }
+
+
+def _run_single(
+    model: Any, tok: Any, engine: _EngineArgs, ids: list[int], n: int
+) -> tuple[dict[str, dict], list[int]]:
+    """One repetition of every method on one prompt, interleaved; HF greedy's output (returned
+    too) is the reference."""
+    ref, secs = _hf(model, tok, [ids], n)
+    methods = {"ar": _record(ref, secs, ref)}
+    for look in (3, 10):
+        outs, secs = _hf(model, tok, [ids], n, look)
+        methods[f"pl{look}"] = _record(outs, secs, ref)
+    _run_engine(methods, engine, [ids], n, ref)
+    return methods, ref[0]
 
 
 class _EngineArgs:
@@ -191,17 +195,17 @@ class _EngineArgs:
 
 
 def _run_engine(
-    rec: dict, engine: _EngineArgs, prompts: list[list[int]], n: int, refs: list[list[int]]
+    methods: dict, engine: _EngineArgs, prompts: list[list[int]], n: int, refs: list[list[int]]
 ) -> None:
-    """``engine_ar`` and the tree policies, all through the serving engine, into ``rec``."""
+    """``engine_ar`` and the tree policies, all through the serving engine, into ``methods``."""
     res = engine.run(prompts, n)
     # Every method's decode phase is its time after engine_ar's prefill of the same prompt, so
     # what a tree policy adds to its own prefill (the store's warm-up rows) counts against it.
     prefill_s = res.prefill_s
-    rec["methods"]["engine_ar"] = _record(res.outputs, res.total_s, refs, **_phase(res, prefill_s))
+    methods["engine_ar"] = _record(res.outputs, res.total_s, refs, **_phase(res, prefill_s))
     for pol in TREE_POLICIES:
         res = engine.run(prompts, n, pol)
-        rec["methods"][pol] = _record(
+        methods[pol] = _record(
             res.outputs,
             res.total_s,
             refs,
@@ -226,7 +230,7 @@ def _phase(res: Run, prefill_s: float) -> dict[str, float]:
     }
 
 
-def _run_batched(engine, items, prompts, single_refs, n, bsz, log, dtype) -> list[dict]:
+def _run_batched(engine, items, prompts, single_refs, n, bsz, log, dtype, repeat=1) -> list[dict]:
     """Batches of ``bsz`` prompts; "identical" compares with each prompt's batch-1 output
     (HF prompt lookup has no batched mode, so it is absent here)."""
     rows = []
@@ -234,114 +238,24 @@ def _run_batched(engine, items, prompts, single_refs, n, bsz, log, dtype) -> lis
     for start in range(0, len(prompts) - bsz + 1, bsz):
         group = prompts[start : start + bsz]
         refs = single_refs[start : start + bsz]
-        outs, secs = _hf(model, tok, group, n)
+        reps = []
+        for _ in range(repeat):
+            outs, secs = _hf(model, tok, group, n)
+            methods = {"ar": _record(outs, secs, refs)}
+            _run_engine(methods, engine, group, n, refs)
+            reps.append(methods)
         rec = {
             "id": "+".join(i["id"] for i in items[start : start + bsz]),
             "category": "mixed",
             "batch": bsz,
-            "methods": {"ar": _record(outs, secs, refs)},
+            "methods": merge_repeats(reps),
         }
-        _run_engine(rec, engine, group, n, refs)
         rows.append(rec)
         log(
             f"[{dtype}] batch {bsz} {rec['id']}: "
             + "  ".join(f"{k} {v['tok_s']:.1f}" for k, v in rec["methods"].items())
         )
     return rows
-
-
-def _per_category(
-    rows: list[dict], cats: list[str], methods: list[str], key: str, base: str
-) -> dict[str, dict[str, float]]:
-    """method -> category -> geomean over the category's rows of ``key`` against ``base``'s."""
-    return {
-        m: {
-            c: _geomean([r["methods"][m][key] / r["methods"][base][key] for r in rows if r["category"] == c])
-            for c in cats
-        }
-        for m in methods
-    }
-
-
-def _summarize(rows: list[dict]) -> dict:
-    """Per batch size: geometric mean over categories of per-category mean speedups."""
-    out: dict[str, Any] = {}
-    for bsz in sorted({r["batch"] for r in rows}):
-        sub = [r for r in rows if r["batch"] == bsz]
-        methods = list(sub[0]["methods"])
-        cats = sorted({r["category"] for r in sub})
-        per_cat = _per_category(sub, cats, methods, "tok_s", "ar")
-        vs_ar = {m: _geomean(list(per_cat[m].values())) for m in methods}
-        phased = [m for m in methods if "decode_tok_s" in sub[0]["methods"][m]]
-        if "engine_ar" not in phased:
-            phased = []  # the phase is a ratio against engine_ar's
-        phase_cat = _per_category(sub, cats, phased, "decode_tok_s", "engine_ar")
-        pls = [m for m in ("pl3", "pl10") if m in vs_ar]
-        best_pl = max(pls, key=lambda m: vs_ar[m]) if pls else None
-        out[f"batch{bsz}"] = {
-            "speedup_vs_ar": vs_ar,
-            "per_category": per_cat,
-            "best_prompt_lookup": best_pl,
-            "speedup_vs_best_pl": {m: vs_ar[m] / vs_ar[best_pl] for m in methods} if best_pl else None,
-            "speedup_vs_engine_ar": (
-                {m: vs_ar[m] / vs_ar["engine_ar"] for m in methods} if "engine_ar" in vs_ar else None
-            ),
-            # speculation alone in the decode phase (prefill excluded on both sides)
-            "decode_phase_vs_engine_ar": {m: _geomean(list(v.values())) for m, v in phase_cat.items()},
-            "decode_phase_per_category": phase_cat,
-            "identical_rate": {
-                m: float(np.mean([r["methods"][m]["identical"] for r in sub])) for m in methods
-            },
-            "tau": {
-                m: float(np.mean([r["methods"][m]["tau"] for r in sub]))
-                for m in methods
-                if "tau" in sub[0]["methods"][m]
-            },
-            "draft": {
-                m: float(np.mean([r["methods"][m]["draft"] for r in sub]))
-                for m in methods
-                if "draft" in sub[0]["methods"][m]
-            },
-        }
-    return out
-
-
-def _plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for dtype, res in results["dtypes"].items():
-        cal = res["calibration"]
-        s1 = cal["s"][0]
-        speed = [t * s1 / s for t, s in zip(cal["tau"], cal["s"])]
-        (line,) = ax.plot(cal["gs"], speed, marker="o", label=f"{dtype}: τ(g)·s(1)/s(g)")
-        gi = cal["gs"].index(cal["g_star"]) if cal["g_star"] in cal["gs"] else None
-        ax.axvline(cal["g_star"], color=line.get_color(), ls="--", lw=1)
-        if gi is not None:
-            ax.plot([cal["g_star"]], [speed[gi]], marker="*", ms=14, color=line.get_color())
-        b1 = res["summary"]["batch1"]
-        # the curve is relative to a one-token forward of the same engine: so are the points
-        rel = b1.get("speedup_vs_engine_ar") or b1["speedup_vs_ar"]
-        for policy, marker in (("unispec", "s"), ("both", "D")):
-            ax.plot(
-                [b1["draft"][policy]],
-                [rel[policy]],
-                marker=marker,
-                color=line.get_color(),
-                ls="none",
-                label=f"{dtype}: measured {policy} (bench)",
-            )
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("draft size g (tokens verified per step)")
-    ax.set_ylabel("speedup vs one-token decoding, same forward")
-    ax.set_title("SmolLM2-135M tree decoding (g* dashed)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def run_bench(
@@ -356,8 +270,13 @@ def run_bench(
     log: Any = print,
     prompt_ids: list[str] | None = None,
     gate: bool = True,
+    repeat: int = 1,
 ) -> dict:
+    """``repeat``: runs of every method per prompt (interleaved); rows keep the median run."""
     import torch
+
+    if repeat < 1:
+        raise ValueError("repeat must be >= 1")
 
     if threads:
         torch.set_num_threads(threads)
@@ -372,10 +291,11 @@ def run_bench(
         "threads": torch.get_num_threads(),
         "prompts": [i["id"] for i in items],
         "gate": gate,
+        "repeat": repeat,
         "dtypes": {},
     }
     for dtype in dtypes:
-        results["dtypes"][dtype] = _run_dtype(dtype, items, n, list(batches), log, refresh, gate)
+        results["dtypes"][dtype] = _run_dtype(dtype, items, n, list(batches), log, refresh, gate, repeat)
         (out / "results.json").write_text(json.dumps(results, indent=1))
-    _plot(results, out / "speedup_vs_draft.png")
+    plot(results, out / "speedup_vs_draft.png")
     return results

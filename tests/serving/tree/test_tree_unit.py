@@ -251,7 +251,7 @@ def test_calibration_prompts_cover_every_category_and_are_held_out():
 
 
 def test_bench_summary_geometric_mean_over_categories():
-    from spectool_bench.decode._tree import _summarize
+    from spectool_bench.decode._summary import summarize as _summarize
 
     def row(cat, ar, pl3, pl10, us):
         mk = lambda t: {"tok_s": t, "identical": True}  # noqa: E731
@@ -275,7 +275,7 @@ def test_bench_summary_geometric_mean_over_categories():
 def test_decode_phase_ratio_leaves_the_prefill_out():
     """A long prompt and a short answer: the whole-request ratio is held down by the prefill
     both arms pay; the decode-phase ratio is the speculation alone."""
-    from spectool_bench.decode._tree import _summarize
+    from spectool_bench.decode._summary import summarize as _summarize
 
     def row(cat, ar_total, tree_total, prefill, tokens=40):
         def mk(total):
@@ -399,3 +399,32 @@ def test_calibration_keeps_the_grid_when_the_cubic_bulges_past_a_saturated_tau()
     s = [41.1, 42.7, 51.7, 56.5, 58.1, 67.9, 68.1, 76.4, 88.7, 115.5, 138.6]
     tau = [1.0, 1.2, 1.44, 1.68, 1.88, 2.08, 2.08, 2.08, 2.08, 2.08, 2.08]
     assert fit_g_star(gs, s, tau) == (8, "grid")
+
+
+def test_repeats_keep_the_median_run_and_the_spread_of_paired_ratios():
+    """--repeat N: a row keeps the run of median time (one real run: its tok/s and τ go
+    together), every run's seconds, "identical" only if every run was; the per-category ratio
+    against engine_ar is the median runs', and its spread the repetition-paired ratios'."""
+    from spectool_bench.decode._summary import category_table, merge_repeats, summarize
+
+    def rep(ar_s, both_s, tau, identical=True):
+        mk = lambda s, **k: {"seconds": s, "tok_s": 48 / s, "identical": True, **k}  # noqa: E731
+        return {"ar": mk(3.0), "engine_ar": mk(ar_s), "both": {**mk(both_s, tau=tau), "identical": identical}}
+
+    # three runs; the second is slowed down for both methods alike (a burst of load)
+    reps = [rep(2.0, 1.0, 3.0), rep(4.0, 3.0, 2.5), rep(2.2, 1.2, 3.1)]
+    m = merge_repeats(reps)
+    assert m["both"]["seconds"] == 1.2 and m["both"]["tau"] == 3.1  # the median: run 3's fields
+    assert m["engine_ar"]["seconds"] == 2.2 and m["both"]["seconds_runs"] == [1.0, 3.0, 1.2]
+    assert m["both"]["vs_engine_ar_runs"] == pytest.approx([2.0, 4 / 3, 2.2 / 1.2])
+    assert m["both"]["identical"]
+    # an even count keeps the lower median, a real run rather than an average of two
+    assert merge_repeats(reps[:2])["both"]["seconds"] == 1.0
+    # negative control: one run of three not identical makes the row not identical
+    assert not merge_repeats([*reps[:2], rep(2.2, 1.2, 3.1, identical=False)])["both"]["identical"]
+    rows = [{"category": "qa", "batch": 1, "methods": m}]
+    s = summarize(rows)["batch1"]
+    assert s["per_category_vs_engine_ar"]["both"]["qa"] == pytest.approx(2.2 / 1.2)
+    assert s["per_category_vs_engine_ar_spread"]["both"]["qa"] == pytest.approx([4 / 3, 2.0])
+    assert s["worst_category_vs_engine_ar"]["both"] == ("qa", pytest.approx(2.2 / 1.2))
+    assert "| both | 1.83 (1.33–2.00) |" in category_table({"batch1": s})
