@@ -29,22 +29,14 @@ __all__ = ["FusedLlama", "fusable"]
 _P = ctypes.c_void_p
 
 
-class _Spec(ctypes.Structure):  # mirrors spectool_llama in _layers.c
+_WEIGHTS = ("ln_in", "ln_post", "qkv", "o", "gate_up", "down")  # per-layer pointer arrays
+
+
+class _Spec(ctypes.Structure):  # mirrors spectool_llama in _layers.c, field for field
     _fields_ = [
-        ("layers", ctypes.c_int64),
-        ("hidden", ctypes.c_int64),
-        ("heads", ctypes.c_int64),
-        ("kv_heads", ctypes.c_int64),
-        ("head_dim", ctypes.c_int64),
-        ("inter", ctypes.c_int64),
-        ("eps", ctypes.c_float),
-        ("scale", ctypes.c_float),
-        ("ln_in", _P),
-        ("ln_post", _P),
-        ("qkv", _P),
-        ("o", _P),
-        ("gate_up", _P),
-        ("down", _P),
+        *[(n, ctypes.c_int64) for n in ("layers", "hidden", "heads", "kv_heads", "head_dim", "inter")],
+        *[(n, ctypes.c_float) for n in ("eps", "scale")],
+        *[(n, _P) for n in _WEIGHTS],
     ]
 
 
@@ -98,7 +90,7 @@ class FusedLlama:
             cfg.intermediate_size,
             wide.eps,
             wide.scaling,
-            *[ctypes.cast(self._arrays[n], _P) for n in ("ln_in", "ln_post", "qkv", "o", "gate_up", "down")],
+            *[ctypes.cast(self._arrays[n], _P) for n in _WEIGHTS],
         )
         self.lm_head = kernels.PackedLinear(weight(model.lm_head))
         lib = kernels.library()
