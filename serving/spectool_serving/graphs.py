@@ -133,22 +133,16 @@ class DecodeGraphs:
         """Graphs hold the pool's addresses: a reallocated (grown) pool drops them all."""
         key = (len(pool), pool[0][0].data_ptr(), tuple(pool[0][0].shape))
         if key != self._pool_key:
-            self.stats.dropped += len(self._buckets)
-            self._buckets.clear()
+            self._drop_all()  # no graph holds the old pool: the next capture starts one
             self._pool_key = key
-            self._mempool = None  # no graph holds the old pool: the next capture starts one
 
     def _buffers(self, bucket: int, g: int, capacity: int, dtype: torch.dtype) -> _Bucket:
         key = (bucket, g)
         buf = self._buckets.get(key)
         if buf is None:
             dev = self.device
-            buf = _Bucket(
-                torch.zeros(bucket, g, dtype=torch.long, device=dev),
-                torch.zeros(bucket, g, dtype=torch.long, device=dev),
-                torch.zeros(bucket, g, dtype=torch.long, device=dev),
-                torch.zeros(bucket, 1, g, capacity, dtype=dtype, device=dev),
-            )
+            ids, positions, slots = (torch.zeros(bucket, g, dtype=torch.long, device=dev) for _ in range(3))
+            buf = _Bucket(ids, positions, slots, torch.zeros(bucket, 1, g, capacity, dtype=dtype, device=dev))
             self._buckets[key] = buf
             while len(self._buckets) > self.max_graphs:  # the least recently used goes
                 self._buckets.popitem(last=False)
@@ -222,12 +216,14 @@ class DecodeGraphs:
         log.warning("CUDA graphs off, the decode step runs eagerly: %s", why)
         self.close()
 
-    def close(self) -> None:
-        """Drop every graph and buffer and hand the graph pool's memory back."""
+    def _drop_all(self) -> None:
         self.stats.dropped += len(self._buckets)
         self._buckets.clear()
-        self._pool_key = None
-        self._mempool = None
+        self._pool_key = self._mempool = None
+
+    def close(self) -> None:
+        """Drop every graph and buffer and hand the graph pool's memory back."""
+        self._drop_all()
         if self.capture:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
