@@ -67,13 +67,13 @@ def _schemas(tools: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any] 
 class ToolOutputStore:
     """Posted tool outputs keyed by (tenant, response id) and canonical call key."""
 
-    ttl: float = 300.0
-    max_entries: int = 256
-    max_responses: int = 4096
-    max_open_per_tenant: int = 256
-    grace: float = 60.0
-    open_ttl: float = 3600.0
-    sweep_every: float = 10.0
+    ttl: float = 300.0  # seconds an entry lives at most; a post's keep_alive may shorten it
+    max_entries: int = 256  # per response: past it the oldest entry goes
+    max_responses: int = 4096  # scopes in all (finished ones go first); past it an open is 429
+    max_open_per_tenant: int = 256  # past it the tenant's own oldest open response goes
+    grace: float = 60.0  # seconds a finished response's id stays known (its posts get 410)
+    open_ttl: float = 3600.0  # seconds a response may stay open
+    sweep_every: float = 10.0  # seconds between sweeps of expired scopes and entries
     clock: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
