@@ -148,7 +148,7 @@ def _fn(tool: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _arguments_text(call: Mapping[str, Any]) -> tuple[str, str]:
-    fn = call.get("function", call)
+    fn = _fn(call)
     args = fn.get("arguments", "{}")
     return fn["name"], args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
 
@@ -242,11 +242,7 @@ def draft_cached_call(
 
 def parse_call(fmt: PromptFormat, call_text: str) -> tuple[str, str]:
     """(name, raw arguments text) of a finished call written after the start marker."""
-    body = call_text
-    if body.startswith(fmt.call_prefix):
-        body = body[len(fmt.call_prefix) :]
-    if body.endswith(fmt.call_suffix):
-        body = body[: len(body) - len(fmt.call_suffix)]
+    body = call_text.removeprefix(fmt.call_prefix).removesuffix(fmt.call_suffix)
     head = '{"name": '
     try:
         name, end = json.JSONDecoder().raw_decode(body, len(head))
