@@ -14,7 +14,7 @@ import inspect
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
@@ -22,15 +22,13 @@ from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 from pydantic import PrivateAttr
 
+from spectool import Outcome
+
 from ._effects import copy_declaration
 from ._fields import stand_in_fields
 from ._gates import EarlyInterrupt, interrupted, mark_interrupting
 
 __all__ = ["ReplayTool", "body_runner"]
-
-
-class _Unwrappable(Protocol):
-    def unwrap(self) -> Any: ...
 
 
 def _config_param(fn: Any) -> str | None:
@@ -108,12 +106,12 @@ class ReplayTool(BaseTool):
     runs the real tool: a recorded outcome is never served twice."""
 
     _origin: BaseTool = PrivateAttr()
-    _outcome: _Unwrappable = PrivateAttr()
+    _outcome: Outcome = PrivateAttr()
     _spent: bool = PrivateAttr(default=False)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     @classmethod
-    def of(cls, origin: BaseTool, outcome: _Unwrappable) -> ReplayTool:
+    def of(cls, origin: BaseTool, outcome: Outcome) -> ReplayTool:
         replay = cls(**stand_in_fields(origin, runs_as_the_tool=True))
         replay._origin = origin
         copy_declaration(origin, replay)

@@ -15,7 +15,7 @@ import asyncio
 import atexit
 import logging
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -44,8 +44,8 @@ class _Session:
     def __init__(self, core: Any, speculator: Speculator) -> None:
         self.core, self._speculator = core, speculator
         self._turn: Turn | None = None
-        self._failed: list[Outcome] = []
-        self._failed_ids: list[str] = []
+        self._failed: deque[Outcome] = deque(maxlen=64)  # the failures served, and their calls' ids
+        self._failed_ids: deque[str] = deque(maxlen=64)
 
     def spec(self, name: str) -> ToolSpec | None:
         box = self._speculator.toolbox
@@ -69,10 +69,8 @@ class _Session:
             if any(o is outcome for o in self._failed):
                 return None
             self._failed.append(outcome)
-            del self._failed[:-64]
             if call.id is not None:
                 self._failed_ids.append(call.id)
-                del self._failed_ids[:-64]
         return outcome
 
     @property

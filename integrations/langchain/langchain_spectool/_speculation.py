@@ -99,8 +99,7 @@ class Speculation:
         self, key: str, call: Mapping[str, Any], tool: BaseTool | None, run: Callable[[BaseTool | None], Any]
     ) -> Any:
         """Run one tool call; ``run(tool)`` is LangChain's own execution of it."""
-        session = self.sessions.find_sync(key) if tool is not None else None
-        if session is None:
+        if tool is None or (session := self.sessions.find_sync(key)) is None:
             return run(tool)
         spec = session.spec(tool.name) or to_tool_spec(tool)
         if not spec.speculable:
@@ -129,8 +128,7 @@ class Speculation:
         tool: BaseTool | None,
         run: Callable[[BaseTool | None], Awaitable[Any]],
     ) -> Any:
-        session = self.sessions.find_async(key) if tool is not None else None
-        if session is None:
+        if tool is None or (session := self.sessions.find_async(key)) is None:
             return await run(tool)
         spec = session.spec(tool.name) or to_tool_spec(tool)
         if not spec.speculable:
