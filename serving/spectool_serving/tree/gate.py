@@ -11,7 +11,11 @@ Both rates are measured, never assumed: while drafting, one step in ``probe_ever
 (so the plain rate follows the machine's load; one in 4 × ``probe_every`` where drafting
 wins by far); while not drafting, a drafted step is
 probed after a back-off that doubles each time the probe loses (up to ``max_backoff``) and
-resets when drafting wins again. Pure arithmetic over the observations it is fed.
+resets when drafting wins again. A step meant to draft that found nothing to draft (every
+tree its root: a cold store, fresh text, or trees CAST cut to nothing) ran plainly and says
+nothing of what drafting delivers: ``empty_limit`` such steps in a row stop drafting, and a
+probe that finds nothing counts as a lost one, so the lookups stop being paid step after step.
+Pure arithmetic over the observations it is fed.
 """
 
 from __future__ import annotations
@@ -59,15 +63,19 @@ class DraftGate:
     # never sees the text turn predictable (code-1 and code-3: 122 of 128 steps plain)
     max_backoff: int = 16
     clear_win: float = 1.5
+    empty_limit: int = 3
     _drafted: _Rate = field(init=False)
     _plain: _Rate = field(init=False)
     _on: bool = field(default=True, init=False)
     _since: int = field(default=0, init=False)  # steps since the last probe of the other kind
     _backoff: int = field(default=0, init=False)
+    _empty: int = field(default=0, init=False)  # drafted steps in a row that drafted nothing
 
     def __post_init__(self) -> None:
-        if not 0 < self.alpha <= 1 or self.probe_every < 2 or self.first_backoff < 1:
-            raise ValueError("alpha in (0, 1], probe_every >= 2 and first_backoff >= 1 required")
+        if not 0 < self.alpha <= 1 or self.probe_every < 2 or self.first_backoff < 1 or self.empty_limit < 1:
+            raise ValueError(
+                "alpha in (0, 1], probe_every >= 2, first_backoff >= 1 and empty_limit >= 1 required"
+            )
         self._drafted, self._plain = _Rate(self.alpha), _Rate(self.alpha)
         self._backoff = self.first_backoff
 
@@ -84,8 +92,13 @@ class DraftGate:
             return not (due or self._since >= self._probe_gap() - 1)
         return self._since >= self._backoff
 
-    def observe(self, drafted: bool, tokens: int, seconds: float) -> None:
-        """One finished step: how many tokens it emitted and its wall time."""
+    def observe(self, drafted: bool, tokens: int, seconds: float, empty: bool = False) -> None:
+        """One finished step: how many tokens it emitted and its wall time; ``empty``: it was
+        to draft but found nothing to draft (it ran plainly; neither rate learns from it)."""
+        if drafted and empty:
+            self._observe_empty()
+            return
+        self._empty = 0
         (self._drafted if drafted else self._plain).add(tokens, seconds)
         if drafted == self._on:
             self._since += 1
@@ -98,6 +111,16 @@ class DraftGate:
         if not was_on:
             # a drafted probe that lost: wait longer next time; one that won: start over
             self._backoff = self.first_backoff if self._on else min(2 * self._backoff, self.max_backoff)
+
+    def _observe_empty(self) -> None:
+        if not self._on:  # a probe with nothing to probe: lost, wait longer for the next
+            self._since = 0
+            self._backoff = min(2 * self._backoff, self.max_backoff)
+            return
+        self._since += 1
+        self._empty += 1
+        if self._empty >= self.empty_limit:
+            self._on, self._since, self._empty = False, 0, 0
 
     def _probe_gap(self) -> int:
         """Drafted steps between plain probes: each probe forgoes a drafted step's gain, so

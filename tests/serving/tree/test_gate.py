@@ -53,7 +53,7 @@ def test_noise_within_the_margin_keeps_drafting_on():
     assert gate.on
 
 
-@pytest.mark.parametrize("kw", [{"alpha": 0.0}, {"probe_every": 1}, {"first_backoff": 0}])
+@pytest.mark.parametrize("kw", [{"alpha": 0.0}, {"probe_every": 1}, {"first_backoff": 0}, {"empty_limit": 0}])
 def test_bad_settings_are_refused(kw):
     with pytest.raises(ValueError):
         DraftGate(**kw)
@@ -67,3 +67,39 @@ def test_a_gate_shut_early_probes_at_least_every_sixteen_steps_by_default():
         seen = _run(gate, 300, drafted=(1, 1.3), plain=(1, 1.0))
         probes = [i for i, d in enumerate(seen) if d and i > 4]
         assert max(b - a for a, b in zip(probes, probes[1:])) == widest
+
+
+def _run_empty(gate: DraftGate, steps: int, empty: bool) -> list[bool]:
+    """Steps whose drafts are empty (``empty``) or win by far; plain steps lose."""
+    seen = []
+    for _ in range(steps):
+        d = gate.should_draft()
+        seen.append(d)
+        gate.observe(d, *((3, 1.0) if d else (1, 1.0)), empty=d and empty)
+    return seen
+
+
+def test_steps_that_find_nothing_to_draft_stop_drafting_and_probes_back_off():
+    """Drafted steps whose every tree was its root ran plainly and paid the lookups: after
+    ``empty_limit`` in a row drafting stops, and a probe that finds nothing is a lost probe
+    (the back-off grows). Control: the same steps reported as drafted keep drafting on."""
+    gate = DraftGate(first_backoff=4, max_backoff=16, empty_limit=3)
+    seen = _run_empty(gate, 60, empty=True)
+    assert seen[:4] == [True, True, True, False] and not gate.on
+    probes = [i for i, d in enumerate(seen) if d][3:]
+    assert [b - a for a, b in zip(probes, probes[1:])] == [9, 17, 17]  # back-off 8, 16, 16
+    assert seen.count(True) == 3 + len(probes)
+    control = DraftGate(first_backoff=4, max_backoff=16, empty_limit=3)
+    assert _run_empty(control, 60, empty=False).count(True) > 50 and control.on
+
+
+def test_an_empty_step_does_not_count_as_a_drafted_one():
+    """Empty steps teach neither rate: drafting that wins stays on through a few of them."""
+    gate = DraftGate(empty_limit=3)
+    _run(gate, 20, drafted=(3, 1.0), plain=(1, 1.0))
+    for _ in range(2):  # fewer than empty_limit in a row
+        assert gate.should_draft()
+        gate.observe(True, 1, 1.0, empty=True)
+    _run(gate, 1, drafted=(3, 1.0), plain=(1, 1.0))
+    gate.observe(True, 1, 1.0, empty=True)
+    assert gate.on  # the run of empty steps was broken by a drafting one
