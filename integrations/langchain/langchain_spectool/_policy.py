@@ -93,19 +93,16 @@ class PolicyDrafter:
             limiters = plan.composition.limiters
             for raw in proposals:
                 name, key = _name_and_key(raw)
-                if name is None:
-                    kept.append(raw)  # malformed: the core rejects and counts it
-                    continue
-                if key in seen:
-                    kept.append(raw)  # λ samples agreeing: the same run
-                    continue
-                if not plan.may_run(name):
-                    continue
-                covering = [i for i, lim in enumerate(limiters) if lim.covers(name)]
-                for i in covering:
-                    plan.allowance[i] -= 1
-                    self.started[i] += 1
-                seen.add(key)
+                # kept as they are: a malformed one (the core rejects and counts it) and λ
+                # samples agreeing with one let through (the same run)
+                if name is not None and key not in seen:
+                    if not plan.may_run(name):
+                        continue
+                    for i, lim in enumerate(limiters):
+                        if lim.covers(name):  # an early run counts against the limit
+                            plan.allowance[i] -= 1
+                            self.started[i] += 1
+                    seen.add(key)
                 kept.append(raw)
         return kept
 
