@@ -21,6 +21,8 @@ import types
 import weakref
 from typing import Any
 
+from langchain_core.tools import BaseTool
+
 from spectool import SpectoolError
 
 __all__ = ["EarlyInterrupt", "calls_interrupt", "interrupted", "mark_interrupting", "marked_interrupting"]
@@ -79,16 +81,13 @@ def interrupted(exc: BaseException) -> bool:
     return False
 
 
-def mark_interrupting(tool: Any) -> None:
+def mark_interrupting(tool: BaseTool) -> None:
     """``tool`` called interrupt() while running early: gated from now on (WARNING once)."""
     key = id(tool)
     if key in _INTERRUPTING:
         return
     _INTERRUPTING[key] = tool.name
-    try:
-        weakref.finalize(tool, _INTERRUPTING.pop, key, None)
-    except TypeError:  # not weakly referenceable: kept for the process
-        pass
+    weakref.finalize(tool, _INTERRUPTING.pop, key, None)  # the entry goes with the tool
     log.warning(
         "spectool: tool %r called interrupt() while running early; it never runs early from "
         "now on (declare it with speculable(..., gated=True) to say so up front)",
