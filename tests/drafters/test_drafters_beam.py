@@ -41,7 +41,7 @@ ASK = [{"role": "user", "content": "Weather in Paris in celsius please, and add 
 tiny = tiny_llama_fixture(seed=11)
 
 
-def _search(tiny, tools, width, key=None, **kw):
+def _search(tiny, tools, width, key=None):
     import torch
 
     model, tok = tiny
@@ -49,21 +49,19 @@ def _search(tiny, tools, width, key=None, **kw):
     drafter = LocalDrafter(tiny)
     ids = drafter.token_ids(drafter._loaded, DraftRequest(ASK, tools, 1))
     stats = DecodeStats()
-    common = {
-        "max_new_tokens": 40,
-        "stop_ids": grammar.stop_token_ids,
-        "vocab": grammar.vocab_size,
-        "stats": stats,
-        "max_string_length": 12,
-    }
     inputs = DecodeInputs(
-        model, tok, grammar.compiled(tools), grammar.xgr, ids, PrefixCache(), threading.Event()
+        *(model, tok, grammar.compiled(tools), grammar.xgr, ids, PrefixCache(), threading.Event()),
+        max_new_tokens=40,
+        stop_ids=grammar.stop_token_ids,
+        vocab=grammar.vocab_size,
+        stats=stats,
+        max_string_length=12,
     )
     with torch.inference_mode():
         if width == 0:  # the greedy row, for comparison
-            rows = decode_rows(inputs, rows=1, **common, **kw)
+            rows = decode_rows(inputs, rows=1)
         else:
-            rows = beam_rows(inputs, width=width, key=key, **common, **kw)
+            rows = beam_rows(inputs, width=width, key=key)
     return [tok.decode(r) for r in rows], stats.row_logps
 
 
@@ -144,22 +142,17 @@ def test_after_a_beam_the_shared_cache_gives_what_a_fresh_one_gives(tiny):
     shared = PrefixCache()
     with torch.inference_mode():
         compiled = grammar.compiled(FREE)
-        beam_rows(
-            DecodeInputs(model, tok, compiled, grammar.xgr, ids, shared, threading.Event()), width=3, **opts
-        )
+
+        def inputs(prefix, stop=None):
+            stop = stop or threading.Event()
+            return DecodeInputs(model, tok, compiled, grammar.xgr, ids, prefix, stop, **opts)
+
+        beam_rows(inputs(shared), width=3)
         assert shared.ids == list(ids) and shared.cache.get_seq_length() == len(ids)  # back to the prompt
-        again = decode_rows(
-            DecodeInputs(model, tok, compiled, grammar.xgr, ids, shared, threading.Event()), rows=1, **opts
-        )
-        fresh = decode_rows(
-            DecodeInputs(model, tok, compiled, grammar.xgr, ids, PrefixCache(), threading.Event()),
-            rows=1,
-            **opts,
-        )
+        again = decode_rows(inputs(shared), rows=1)
+        fresh = decode_rows(inputs(PrefixCache()), rows=1)
         stop = threading.Event()
         stop.set()
-        stopped = beam_rows(
-            DecodeInputs(model, tok, compiled, grammar.xgr, ids, PrefixCache(), stop), width=3, **opts
-        )
+        stopped = beam_rows(inputs(PrefixCache(), stop), width=3)
     assert again == fresh
     assert stopped == []  # a set stop flag ends the search before its next forward

@@ -64,21 +64,18 @@ def _decode(
     **options,
 ):
     model, tok = tiny
-    options.setdefault("max_new_tokens", 48)
-    return decode_rows(
-        DecodeInputs(
-            model, tok, grammar.compiled(TOOLS), grammar.xgr, ids, prefix, stop or threading.Event()
-        ),
-        rows=rows,
+    inputs = DecodeInputs(
+        *(model, tok, grammar.compiled(TOOLS), grammar.xgr, ids, prefix, stop or threading.Event()),
+        max_new_tokens=options.pop("max_new_tokens", 48),
         stop_ids=grammar.stop_token_ids,
         vocab=grammar.vocab_size,
-        temperature=options.pop("temperature", 1.0),
-        top_p=0.95,
         jump_forward=jump,
         reuse=reuse,
-        seed=seed,
         stats=stats,
-        **options,
+        max_string_length=options.pop("max_string_length", None),
+    )
+    return decode_rows(
+        inputs, rows=rows, temperature=options.pop("temperature", 1.0), top_p=0.95, seed=seed, **options
     )
 
 
@@ -229,11 +226,13 @@ def test_a_set_stop_flag_ends_the_draft_at_the_next_forward_and_the_cache_stays_
     wrapped = _StopAfter(model, stop, after)
     with torch.inference_mode():
         got = decode_rows(
-            DecodeInputs(wrapped, tok, grammar.compiled(TOOLS), grammar.xgr, ids, prefix, stop),
+            DecodeInputs(
+                *(wrapped, tok, grammar.compiled(TOOLS), grammar.xgr, ids, prefix, stop),
+                max_new_tokens=48,
+                stop_ids=grammar.stop_token_ids,
+                vocab=grammar.vocab_size,
+            ),
             rows=3,
-            max_new_tokens=48,
-            stop_ids=grammar.stop_token_ids,
-            vocab=grammar.vocab_size,
         )
         assert got == [] and wrapped.calls == after  # no forward after the flag was set
         # the cache is sound: what it keeps is a prefix of the prompt, and its KV (if any)

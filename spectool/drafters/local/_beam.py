@@ -20,7 +20,7 @@ tokenization of it) are merged, keeping the more likely. torch is imported lazil
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,17 +51,7 @@ class _Hyp:
 
 
 def beam_rows(
-    inputs: DecodeInputs,
-    *,
-    width: int,
-    max_new_tokens: int,
-    stop_ids: Sequence[int],
-    vocab: int,
-    key: Callable[[str], str | None] | None = None,
-    jump_forward: bool = True,
-    reuse: bool = True,
-    stats: DecodeStats | None = None,
-    max_string_length: int | None = None,
+    inputs: DecodeInputs, *, width: int, key: Callable[[str], str | None] | None = None
 ) -> list[list[int]]:
     """Up to ``width`` distinct answers to ``prompt`` under ``grammar``, most likely first.
 
@@ -69,13 +59,13 @@ def beam_rows(
     Their log-probabilities are left in ``stats.row_logps`` in the same order. A set ``stop``
     ends the search before its next forward (``[]``).
     """
-    model, tokenizer, grammar, xgr, prompt, prefix, stop = inputs
-    stats = stats if stats is not None else DecodeStats()
+    model, tokenizer, grammar, xgr, prompt, prefix, stop, max_new_tokens, stop_ids, vocab = inputs[:10]
+    stats = inputs.stats if inputs.stats is not None else DecodeStats()
     stops = {int(s) for s in stop_ids}
-    guard = StringGuard.make(tokenizer, max_string_length)
+    guard = StringGuard.make(tokenizer, inputs.max_string_length)
     done: dict[str, tuple[float, list[int]]] = {}
     try:
-        first = prefix.prefill(model, prompt, stop, stats, reuse=reuse)
+        first = prefix.prefill(model, prompt, stop, stats, reuse=inputs.reuse)
         if hasattr(grammar, "result"):
             grammar = grammar.result()
         live = [_Hyp([], 0.0, _Row(xgr, grammar, vocab), first)]
@@ -93,7 +83,7 @@ def beam_rows(
                 if token in stops:
                     _finish(done, hyp.tokens, logp, tokenizer, key)
                     continue
-                grown = _grow(hyp, token, logp, tokenizer, stops, vocab, max_new_tokens, jump_forward, stats)
+                grown = _grow(hyp, token, logp, inputs, stops, stats)
                 if grown is None:
                     continue
                 if grown.complete:
@@ -154,26 +144,18 @@ def _expand(
 
 
 def _grow(
-    hyp: _Hyp,
-    token: int,
-    logp: float,
-    tokenizer: Any,
-    stops: set[int],
-    vocab: int,
-    max_new_tokens: int,
-    jump_forward: bool,
-    stats: DecodeStats,
+    hyp: _Hyp, token: int, logp: float, inputs: DecodeInputs, stops: set[int], stats: DecodeStats
 ) -> _Hyp | None:
     """``hyp`` + ``token`` (+ the tokens the schema then forces); None if the grammar refuses."""
     row = hyp.row.fork()
     if not row.matcher.accept_token(token):
         return None
     stats.sampled_tokens += 1
-    budget = max_new_tokens - len(hyp.tokens) - 1
-    forced = _forced(tokenizer, row, budget, stops, vocab) if jump_forward else []
+    budget = inputs.max_new_tokens - len(hyp.tokens) - 1
+    forced = _forced(inputs.tokenizer, row, budget, stops, inputs.vocab) if inputs.jump_forward else []
     stats.forced_tokens += len(forced)
     grown = _Hyp(hyp.tokens + [token] + forced, logp, row)
-    grown.complete = row.matcher.is_terminated() or _only_stop(row, stops, vocab)
+    grown.complete = row.matcher.is_terminated() or _only_stop(row, stops, inputs.vocab)
     return grown
 
 

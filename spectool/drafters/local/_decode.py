@@ -121,7 +121,8 @@ def _forward(model: Any, cache: Any, tokens: list[int], stats: DecodeStats) -> A
 class DecodeInputs(NamedTuple):
     """What every row decoder (:func:`decode_rows`, ``_beam.beam_rows``) decodes from: the
     model and its tokenizer, the compiled grammar (or a future of one, or None) with its
-    xgrammar module, the prompt ids, the model's prefix cache, and the flag that stops a draft."""
+    xgrammar module, the prompt ids, the model's prefix cache, the flag that stops a draft,
+    and the limits both decoders share (see :func:`decode_rows`); ``stats`` collects the cost."""
 
     model: Any
     tokenizer: Any
@@ -130,6 +131,13 @@ class DecodeInputs(NamedTuple):
     prompt: Sequence[int]
     prefix: PrefixCache
     stop: threading.Event
+    max_new_tokens: int
+    stop_ids: Sequence[int]
+    vocab: int
+    jump_forward: bool = True
+    reuse: bool = True
+    stats: DecodeStats | None = None
+    max_string_length: int | None = None
 
 
 class _Row:
@@ -170,19 +178,12 @@ def decode_rows(
     inputs: DecodeInputs,
     *,
     rows: int,
-    max_new_tokens: int,
-    stop_ids: Sequence[int],
-    vocab: int,
     temperature: float = 0.0,
     top_p: float = 1.0,
     greedy_first: bool = True,
-    jump_forward: bool = True,
-    reuse: bool = True,
     seed: int | None = None,
-    stats: DecodeStats | None = None,
     branch: bool = False,
     bias: Callable[[str, Any], Any] | None = None,
-    max_string_length: int | None = None,
 ) -> list[list[int]]:
     """Decode ``rows`` answers for ``prompt`` under ``grammar``; returns each row's new ids.
 
@@ -197,39 +198,24 @@ def decode_rows(
     token may carry it a little past): the same bound as a grammar ``maxLength``, which xgrammar
     compiles as a bounded repetition costing ~0.2 s per new tool set at 64, for ~free.
     """
-    model, tokenizer, grammar, xgr, prompt, prefix, stop = inputs
     import torch
 
-    stats = stats if stats is not None else DecodeStats()
+    grammar, prompt, prefix = inputs.grammar, inputs.prompt, inputs.prefix
+    stats = inputs.stats if inputs.stats is not None else DecodeStats()
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
-    stops = {int(s) for s in stop_ids}
-    guard = StringGuard.make(tokenizer, max_string_length) if grammar is not None else None
-    decode = functools.partial(
-        _decode_one,
-        model,
-        tokenizer,
-        xgr,
-        prefix,
-        stop,
-        stops,
-        vocab,
-        max_new_tokens,
-        top_p,
-        generator,
-        bias,
-        guard,
-    )
+    guard = StringGuard.make(inputs.tokenizer, inputs.max_string_length) if grammar is not None else None
+    decode = functools.partial(_decode_one, inputs, stats, top_p, generator, bias, guard)
     try:
-        first = prefix.prefill(model, prompt, stop, stats, reuse=reuse)
+        first = prefix.prefill(inputs.model, prompt, inputs.stop, stats, reuse=inputs.reuse)
         if hasattr(grammar, "result"):
             grammar = grammar.result()
         if branch and rows > 1:
-            return _branch_rows(decode, grammar, first, len(prompt), prefix, rows, jump_forward, stats)
+            return _branch_rows(decode, grammar, first, len(prompt), prefix, rows)
         out: list[list[int]] = []
         for r in range(rows):
             temp = 0.0 if (r == 0 and greedy_first) else temperature
             try:
-                out.append(decode(grammar, first, temp, jump_forward, stats))
+                out.append(decode(grammar, first, temp))
             finally:
                 if prefix.cache is not None:
                     prefix.rewind(len(prompt))
@@ -239,14 +225,7 @@ def decode_rows(
 
 
 def _branch_rows(
-    decode: Any,
-    grammar: Any,
-    logits: Any,
-    prompt_len: int,
-    prefix: PrefixCache,
-    rows: int,
-    jump: bool,
-    stats: DecodeStats,
+    decode: Any, grammar: Any, logits: Any, prompt_len: int, prefix: PrefixCache, rows: int
 ) -> list[list[int]]:
     """Row 0 greedy; each other row takes the runner-up token at one of the ``rows - 1`` steps
     where row 0 was least sure (smallest log-prob margin), then continues greedily.
@@ -257,11 +236,11 @@ def _branch_rows(
     """
     forks: list[tuple[float, int, int]] = []  # (margin, index in row 0, runner-up token)
     try:
-        out = [decode(grammar, logits, 0.0, jump, stats, forks=forks)]
+        out = [decode(grammar, logits, 0.0, forks=forks)]
         chosen = sorted(sorted(forks)[: rows - 1], key=lambda f: -f[1])
         for _, index, token in chosen:
             prefix.rewind(prompt_len + index)
-            out.append(decode(grammar, None, 0.0, jump, stats, start=(out[0][:index], token)))
+            out.append(decode(grammar, None, 0.0, start=(out[0][:index], token)))
         return out
     finally:
         if prefix.cache is not None:
@@ -269,14 +248,8 @@ def _branch_rows(
 
 
 def _decode_one(
-    model: Any,
-    tokenizer: Any,
-    xgr: Any,
-    prefix: PrefixCache,
-    stop: threading.Event,
-    stops: set[int],
-    vocab: int,
-    max_new_tokens: int,
+    inputs: DecodeInputs,
+    stats: DecodeStats,
     top_p: float,
     generator: Any,
     bias: Callable[[str, Any], Any] | None,
@@ -284,8 +257,6 @@ def _decode_one(
     grammar: Any,
     logits: Any,
     temperature: float,
-    jump_forward: bool,
-    stats: DecodeStats,
     *,
     forks: list[tuple[float, int, int]] | None = None,
     start: tuple[list[int], int] | None = None,
@@ -294,7 +265,10 @@ def _decode_one(
     margin; ``start`` = (tokens already in the cache, the token to take next) resumes a fork."""
     import torch
 
-    row = _Row(xgr, grammar, vocab) if grammar is not None else None
+    tokenizer, prefix, vocab = inputs.tokenizer, inputs.prefix, inputs.vocab
+    max_new_tokens = inputs.max_new_tokens
+    stops = {int(s) for s in inputs.stop_ids}
+    row = _Row(inputs.xgr, grammar, vocab) if grammar is not None else None
     new: list[int] = []
     forced_next: int | None = None
     logp = 0.0
@@ -326,7 +300,9 @@ def _decode_one(
             if not row.matcher.accept_token(token):
                 break
             feed += (
-                _forced(tokenizer, row, max_new_tokens - len(new) - 1, stops, vocab) if jump_forward else []
+                _forced(tokenizer, row, max_new_tokens - len(new) - 1, stops, vocab)
+                if inputs.jump_forward
+                else []
             )
             stats.forced_tokens += len(feed) - 1
             if row.matcher.is_terminated() or _only_stop(row, stops, vocab):
@@ -335,9 +311,9 @@ def _decode_one(
         new.extend(feed)
         if len(new) >= max_new_tokens or (row is not None and repeats_a_call(tokenizer, new, feed)):
             break
-        if stop.is_set():
+        if inputs.stop.is_set():
             raise _Stopped
-        logits = _forward(model, prefix.cache, feed, stats)
+        logits = _forward(inputs.model, prefix.cache, feed, stats)
         prefix.ids.extend(feed)
     if start is None:
         stats.row_logps.append(logp)

@@ -294,25 +294,24 @@ class LocalDrafter:
         stats = DecodeStats()
         self.last_stats = stats
         lam = max(1, int(request.samples))
-        common = {
-            "max_new_tokens": opts.max_new_tokens,
-            "stop_ids": sorted(stops),
-            "vocab": vocab,
-            "jump_forward": opts.jump_forward,
-            "reuse": opts.prefix_cache,
-            "stats": stats,
-            "max_string_length": opts.max_string_length if opts.constrained else None,
-        }
 
         def rows(ids: list[int], stop: threading.Event) -> list[str]:
-            inputs = DecodeInputs(loaded.model, loaded.tokenizer, grammar, xgr, ids, loaded.prefix, stop)
+            inputs = DecodeInputs(
+                *(loaded.model, loaded.tokenizer, grammar, xgr, ids, loaded.prefix, stop),
+                max_new_tokens=opts.max_new_tokens,
+                stop_ids=sorted(stops),
+                vocab=vocab,
+                jump_forward=opts.jump_forward,
+                reuse=opts.prefix_cache,
+                stats=stats,
+                max_string_length=opts.max_string_length if opts.constrained else None,  # type: ignore[arg-type]
+            )
             with torch.inference_mode():
                 if opts.diversity == "beam" and grammar is not None:
                     from ._beam import beam_rows
 
                     schemas = tool_schemas(request.tools)
-                    key = functools.partial(_answer_key, schemas=schemas)
-                    out = beam_rows(inputs, width=lam, key=key, **common)  # type: ignore[arg-type]
+                    out = beam_rows(inputs, width=lam, key=functools.partial(_answer_key, schemas=schemas))
                 else:
                     branch = opts.diversity == "branch"
                     out = decode_rows(
@@ -323,7 +322,6 @@ class LocalDrafter:
                         greedy_first=opts.greedy_first,
                         branch=branch,
                         bias=self._copy_bias(loaded, request, vocab),
-                        **common,  # type: ignore[arg-type]
                     )
             # native tags (<tool_call>) are added tokens: keep them, the parser reads them
             return [loaded.tokenizer.decode(r, skip_special_tokens=not native) for r in out]
