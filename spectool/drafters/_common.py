@@ -13,7 +13,6 @@ __all__ = [
     "UNPARSED",
     "assistant_calls",
     "call_key",
-    "dedupe",
     "function_calls",
     "message_text",
     "tool_schemas",
@@ -47,18 +46,6 @@ def call_key(call: ToolCall, schemas: Mapping[str, Mapping[str, Any]]) -> str:
         return canonical_key(call.name, call.arguments, body.get("parameters"))
     except ValueError:  # unkeyable arguments: fall back to the raw JSON so nothing crashes
         return call.name + "\x1f" + json.dumps(dict(call.arguments), sort_keys=True, default=repr)
-
-
-def dedupe(calls: Iterable[ToolCall], schemas: Mapping[str, Mapping[str, Any]]) -> list[ToolCall]:
-    """First occurrence of each canonical key, order kept."""
-    seen: set[str] = set()
-    out = []
-    for call in calls:
-        key = call_key(call, schemas)
-        if key not in seen:
-            seen.add(key)
-            out.append(call)
-    return out
 
 
 def message_text(content: Any) -> str:

@@ -10,7 +10,7 @@ import torch
 
 from spectool import ConfigError, DraftRequest
 from spectool.drafters import LocalDrafter, LocalDrafterOptions
-from spectool.drafters.local._copy import CopyBias, TokenTable, expects_value, open_string_value, source_text
+from spectool.drafters.local._copy import CopyBias, TokenTable, _scan, open_string_value, source_text
 
 from .conftest import add_tool, tiny_llama_fixture
 
@@ -56,7 +56,7 @@ def test_open_string_value_finds_the_value_being_written(text, value):
     ],
 )
 def test_expects_value_where_an_opening_quote_may_come(text, expected):
-    assert expects_value(text) is expected
+    assert _scan(text)[1] is expected
 
 
 def test_opening_quote_tokens_merged_with_a_copy_are_boosted():

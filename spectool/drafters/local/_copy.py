@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CopyBias", "TokenTable", "expects_value", "open_string_value", "source_text", "token_table"]
+__all__ = ["CopyBias", "TokenTable", "open_string_value", "source_text", "token_table"]
 
 #: Longest continuation (characters) looked up per occurrence; longer tokens are rare.
 MAX_TOKEN_CHARS = 24
@@ -80,13 +80,10 @@ def open_string_value(text: str) -> str | None:
     return _scan(text)[0]
 
 
-def expects_value(text: str) -> bool:
-    """True when ``text`` ends where a value may open (after ``:``, ``[`` or an array's ``,``):
-    the next token may be the opening quote merged with the value's first characters."""
-    return _scan(text)[1]
-
-
 def _scan(text: str) -> tuple[str | None, bool]:
+    """(:func:`open_string_value`, whether ``text`` ends where a value may open: after ``:``,
+    ``[`` or an array's ``,``, so the next token may be the opening quote merged with the
+    value's first characters)."""
     stack: list[str] = []  # "{" / "["
     expecting_key = False
     expecting_value = False

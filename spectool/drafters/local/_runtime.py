@@ -20,9 +20,8 @@ from ...errors import ConfigError
 if TYPE_CHECKING:
     from ._options import LocalDrafterOptions
 
-__all__ = ["LLAMA_CPP_BASES", "RUNTIMES", "choose_runtime", "llama_available", "require_llama_cpp"]
+__all__ = ["LLAMA_CPP_BASES", "choose_runtime", "llama_available", "require_llama_cpp"]
 
-RUNTIMES = ("transformers", "llama.cpp", "auto")
 #: Bases whose drafts "auto" runs on llama.cpp when it is installed: where its Q4 kernels beat
 #: transformers int8 on g at equal α (docs/drafters.md, "base × runtime"). Keys: model names as
 #: LocalDrafter takes them ("embedded" for the default SmolLM2). Empty as measured on 2026-11-26:
