@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .helpers import chat_body, final_call, free_port, post_until_known
+from .helpers import chat_body, final_call, free_port, post_until_known, quick_start
 
 pytestmark = pytest.mark.vllm
 
@@ -33,8 +33,11 @@ def _server(flags: list[str], log: str):
     if vllm_env_missing():
         pytest.fail(f"the vLLM tests need vLLM: {vllm_env_missing()}")
     port = free_port()
-    cmd = build_command("embedded", port=port, dtype="float32", extra=[*flags, "--max-model-len", "4096"])
-    env = server_env()
+    # the model in each engine-core process (quick_start; with ranks vLLM would pick worker
+    # processes unless told): one process per rank fewer to start
+    flags = [*flags, "--distributed-executor-backend", "uni", "--max-model-len", "4096"]
+    cmd = build_command("embedded", port=port, dtype="float32", extra=flags)
+    env = quick_start(server_env())
     env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # two engines on a shared machine
     env["SPECTOOL_VLLM_MAX_HOPS"] = "2"
     (ROOT / "out").mkdir(exist_ok=True)
