@@ -2,7 +2,8 @@
 
 The server runs from ``.venv-vllm`` (built here by ``scripts/setup-vllm.sh`` when missing, a
 few minutes once per machine) with spectool's plugins: fp32 and ``--enforce-eager`` so
-greedy decoding is reproducible and starts in well under a minute.
+greedy decoding is reproducible, and the model in the engine-core process (``quick_start``) so
+it starts in well under a minute.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .helpers import free_port
+from .helpers import free_port, quick_start
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG = ROOT / "out" / "vllm-test-server.log"
@@ -26,7 +27,7 @@ def vllm_url():
 
     port = free_port()
     cmd = build_command("embedded", port=port, dtype="float32", num_draft_tokens=8)
-    env = server_env()
+    env = quick_start(server_env())
     env["SPECTOOL_VLLM_MAX_HOPS"] = "2"
     LOG.parent.mkdir(exist_ok=True)
     with VllmServer(cmd, port=port, env=env, log_path=str(LOG), start_timeout=600) as server:

@@ -37,7 +37,7 @@ def test_main_job_configs_on_vllm(vllm_url, tmp_path):
     argv = (
         f"bench --main endpoint --base-url {vllm_url}/v1 --model smollm2 --categories simple_python"
         " --task-ids simple_python_1 --agents 1 --latencies 0.2 --drafters history --samples 1"
-        " --configs client,engine --max-steps 3 --max-tokens 40 --tool-choice required"
+        " --configs client,engine --max-steps 2 --max-tokens 40 --tool-choice required"
         " --no-progress --no-plots --out"
     )
     rc = main([*argv.split(), str(out)])
