@@ -221,12 +221,16 @@ def embedded_hf_folder() -> Path:
     return gguf_to_hf(embedded_gguf())
 
 
-@quiet_loading()
 def gguf_to_hf(gguf: Path) -> Path:
     """A safetensors folder converted once from ``gguf`` (weights dequantized to fp32)."""
     folder = _converted_folder(gguf)
-    if (folder / "config.json").exists():
-        return folder
+    if not (folder / "config.json").exists():
+        _convert(gguf, folder)  # a cached folder is found without importing transformers
+    return folder
+
+
+@quiet_loading()
+def _convert(gguf: Path, folder: Path) -> None:
     try:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -250,7 +254,6 @@ def gguf_to_hf(gguf: Path) -> Path:
         os.replace(tmp, folder)
     except OSError:  # another process converted it first
         pass
-    return folder
 
 
 def _folder_for(source: str | os.PathLike[str] | None) -> str:
