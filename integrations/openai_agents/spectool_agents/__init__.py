@@ -8,10 +8,9 @@ result, so the tools' ``on_invoke_tool`` is wrapped).
 """
 
 from ._hooks import SpeculativeHooks
-from ._model import SpeculativeModel
 from ._session import speculate
 from ._tools import SpeculativeInvoker
 
 __version__ = "0.1.0"
 
-__all__ = ["SpeculativeHooks", "SpeculativeInvoker", "SpeculativeModel", "speculate"]
+__all__ = ["SpeculativeHooks", "SpeculativeInvoker", "speculate"]

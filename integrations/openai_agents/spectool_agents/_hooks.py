@@ -16,11 +16,16 @@ import anyio.lowlevel
 from agents import AgentHooks, FunctionTool
 from agents.tracing import custom_span
 
-from spectool import Speculator, Turn
-
-from ._model import chat_view
+from spectool import Speculator, Turn, responses_input_to_messages
 
 __all__ = ["SpeculativeHooks"]
+
+
+def chat_view(system_instructions: str | None, input: Any) -> list[dict[str, Any]]:
+    """The request as chat messages, for drafters (the SDK sends Responses-style items)."""
+    if isinstance(input, str):
+        input = [{"role": "user", "content": input}]
+    return responses_input_to_messages(list(input), system_instructions)
 
 
 def _offered(agent: Any) -> list[dict[str, Any]]:
