@@ -143,3 +143,28 @@ def test_apostrophes_are_not_quotes():
     text = "I'm curious what zipcode Silverpine has before I'll head out."
     guess = HistoryDrafter().predict(DraftRequest([{"role": "user", "content": text}], tools, samples=1))
     assert guess == [ToolCall("get_zipcode", {"city": "Silverpine"})]
+
+
+def test_mining_a_conversation_parses_each_tool_output_once(monkeypatch):
+    """mine() reads an output's fields, records, named records and outcome from one parse."""
+    import json
+
+    from spectool.drafters.history._evidence import collect_evidence
+    from spectool.drafters.history._patterns import mine
+
+    parsed: list[str] = []
+    real = json.loads
+
+    def counting(text, *a, **k):
+        parsed.append(text)
+        return real(text, *a, **k)
+
+    monkeypatch.setattr(json, "loads", counting)
+    conversation = session("alice", "u1", "hi")
+    outputs = [m["content"] for m in conversation if m["role"] == "tool"]
+    mine(conversation)
+    assert sorted(t for t in parsed if t in outputs) == sorted(outputs)  # each once
+    # control: the counter sees every parse (the history drafter's evidence parses each output
+    # once more, as each of mine()'s four readers did before)
+    collect_evidence(conversation)
+    assert sorted(t for t in parsed if t in outputs) == sorted(outputs * 2)
