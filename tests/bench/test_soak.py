@@ -20,7 +20,10 @@ def test_a_tiny_soak_loses_and_changes_nothing(tmp_path, capsys):
     # request ~7x slower; a dropped stream every 5 s (not 1 s) still gives several per pass
     # without flooding the engine with prefills the agents then queue behind
     argv = "soak --agents 3 --tasks-per-agent 2 --restart-after 4 --disconnect-every 5 --settle 2 --threads 1"
-    rc = main([*argv.split(), "--passes", "2", "--no-plot", "--out", str(out)])
+    # drafter fault shares high enough that six tasks meet every kind (the defaults, 10,5,10,
+    # suit long soaks); the tools' default shares, so some speculative runs still succeed
+    faulty = ["--drafter-faults", "15,15,15"]
+    rc = main([*argv.split(), *faulty, "--passes", "2", "--no-plot", "--out", str(out)])
     report = json.loads((out / "results.json").read_text())
     assert rc == 0, report
     assert report["lost_transcripts"] == 0 and report["changed_transcripts"] == 0
@@ -28,7 +31,8 @@ def test_a_tiny_soak_loses_and_changes_nothing(tmp_path, capsys):
     assert report["asyncio_tasks_left"] == 0 and report["threads_left"] == 0, report["threads_left_names"]
     faults = report["faults"]
     assert faults["restarts"] == 2 and faults["disconnects"] >= 2  # one restart per pass
-    assert faults["drafter_raised"] + faults["drafter_hung"] + faults["drafter_garbage"] >= 1
+    assert all(faults[k] >= 1 for k in ("drafter_raised", "drafter_hung", "drafter_garbage")), faults
+    assert report["engine_resolved_calls"] >= 1  # speculation's own path ran, not only its faults
     assert [(p["lost"], p["changed"]) for p in report["passes"]] == [(0, 0), (0, 0)]
     assert report["model_requests"] >= 6 and report["tasks"] == 6
     # RSS read once per pass, after its work: two passes give a series but no verdict (4 needed)
@@ -328,6 +332,22 @@ def test_the_soak_wiring_offers_the_mcp_tools_and_runs_the_models_mcp_call(eager
     assert ["m", "from the model", 2] in state["writes"]  # one per agent, not more
     tool_msgs = [m for m in results[0].transcript[0] if m.get("role") == "tool"]
     assert [m["content"] for m in tool_msgs] == ["saved m"]
+
+
+def test_fault_shares_are_checked_before_the_model_loads(tmp_path):
+    import argparse
+
+    from spectool.errors import ConfigError
+    from spectool_bench.soak import _cli
+
+    parser = argparse.ArgumentParser()
+    _cli.add_arguments(parser)
+    args = parser.parse_args([])
+    assert _cli._drafter_pcts(args) == {"raise_pct": 10, "hang_pct": 5, "garbage_pct": 10}
+    assert _cli._tool_pcts(args) == {"raise_pct": 8, "slow_pct": 5}
+    for bad in (["--drafter-faults", "10,5"], ["--tool-faults", "60,50"], ["--tool-faults", "x,1"]):
+        with pytest.raises(ConfigError, match="percentages"):
+            _cli.run(parser.parse_args([*bad, "--out", str(tmp_path)]))
 
 
 def test_eager_defaults_to_speculable_and_mcp_to_on():

@@ -166,11 +166,11 @@ async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base
     setup = Setup(
         **base,
         make_client=make_client,
-        drafter=lambda: FaultyDrafter(HistoryDrafter(), counts, salt=str(next(salt))),
+        drafter=lambda: FaultyDrafter(HistoryDrafter(), counts, salt=str(next(salt)), **_drafter_pcts(args)),
         mode="engine",
         engine_options={"base_url": main.base_url},
         request_retries=8,
-        tools_hook=faulty_tools(counts),
+        tools_hook=faulty_tools(counts, **_tool_pcts(args)),
         eager=args.eager,
     )
     rss: list[tuple[float, float]] = []
@@ -212,6 +212,26 @@ async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base
     return PassRun(results, errors, scripted, state), statuses, rss, marks, wall
 
 
+def _pcts(text: str, names: tuple[str, ...], option: str) -> dict[str, int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != len(names) or not all(0 <= v <= 100 for v in values) or sum(values) > 100:
+        raise ConfigError(
+            f"{option} takes {len(names)} comma-separated percentages summing to <= 100, got {text!r}"
+        )
+    return dict(zip(names, values, strict=True))
+
+
+def _drafter_pcts(args: argparse.Namespace) -> dict[str, int]:
+    return _pcts(args.drafter_faults, ("raise_pct", "hang_pct", "garbage_pct"), "--drafter-faults")
+
+
+def _tool_pcts(args: argparse.Namespace) -> dict[str, int]:
+    return _pcts(args.tool_faults, ("raise_pct", "slow_pct"), "--tool-faults")
+
+
 def _base(args: argparse.Namespace, main: Any) -> dict[str, Any]:
     """What both passes' agents share: the model, the tools' latency and the request options."""
     return {
@@ -243,7 +263,7 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
         Setup(
             **base,
             make_client=_client_factory(main.base_url, ref_statuses),
-            tools_hook=faulty_tools(ref_counts),
+            tools_hook=faulty_tools(ref_counts, **_tool_pcts(args)),
         ),
         ref_statuses,
         ref_counts,
@@ -317,6 +337,7 @@ def run(args: argparse.Namespace) -> int:
         args.agents, args.tasks_per_agent = 4, 2
     if args.passes < 1 or args.max_leak_pct < 0:
         raise ConfigError("--passes must be >= 1 and --max-leak-pct >= 0")
+    _drafter_pcts(args), _tool_pcts(args)  # a bad value fails before the model loads
     args.out.mkdir(parents=True, exist_ok=True)
     with EmbeddedMain(backend="torch", threads=args.threads, max_batch=16) as main:
         before = {t.ident for t in threading.enumerate()}
@@ -349,6 +370,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--disconnect-every", type=float, default=3.0, help="seconds between dropped streams")
     p.add_argument("--settle", type=float, default=6.0, help="seconds to wait before counting leftovers")
     p.add_argument("--threads", type=int, default=2, help="torch threads of the engine")
+    p.add_argument(
+        "--drafter-faults",
+        default="10,5,10",
+        help="percent of draft requests on which the drafter raises, hangs past the draft timeout, "
+        "returns garbage (default 10,5,10)",
+    )
+    p.add_argument(
+        "--tool-faults",
+        default="8,5",
+        help="percent of tool call keys that raise, run slow (default 8,5; the reference pass "
+        "meets the same ones)",
+    )
     p.add_argument(
         "--passes",
         type=int,
