@@ -120,12 +120,15 @@ async def test_read_only_results_are_used_once_and_invalidate_works() -> None:
 
 async def test_lookup_serves_drafted_calls_and_never_runs_a_tool() -> None:
     log = ToolLog()
-    async with ToolCache(_box(log, latency=0.05)) as cache:
+    # Only read(x=1) takes time: pure_add returns without awaiting, so it is finished
+    # (a hit) by the time the join on read returns, however loaded the machine is.
+    slow_read = lambda arguments: 0.05 if arguments.get("x") == 1 else 0.0  # noqa: E731
+    async with ToolCache(_box(log, latency=slow_read)) as cache:
         cache.speculate(ToolCall("read", {"x": 1}))
         cache.speculate(ToolCall("pure_add", {"a": 1}))
         joined = await cache.lookup(ToolCall("read", {"x": 1}))  # still running: a join
         assert await cache.lookup(ToolCall("read", {"x": 1})) is None  # read_only: used once
-        hit = await cache.lookup(ToolCall("pure_add", {"a": 1}))  # finished by now: a hit
+        hit = await cache.lookup(ToolCall("pure_add", {"a": 1}))  # finished: a hit
         assert await cache.lookup(ToolCall("read", {"x": 2})) is None  # never drafted
         assert await cache.lookup(ToolCall("read", "{broken")) is None  # type: ignore[arg-type]
         assert await cache.lookup(ToolCall("write", {})) is None  # mutating: caller's run
