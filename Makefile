@@ -31,4 +31,4 @@ format: setup
 # puts a failed install at the end of the log, in pip's own words.
 test: setup lint
 	bash scripts/setup-vllm.sh
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
