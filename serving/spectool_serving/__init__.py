@@ -30,19 +30,7 @@ _EXPORTS = {
     "load_model": ".models",
 }
 
-__all__ = [
-    "Engine",
-    "EngineStats",
-    "LoadedModel",
-    "Runner",
-    "Scheduler",
-    "StoredOutput",
-    "ToolOutputStore",
-    "build_engine",
-    "build_server",
-    "create_app",
-    "load_model",
-]
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:

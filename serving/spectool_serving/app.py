@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from spectool.errors import EngineError, ToolCacheError
+from spectool.errors import EngineError
 
 from .engine import Engine
 from .requests import build_sequences, first_error, parse_chat
@@ -57,10 +57,7 @@ def create_app(
     app.state.engine = engine
     registry = _metrics_registry(engine)
 
-    async def _body(request: Request) -> bytes:
-        return await read_limited(request, max_body_bytes)
-
-    @app.exception_handler(EngineError)
+    @app.exception_handler(EngineError)  # also the store's ToolCacheError (404, 409, 410, 422, 429)
     async def _engine_error(request: Request, exc: EngineError):
         return _error(exc.status_code or 500, str(exc), param=getattr(exc, "param", None))
 
@@ -98,16 +95,13 @@ def create_app(
             return owner
         if engine.store is None:
             return _error(404, "this server has no tool-output store")
-        raw = await _body(request)
+        raw = await read_limited(request, max_body_bytes)
         try:
             items = ToolOutputItems.model_validate_json(raw).root
         except ValidationError as exc:
             bad_json = exc.errors()[0]["type"] == "json_invalid"
             return _error(400 if bad_json else 422, first_error(exc))
-        try:
-            return {"cached": engine.store.post(response_id, owner, items)}
-        except ToolCacheError as exc:
-            return _error(exc.status_code or 400, str(exc))
+        return {"cached": engine.store.post(response_id, owner, items)}
 
     @app.post(
         "/v1/chat/completions",
@@ -125,14 +119,11 @@ def create_app(
         owner = _owner(request, api_keys)
         if isinstance(owner, JSONResponse):
             return owner
-        body = parse_chat(await _body(request))
+        body = parse_chat(await read_limited(request, max_body_bytes))
         rid = f"chatcmpl-{uuid.uuid4().hex}"  # minted here: a client can neither choose nor reuse it
         seqs = build_sequences(body, engine, rid, owner, max_tokens_cap=max_tokens)
         if engine.store is not None:
-            try:
-                engine.store.open(rid, owner, seqs[0].tools)
-            except ToolCacheError as exc:
-                return _error(exc.status_code or 400, str(exc))
+            engine.store.open(rid, owner, seqs[0].tools)
         engine.start()
         meta = {"id": rid, "created": int(time.time()), "model": body.model or engine.model_name}
         if body.stream:
@@ -218,12 +209,6 @@ def _close(engine: Engine, rid: str, owner: str) -> None:
         engine.store.close(rid, owner)
 
 
-def _tool_calls(call: dict | None, stream: bool = False) -> list | None:
-    if call is None:
-        return None
-    return [{"index": 0, **call}] if stream else [call]
-
-
 def _usage(prompt: int, completion: int) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
@@ -243,7 +228,7 @@ async def _complete(engine: Engine, seqs: list, meta: dict) -> Any:
             "content": ev.content if not ev.tool_call else (ev.content or None),
         }
         if ev.tool_call:
-            message["tool_calls"] = _tool_calls(ev.tool_call)
+            message["tool_calls"] = [ev.tool_call]
         choice = {"index": i, "message": message, "finish_reason": ev.reason, "logprobs": None}
         choices.append({**choice, "spectool_resolved_calls": ev.resolved})
         prompt = max(prompt, ev.usage["prompt_tokens"])
@@ -279,7 +264,7 @@ async def _sse(engine: Engine, seqs: list, meta: dict, include_usage: bool, owne
                 return
             elif isinstance(ev, Finish):
                 if ev.tool_call:
-                    yield _delta(meta, index, {"tool_calls": _tool_calls(ev.tool_call, True)})
+                    yield _delta(meta, index, {"tool_calls": [{"index": 0, **ev.tool_call}]})
                 yield _delta(meta, index, {}, ev.reason, spectool_resolved_calls=ev.resolved)
                 prompt = max(prompt, ev.usage["prompt_tokens"])
                 completion += ev.usage["completion_tokens"]
