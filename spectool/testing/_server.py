@@ -172,33 +172,23 @@ class ScriptedModel:
             }
             return _sse(body)
 
-        yield chunk({"role": "assistant", "content": ""})
         started: set[int] = set()
-        for slot, piece in tokens:
-            await self._pause(1)
-            if slot < 0:
-                yield chunk({"content": piece})
-                continue
+
+        def call_piece(slot: int, piece: str) -> bytes:  # a call's first piece names it
             tc: dict[str, Any] = {"index": slot, "function": {"arguments": piece}}
             if slot not in started:
                 started.add(slot)
                 tc.update(id=calls[slot]["id"], type="function")
                 tc["function"]["name"] = calls[slot]["function"]["name"]
-            yield chunk({"tool_calls": [tc]})
-        for i, c in enumerate(calls):  # calls with empty arguments never got a piece
+            return chunk({"tool_calls": [tc]})
+
+        yield chunk({"role": "assistant", "content": ""})
+        for slot, piece in tokens:
+            await self._pause(1)
+            yield chunk({"content": piece}) if slot < 0 else call_piece(slot, piece)
+        for i in range(len(calls)):  # calls with empty arguments never got a piece
             if i not in started:
-                yield chunk(
-                    {
-                        "tool_calls": [
-                            {
-                                "index": i,
-                                "id": c["id"],
-                                "type": "function",
-                                "function": {"name": c["function"]["name"], "arguments": ""},
-                            }
-                        ]
-                    }
-                )
+                yield call_piece(i, "")
         yield chunk({}, finish)
         if (req.get("stream_options") or {}).get("include_usage"):
             yield _sse({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
