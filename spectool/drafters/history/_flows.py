@@ -148,5 +148,5 @@ def _observe(
         sources = set(seen.get(value_tag(v), ()))
         if isinstance(v, (str, int, float)) and not isinstance(v, bool) and str(v) and str(v) in user_text:
             sources.add(("user",))
-        for src in sources:
+        for src in sorted(sources):  # not set order: it varies with PYTHONHASHSEED and breaks ties
             flows.counts[key][src] += 1

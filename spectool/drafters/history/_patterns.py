@@ -265,7 +265,7 @@ def _observe(
             sources.add(("user",))
             p.anchors.setdefault(key, Counter()).update(in_user)
         flows = p.flows.setdefault(key, Counter())
-        for src in sources:
+        for src in sorted(sources):  # not set order: it varies with PYTHONHASHSEED and breaks ties
             flows[src] += 1
         if s := shape(value):
             p.shapes.setdefault(key, Counter())[s] += 1
