@@ -32,3 +32,15 @@ def kv_tools(store: dict[str, str]) -> list[Any]:
         return text.upper()
 
     return [get, put, upper]
+
+
+async def until(condition: Any, *, timeout: float = 30.0, what: str = "") -> None:
+    """Wait until ``condition()`` holds: returns as soon as it does, fails after ``timeout`` s.
+
+    Tests order on this instead of a short sleep that "lets something finish": on a loaded
+    machine any step can be delayed by a second or more, and a fixed sleep then runs out first.
+    The generous deadline is reached only when the behaviour under test is broken."""
+    with anyio.move_on_after(timeout):
+        while not condition():
+            await anyio.sleep(0.002)
+    assert condition(), f"not within {timeout} s: {what or condition}"
