@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .helpers import chat_body, free_port
+from .helpers import chat_body, free_port, quick_start
 
 pytestmark = pytest.mark.vllm
 
@@ -42,7 +42,10 @@ def _running(client: httpx.Client) -> float:
     raise AssertionError("no vllm:num_requests_running in /metrics")
 
 
-def test_spectool_serve_backend_vllm_end_to_end():
+@pytest.fixture
+def served():
+    """``spectool serve --backend vllm`` started and healthy: (its process, its URL). Its own
+    session, so the cleanup reaches whatever the test's SIGTERM leaves behind."""
     from spectool_serving.vllm.serve import vllm_env_missing
 
     if vllm_env_missing():  # $SPECTOOL_VLLM_PYTHON or .venv-vllm, else build it (minutes, once)
@@ -50,36 +53,46 @@ def test_spectool_serve_backend_vllm_end_to_end():
     port = free_port()
     LOG.parent.mkdir(exist_ok=True)
     argv = [sys.executable, "-m", "spectool.cli", "serve", "--backend", "vllm", "--model", "embedded"]
+    flags = [
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "8192",
+        "--default-max-tokens",
+        "24",
+    ]
+    # the model in the engine-core process (quick_start): a vLLM import less on the way up;
+    # the tree SIGTERM must stop is then the API server and its engine core
+    env = quick_start(dict(os.environ))
     with open(LOG, "wb") as log:
         proc = subprocess.Popen(
-            [
-                *argv,
-                "--port",
-                str(port),
-                "--dtype",
-                "float32",
-                "--max-model-len",
-                "8192",
-                "--default-max-tokens",
-                "24",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            [*argv, *flags], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        client = httpx.Client(base_url=url, timeout=120)
-        deadline = time.monotonic() + 600
-        while True:
-            assert proc.poll() is None, f"spectool serve exited; see {LOG}"
-            try:
-                if client.get("/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline
-            time.sleep(1)
+        with httpx.Client(base_url=url, timeout=120) as client:
+            deadline = time.monotonic() + 600
+            while True:
+                assert proc.poll() is None, f"spectool serve exited; see {LOG}"
+                try:
+                    if client.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline
+                time.sleep(1)
+        yield proc, url
+    finally:
+        if proc.poll() is None or _session(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_spectool_serve_backend_vllm_end_to_end(served):
+    proc, url = served
+    with httpx.Client(base_url=url, timeout=120) as client:
         # the name the user gave answers, and the documented smollm2
         names = {m["id"] for m in client.get("/v1/models").json()["data"]}
         assert {"embedded", "smollm2"} <= names
@@ -98,18 +111,14 @@ def test_spectool_serve_backend_vllm_end_to_end():
             assert time.monotonic() < deadline, "generation went on after the client disconnected"
             time.sleep(0.5)
 
-        # SIGTERM with a request in flight: the whole tree goes, no SIGKILL needed
-        assert len(_session(proc.pid)) >= 2  # the API server and its engine core
-        with httpx.Client(base_url=url, timeout=None) as other:
-            stream = other.stream("POST", "/v1/chat/completions", json={**body, "stream": True})
-            stream.__enter__()
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
-        deadline = time.monotonic() + 30
-        while _session(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert _session(proc.pid) == []
-    finally:
-        if proc.poll() is None or _session(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    # SIGTERM with a request in flight: the whole tree goes, no SIGKILL needed
+    assert len(_session(proc.pid)) >= 2  # the API server and its engine core
+    with httpx.Client(base_url=url, timeout=None) as other:
+        stream = other.stream("POST", "/v1/chat/completions", json={**body, "stream": True})
+        stream.__enter__()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while _session(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _session(proc.pid) == []
