@@ -38,7 +38,6 @@ __all__ = [
     "embedded_gguf",
     "embedded_hf_folder",
     "fetch_wheel",
-    "gemma_gguf",
     "gguf_to_hf",
     "joined_gguf",
     "load_causal_lm",
@@ -204,11 +203,6 @@ def named_gguf(name: str) -> Path:
     if spec is None:
         raise ConfigError(f"unknown model name {name!r}; named models: {', '.join(sorted(NAMED_MODELS))}")
     return joined_gguf(spec)
-
-
-def gemma_gguf() -> Path:
-    """Path of the Gemma 3 270M GGUF, joined once from its part wheels and checked."""
-    return named_gguf(GEMMA_MODEL)
 
 
 def _converted_folder(gguf: Path) -> Path:

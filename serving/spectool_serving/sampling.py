@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["SamplingParams", "probs_from_logits", "sample_token"]
+__all__ = ["SamplingParams", "probs_from_logits"]
 
 
 @dataclass
@@ -36,11 +36,3 @@ def probs_from_logits(logits: torch.Tensor, temperature: float, top_p: float) ->
     sorted_p = sorted_p.masked_fill(drop, 0.0)
     kept = torch.zeros_like(probs).scatter(-1, order, sorted_p)
     return kept / kept.sum(dim=-1, keepdim=True)
-
-
-def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    """One token from logits [V]: argmax when greedy, else a seeded draw."""
-    if params.greedy:
-        return int(torch.argmax(logits))
-    probs = probs_from_logits(logits, params.temperature, params.top_p)
-    return int(torch.multinomial(probs, 1, generator=generator))
