@@ -1,7 +1,7 @@
 """The values a model drafter may choose from: value selection's candidates, per parameter.
 
 Where the mined flows say a parameter's value is copied (its most common source, an earlier
-argument, a field of a tool output or the user's text, covers at least ``min_share`` of its
+argument, a field of a tool output or the user's text, covers at least :data:`COPIED_SHARE` of its
 uses), :func:`value_choices` gives that parameter's top candidates from
 :func:`._values.rank_values` (the same ranking the learning drafter fills calls with). The local
 drafter's ``choose_values`` option makes them the parameter's ``enum`` in the call grammar
@@ -28,20 +28,17 @@ COPIED_SHARE = 0.5
 MAX_CHOICES = 8
 
 
-def copied(patterns: Patterns, tool: str, pname: str, min_share: float = COPIED_SHARE) -> bool:
+def copied(patterns: Patterns, tool: str, pname: str) -> bool:
     """Whether the flows say ``tool``'s ``pname`` is copied from somewhere."""
     uses = patterns.uses.get((tool, pname), 0)
     counts = patterns.flows.get((tool, pname))
-    return bool(uses and counts) and max(counts.values()) / uses >= min_share  # type: ignore[union-attr]
+    return bool(uses and counts) and max(counts.values()) / uses >= COPIED_SHARE  # type: ignore[union-attr]
 
 
 def value_choices(
     messages: Sequence[Mapping[str, Any]],
     tools: Mapping[str, Mapping[str, Any]],
     patterns: Patterns,
-    *,
-    limit: int = MAX_CHOICES,
-    min_share: float = COPIED_SHARE,
 ) -> dict[str, dict[str, list[Any]]]:
     """``{tool: {parameter: [values, best first]}}`` for the copied parameters of ``tools``
     (name -> function body) that have candidates in ``messages``."""
@@ -51,11 +48,11 @@ def value_choices(
     for name, body in tools.items():
         props = (body.get("parameters") or {}).get("properties") or {}
         for pname, pschema in props.items():
-            if not copied(patterns, name, pname, min_share):
+            if not copied(patterns, name, pname):
                 continue
             schema = pschema if isinstance(pschema, Mapping) else {}
             mined = mined_sources(patterns, name, pname)
             ranked = rank_values(name, pname, schema, evidence, set(), mined, patterns, ctx, RULES)
             if ranked:
-                out.setdefault(name, {})[pname] = [c.value for c in ranked[:limit]]
+                out.setdefault(name, {})[pname] = [c.value for c in ranked[:MAX_CHOICES]]
     return out

@@ -76,10 +76,6 @@ class HistoryDrafter:
         flows = mine_flows(traces)
         return cls(corpus=[*options.pop("corpus", ()), *flows.sequences], flows=flows, **options)
 
-    def learn(self, names: Sequence[str]) -> None:
-        """Add one finished session's tool-name sequence to the counts."""
-        self._corpus.append(list(names))
-
     async def propose(self, request: DraftRequest) -> list[ToolCall]:
         return self.predict(request)
 
@@ -102,19 +98,12 @@ class HistoryDrafter:
                 self._sessions.popitem(last=False)
         evidence = collect_evidence(request.messages)
         done = set(map(_tag, _trailing_run(request.messages)))  # an agent seldom repeats what it just did
-        per_tool = [
-            fills
-            for name in ranked
-            if (
-                fills := [
-                    f
-                    for f in _fillings(
-                        name, tools[name]["parameters"], evidence, self.variants + 2, self.flows
-                    )
-                    if _tag(f) not in done
-                ][: self.variants]
-            )
-        ]
+        per_tool: list[list[ToolCall]] = []
+        for name in ranked:
+            fills = _fillings(name, tools[name]["parameters"], evidence, self.variants + 2, self.flows)
+            fills = [f for f in fills if _tag(f) not in done][: self.variants]
+            if fills:
+                per_tool.append(fills)
         fan_out = self.fan_out if turn_start else 0
         out, limit = open_with_fan_out(per_tool, ranked, tools, evidence, fan_out, request.samples)
         for round_ in range(self.variants):  # best filling of every tool first, then alternatives
@@ -252,20 +241,7 @@ def fill_arguments(
         if pname in required and not options:
             return []
         # Optional parameters take named evidence, or a number the user wrote and nobody used.
-        strong = (
-            options
-            if pname in required
-            else [
-                o
-                for o in options
-                if o.strength >= 2
-                or (
-                    o.literal_id is not None
-                    and isinstance(o.value, (int, float))
-                    and not isinstance(o.value, bool)
-                )
-            ]
-        )
+        strong = options if pname in required else [o for o in options if _strong(o)]
         if strong:
             chosen[pname] = [o.value for o in strong]
             used.append(strong[0].value)
@@ -279,6 +255,12 @@ def fill_arguments(
                 return calls
             calls.append(ToolCall(name, {**first, pname: alt}))
     return calls
+
+
+def _strong(option: Any) -> bool:
+    value = option.value
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return bool(option.strength >= 2 or (option.literal_id is not None and numeric))
 
 
 def _tag(call: ToolCall) -> str:

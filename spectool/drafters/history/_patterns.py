@@ -83,15 +83,8 @@ class Patterns:
 
     def add(self, other: Patterns, sign: int = 1) -> None:
         """Add (``sign`` 1) or take away (-1) another conversation's counts; zeros are dropped."""
-        tables: tuple[tuple[Any, Any], ...] = (
-            (self.plan, other.plan),
-            (self.flows, other.flows),
-            (self.shapes, other.shapes),
-            (self.anchors, other.anchors),
-            (self.linked, other.linked),
-            (self.records, other.records),
-        )
-        for mine_, theirs in tables:
+        for name in _TABLES:
+            mine_, theirs = getattr(self, name), getattr(other, name)
             for key, counts in theirs.items():
                 held = mine_.setdefault(key, Counter())
                 for k, n in counts.items():
@@ -108,15 +101,7 @@ class Patterns:
 
     def size(self) -> int:
         """Counted entries in all: what memory grows with."""
-        tables: tuple[Mapping[Any, Counter[Any]], ...] = (
-            self.plan,
-            self.flows,
-            self.shapes,
-            self.anchors,
-            self.linked,
-            self.records,
-        )
-        return len(self.uses) + sum(len(c) for t in tables for c in t.values())
+        return len(self.uses) + sum(len(c) for t in _TABLES for c in getattr(self, t).values())
 
     def to_json(self) -> dict[str, Any]:
         def dump(table: Mapping[Any, Counter[Any]]) -> list[Any]:
@@ -126,31 +111,28 @@ class Patterns:
             ]
 
         return {
-            "plan": dump(self.plan),
-            "flows": dump(self.flows),
-            "shapes": dump(self.shapes),
-            "anchors": dump(self.anchors),
-            "linked": dump(self.linked),
-            "records": dump(self.records),
+            **{name: dump(getattr(self, name)) for name in _TABLES},
             "uses": [[list(k), n] for k, n in self.uses.items()],
             "sessions": self.sessions,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Patterns:
-        def load(rows: Any, inner: Any = lambda x: x) -> dict[Any, Counter[Any]]:
-            return {tuple(k): Counter({inner(x): int(n) for x, n in c}) for k, c in rows or ()}
-
-        return cls(
-            plan=load(data.get("plan")),
-            flows=load(data.get("flows"), tuple),
-            shapes=load(data.get("shapes")),
-            anchors=load(data.get("anchors")),
-            linked=load(data.get("linked"), bool),
-            records=load(data.get("records"), bool),
+        loaded = cls(
             uses=Counter({tuple(k): int(n) for k, n in data.get("uses") or ()}),  # type: ignore[misc]
             sessions=int(data.get("sessions") or 0),
         )
+        for name in _TABLES:
+            inner = _INNER.get(name, lambda x: x)
+            rows = data.get(name) or ()
+            setattr(loaded, name, {tuple(k): Counter({inner(x): int(n) for x, n in c}) for k, c in rows})
+        return loaded
+
+
+#: the counter tables of :class:`Patterns` (``uses`` apart), in their saved order
+_TABLES = ("plan", "flows", "shapes", "anchors", "linked", "records")
+#: what a saved table's counted keys are read back as (else as they are)
+_INNER: dict[str, Any] = {"flows": tuple, "linked": bool, "records": bool}
 
 
 def _key(x: Any) -> Any:
