@@ -123,20 +123,15 @@ class _SyncResource:
     def __init__(self, owner: SyncSpeculativeOpenAI, path: tuple[str, ...]) -> None:
         self._owner, self._path = owner, path
 
-    def _target(self) -> Any:
-        obj: Any = self._owner.async_client
-        for name in self._path:
-            obj = getattr(obj, name)
-        return obj
+    def _on(self, client: Any) -> Any:  # this resource of ``client``: client.chat.completions …
+        return functools.reduce(getattr, self._path, client)
 
     def __getattr__(self, name: str) -> Any:
-        sdk: Any = self._owner.client
-        for part in self._path:
-            sdk = getattr(sdk, part)
-        return getattr(sdk, name)
+        return getattr(self._on(self._owner.client), name)
 
     def create(self, **kwargs: Any) -> Any:
-        result = self._owner._session._call(functools.partial(self._target().create, **kwargs))
+        create = self._on(self._owner.async_client).create
+        result = self._owner._session._call(functools.partial(create, **kwargs))
         return SyncSpeculativeStream(self._owner, result) if isinstance(result, SpeculativeStream) else result
 
 
