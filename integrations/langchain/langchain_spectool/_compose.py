@@ -21,14 +21,11 @@ classified by its class:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["ALL", "Composition", "Limiter"]
-
-log = logging.getLogger("langchain_spectool")
 
 ALL = "*"
 _HOOKS = ("wrap_tool_call", "awrap_tool_call", "after_model", "aafter_model")
