@@ -40,12 +40,9 @@ def adapter_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"unreadable adapter manifest {file}: {exc}") from exc
 
 
-def load_adapter(model: Any, path: str | os.PathLike[str] | None = None, *, merge: bool = True) -> Any:
-    """``model`` with the LoRA adapter at ``path`` (None: the shipped one) applied.
-
-    With ``merge`` (default) the adapter is folded into the weights and the plain model comes
-    back, as fast as the base; the base ``model`` object is modified in place either way.
-    """
+def load_adapter(model: Any, path: str | os.PathLike[str] | None = None) -> Any:
+    """``model`` with the LoRA adapter at ``path`` (None: the shipped one) folded into its
+    weights (modified in place): the plain model comes back, as fast as the base."""
     folder = Path(path) if path is not None else shipped_adapter_path()
     if not (folder / "adapter_config.json").is_file():
         raise ConfigError(f"{folder} is not a peft adapter folder (no adapter_config.json)")
@@ -59,4 +56,4 @@ def load_adapter(model: Any, path: str | os.PathLike[str] | None = None, *, merg
     except (ValueError, RuntimeError, KeyError, OSError) as exc:  # shape mismatch: another base model
         raise ConfigError(f"cannot apply adapter {folder} to this model: {exc}") from exc
     tuned.eval()
-    return tuned.merge_and_unload() if merge else tuned
+    return tuned.merge_and_unload()

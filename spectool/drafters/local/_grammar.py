@@ -34,7 +34,6 @@ def calls_schema(
     tools: Sequence[Mapping[str, Any]],
     *,
     max_string_length: int | None = 64,
-    max_array_items: int = 8,
     max_calls: int = 4,
 ) -> dict[str, Any]:
     """JSON schema of xLAM's answer: 1..``max_calls`` calls to the offered tools.
@@ -71,7 +70,7 @@ def calls_schema(
     }
     if defs:
         schema["$defs"] = defs
-    return _bounded(schema, max_string_length, max_array_items)
+    return _bounded(schema, max_string_length, 8)  # arrays of at most 8 items
 
 
 def with_choices(
