@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ._tools import ToolSpec
     from ._types import DraftRequest, ToolCall
 
-__all__ = ["Observer", "Resolution", "add_observer", "observers", "remove_observer"]
+__all__ = ["Observer", "Resolution", "add_observer", "remove_observer"]
 
 log = logging.getLogger("spectool.observe")
 
@@ -74,10 +74,6 @@ def add_observer(observer: Observer) -> Observer:
 def remove_observer(observer: Observer) -> None:
     if observer in _observers:
         _observers.remove(observer)
-
-
-def observers() -> list[Observer]:
-    return list(_observers)
 
 
 P = ParamSpec("P")
