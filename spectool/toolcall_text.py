@@ -135,12 +135,8 @@ def _loads(text: str) -> Any:
 
 def _calls_from_value(value: Any, *, strict: bool) -> list[ToolCall]:
     items = value if isinstance(value, list) else [value]
-    calls = []
-    for item in items:
-        call = _call_from_item(item, strict=strict)
-        if call is not None:
-            calls.append(call)
-    return calls
+    calls = (_call_from_item(item, strict=strict) for item in items)
+    return [c for c in calls if c is not None]
 
 
 def _call_from_item(item: Any, *, strict: bool) -> ToolCall | None:
