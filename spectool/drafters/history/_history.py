@@ -3,10 +3,8 @@
 Training-free and deterministic. The *tool* comes from n-gram counts over tool-name sequences
 (this session's calls plus earlier sessions it has seen, stupid backoff), with words shared by
 the latest user message and a tool's name/description as a weak prior. The *arguments* are
-filled per parameter from evidence found in the conversation (see :mod:`._evidence`): values
-named like the parameter in earlier tool outputs and call arguments, ``name: value`` phrases,
-enum values and quoted strings in the user's text, then plain literals of the right type.
-A tool whose required parameters cannot all be filled is not proposed.
+filled per parameter from evidence found in the conversation (:mod:`._evidence`); a tool
+whose required parameters cannot all be filled is not proposed.
 """
 
 from __future__ import annotations
@@ -209,9 +207,7 @@ def _fillings(
     flows: Flows | None = None,
     taken: set[int] | None = None,
 ) -> list[ToolCall]:
-    """Up to ``variants`` argument fillings; [] when a required parameter has no value.
-    ``taken``: user literals already used (by this call's other parameters or earlier calls);
-    the ones this filling uses are added."""
+    """:func:`fill_arguments` from the conversation's evidence and the mined flows."""
 
     def options(pname: str, schema: Mapping[str, Any], taken: set[int]) -> list[Any]:
         mined = flows.sources(name, pname) if flows is not None else ()
@@ -229,7 +225,8 @@ def fill_arguments(
 ) -> list[ToolCall]:
     """Up to ``variants`` calls of ``name`` from each parameter's ranked candidates
     (``options_of(parameter, schema, taken)``, best first): the best of each, then the next
-    ones of each required parameter in turn; [] when a required parameter has none."""
+    ones of each required parameter in turn; [] when a required parameter has none. ``taken``:
+    user literals earlier calls used (not offered again); the ones this filling uses are added."""
     props = params.get("properties") or {}
     required = [p for p in params.get("required") or () if p in props]
     chosen: dict[str, list[Any]] = {}
