@@ -16,7 +16,7 @@ import pytest
 import spectool
 from spectool import ToolCache, ToolCall, ToolSpec
 from spectool.testing import ScriptedModel, asgi_http_client, call, openai_client, say
-from tests.core.helpers import kv_tools
+from tests.core.helpers import kv_tools, until
 from tests.engine_fake import RecordingEngine
 
 pytestmark = pytest.mark.anyio
@@ -110,8 +110,8 @@ def echo(obj: dict[str, Any]) -> str:
 async def served(tool: Any, drafted: dict, called: str) -> tuple[Any, bool]:
     """(what the main path got for ``called`` after ``drafted`` was speculated, was it a hit)."""
     async with ToolCache([tool]) as cache:
-        cache.speculate(ToolCall(tool.__name__, drafted))  # refusing it is one right answer
-        await anyio.sleep(0.05)
+        if cache.speculate(ToolCall(tool.__name__, drafted)):  # refusing it is one right answer
+            await until(lambda: cache.unused_finished() == 1)  # finished (a sync tool: in a thread)
         outcome = await cache.resolve(ToolCall(tool.__name__, spectool.keys.parse_arguments(called)))
         return outcome, cache.counters.hits == 1
 
@@ -384,7 +384,7 @@ async def test_a_server_without_the_effect_field_still_gets_posts() -> None:
         sink.bind(cache)
         sink.on_response_id("chatcmpl-1")
         cache.speculate(ToolCall("f", {"a": 1}))
-        await anyio.sleep(0.05)
+        await until(lambda: len(bodies) == 2)  # refused with the field, then posted without it
     await sink.aclose()
     assert [("effect" in b[0]) for b in bodies] == [True, False]
     assert sink.counters["cached"] == 1 and sink.send_effect is False
@@ -401,22 +401,26 @@ async def test_engine_client_withholds_used_and_cross_epoch_reads_but_replays_pu
     engine = RecordingEngine(model, state=lambda: dict(store))
     get, put, upper = kv_tools(store)
     sink = EngineClient("http://scripted.local/v1", client=openai_client(engine))
+
+    def posted(rid: str) -> int:
+        return sum(p.response_id == rid for p in engine.posts)
+
     async with ToolCache([get, put, upper], on_complete=sink.on_tool_output) as cache:
         sink.bind(cache)
         engine.created["chatcmpl-r1"] = dict(store)
         sink.on_response_id("chatcmpl-r1")
         cache.speculate(ToolCall("get", {"key": "x"}))
         cache.speculate(ToolCall("upper", {"text": "a"}))
-        await anyio.sleep(0.05)  # both finished and posted to r1
+        await until(lambda: posted("chatcmpl-r1") == 2)  # both finished and posted to r1
         await cache.resolve(ToolCall("put", {"key": "x", "value": "new"}))  # epoch moves
         engine.created["chatcmpl-r2"] = dict(store)
         sink.on_response_id("chatcmpl-r2")  # replay: upper yes, the old read no
-        await anyio.sleep(0.05)
+        await until(lambda: posted("chatcmpl-r2") == 1)  # one post holds the whole replay
         cache.speculate(ToolCall("get", {"key": "x"}))  # a fresh read, posted to r2
-        await anyio.sleep(0.05)
+        await until(lambda: posted("chatcmpl-r2") == 2)
         assert (await cache.resolve(ToolCall("get", {"key": "x"}))).value == "new"  # used
         sink.on_response_id("chatcmpl-r3")  # the used read is not replayed
-        await anyio.sleep(0.05)
+        await until(lambda: posted("chatcmpl-r3") >= 1)
     await sink.aclose()
     by_rid = {}
     for p in engine.posts:
