@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import anyio
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -15,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import spectool
 from spectool import Observer, Speculator, ToolCall
 from spectool.testing import KeyValueWorld, ScriptedDrafter, fake_tool
+from tests.core.helpers import until
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ async def test_hit_miss_stale_and_runs_have_their_attributes(spans) -> None:
     async with Speculator(world.toolbox, drafter, samples=1) as spec:
         turn = spec.start_turn([{"role": "user", "content": "a?"}])
         await turn.wait()
-        await anyio.sleep(0.1)  # the early read finishes: the main call is a hit
+        await until(lambda: spec.cache.unused_finished() == 1)  # the early read finished: a hit
         [hit] = await spec.resolve_all([get_a])
         turn = spec.start_turn([{"role": "user", "content": "b?"}])
         await turn.wait()
@@ -163,7 +163,7 @@ async def _served_once_and_one_wasted() -> None:
     async with Speculator(world.toolbox, drafter, samples=1) as spec:
         turn = spec.start_turn([{"role": "user", "content": "a?"}])
         await turn.wait()
-        await anyio.sleep(0.1)
+        await until(lambda: spec.cache.unused_finished() == 2)  # both early reads finished
         [out] = await spec.resolve_all([ToolCall("get", {"key": "a"}, id="call_1")])
         [miss] = await spec.resolve_all([ToolCall("get", {"key": "zz"}, id="call_2")])
     assert out.value == "1" and miss.value == ""  # b was read early and never asked for
@@ -297,7 +297,7 @@ async def test_a_tools_own_spans_nest_under_its_execute_tool(spans) -> None:
     async with Speculator([tool], drafter, samples=1) as spec:
         turn = spec.start_turn([{"role": "user", "content": "?"}])
         await turn.wait()
-        await anyio.sleep(0.05)
+        await until(lambda: spec.cache.unused_finished() == 1)
         await spec.resolve_all([ToolCall("lookup", {"key": "main"}, id="c1")])
     assert sorted(opened) == ["early", "main"]
     finished = spans.get_finished_spans()
@@ -368,7 +368,7 @@ async def test_early_runs_carry_a_call_id_and_every_span_a_schema_url(spans) -> 
     async with Speculator(world.toolbox, drafter, samples=1) as spec:
         turn = spec.start_turn([{"role": "user", "content": "a?"}])
         await turn.wait()
-        await anyio.sleep(0.05)
+        await until(lambda: spec.cache.unused_finished() == 1)
     [early] = [s for s in spans.get_finished_spans() if s.name == "execute_tool get"]
     assert early.attributes["spectool.speculative"] is True
     assert early.attributes["gen_ai.tool.call.id"].startswith("spectool-draft-")
