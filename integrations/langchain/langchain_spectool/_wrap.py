@@ -131,7 +131,8 @@ class SpeculativeChatModel(BaseChatModel):
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable:
         # The inner model formats tools for its provider; the wrapper passes them through.
-        bound = self.model.bind_tools([_unwrapped(t) for t in tools], **kwargs)
+        inner = [t.inner if isinstance(t, SpeculativeTool) else t for t in tools]
+        bound = self.model.bind_tools(inner, **kwargs)
         return self.bind(**getattr(bound, "kwargs", {}))
 
     # -- generation ------------------------------------------------------------------------
@@ -186,10 +187,6 @@ class SpeculativeChatModel(BaseChatModel):
                 yield chunk
         finally:
             end_turn(session)
-
-
-def _unwrapped(tool: Any) -> Any:
-    return tool.inner if isinstance(tool, SpeculativeTool) else tool
 
 
 class SpeculativeTool(BaseTool):
