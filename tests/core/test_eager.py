@@ -23,6 +23,7 @@ from spectool.testing import (
     say,
 )
 
+from .helpers import until
 from .kv_scripts import kv_scripts
 
 pytestmark = pytest.mark.anyio
@@ -228,7 +229,10 @@ async def test_an_external_tool_is_not_dispatched_early_without_the_sessions_opt
         batch = EagerBatch(spec, "all")
         batch.offer(0, ToolCall("search", {"q": "merger plans"}, id="c0"), final=True)
         batch.end()
-        await anyio.sleep(0.01)
+        if opt_in:  # wait for the early run; without the opt-in, give a stray one the chance
+            await until(lambda: seen == ["merger plans"])
+        else:
+            await anyio.sleep(0.01)
         assert (seen == ["merger plans"]) == opt_in  # the third party saw nothing before resolve
         outcomes = await batch.resolve_all([ToolCall("search", {"q": "merger plans"}, id="c0")])
     assert [o.value for o in outcomes] == ["MERGER PLANS"] and seen == ["merger plans"]
@@ -273,8 +277,7 @@ async def test_an_abandoned_responses_eager_read_is_never_served_after_a_write()
     async with spectool.Speculator(world.toolbox) as spec:
         abandoned = EagerBatch(spec, "speculable")
         abandoned.offer(0, ToolCall("get", {"key": "a"}), final=True)  # a stream without call ids
-        await anyio.sleep(0.01)
-        assert world.log.count("get") == 1
+        await until(lambda: world.log.count("get") == 1)
         await spec.resolve(ToolCall("put", {"key": "a", "value": "new"}))
         assert not abandoned.matches([ToolCall("get", {"key": "a"})])
         identified = EagerBatch(spec, "speculable")
@@ -290,7 +293,7 @@ async def test_an_eager_read_is_resolved_again_when_its_scope_changed_before_res
     async with spectool.Speculator(world.toolbox) as spec:
         batch = EagerBatch(spec, "speculable")
         batch.offer(0, ToolCall("get", {"key": "a"}, id="c0"), final=True)
-        await anyio.sleep(0.01)
+        await until(lambda: world.log.count("get") == 1)  # the eager read finished
         world.data["a"] = "changed"
         spec.invalidate("kv")  # a write the session ran outside this response
         outcomes = await batch.resolve_all([ToolCall("get", {"key": "a"}, id="c0")])
