@@ -8,7 +8,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import anyio
 import pytest
 
 import spectool
@@ -22,6 +21,7 @@ from spectool.testing import (
     openai_client,
     say,
 )
+from tests.core.helpers import until
 
 pytestmark = pytest.mark.anyio
 SCRIPT = [[call("get", key="a"), call("add", a=2, b=3)], say("a is 1")]
@@ -321,7 +321,8 @@ async def test_calls_an_engine_resolved_in_place_enter_the_transcript_and_count(
     ) as c:
         turn = c.speculator.start_turn([{"role": "user", "content": "q"}])
         await turn.wait()
-        await anyio.sleep(0.03)  # the speculative get(a) finished (and would have been posted)
+        # the speculative get(a) finished (and would have been posted)
+        await until(lambda: c.speculator.cache.unused_finished() == 1)
         result = await spectool.run_agent(c, model="m", messages="q", stream=stream)
     assert [m["role"] for m in result.transcript] == ["user", "assistant", "tool", "assistant"]
     assert result.transcript[1]["tool_calls"][0]["function"]["name"] == "get"
