@@ -2,8 +2,11 @@
 
 The server runs from ``.venv-vllm`` (built here by ``scripts/setup-vllm.sh`` when missing, a
 few minutes once per machine) with spectool's plugins: fp32 and ``--enforce-eager`` so
-greedy decoding is reproducible, and the model in the engine-core process (``quick_start``) so
-it starts in well under a minute.
+greedy decoding is reproducible, and the model in the engine-core process (``quick_start``):
+two processes, each a vLLM import of ~15 s of CPU (the API server's, then the engine core's,
+spawned once the first is done), then ~3-5 s to load the model and size the KV cache. That
+~35 s of CPU in one chain is the floor of the first vLLM test's set-up: 58-120 s on a busy
+2-core machine (load 6-11), less on a quiet one.
 """
 
 from __future__ import annotations
