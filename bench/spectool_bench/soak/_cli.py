@@ -52,6 +52,7 @@ from ._compare import PassRun, compare
 from ._faults import FaultCounts, FaultyDrafter, disconnecting_clients, faulty_tools
 from ._leak import DEFAULT_MAX_LEAK_PCT, judge, rss_mb, run_passes, settled_rss_mb
 from ._mcp import Prestep, pass_world, with_world
+from ._tiny import TINY, ReplayDrafter, tiny_model_folder
 
 __all__ = ["add_arguments", "run"]
 
@@ -157,16 +158,32 @@ async def _reference_pass(
     return results, errors, scripted, state, rss
 
 
-async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base: dict, counts: FaultCounts):
+def _drafter(args: argparse.Namespace, reference: list[AgentResult]) -> Any:
+    """The history drafter; for the tiny model, behind the reference pass's calls replayed."""
     from spectool.drafters import HistoryDrafter
 
+    if args.model != TINY:
+        return HistoryDrafter()
+    return ReplayDrafter.from_transcripts([t for r in reference for t in r.transcript], HistoryDrafter())
+
+
+async def _soak_pass(
+    args: argparse.Namespace,
+    main: Any,
+    assignment: list,
+    base: dict,
+    counts: FaultCounts,
+    reference: list[AgentResult],
+):
     statuses = _Statuses()
     make_client = _client_factory(main.base_url, statuses)
     salt = iter(range(10**6))
     setup = Setup(
         **base,
         make_client=make_client,
-        drafter=lambda: FaultyDrafter(HistoryDrafter(), counts, salt=str(next(salt)), **_drafter_pcts(args)),
+        drafter=lambda: FaultyDrafter(
+            _drafter(args, reference), counts, salt=str(next(salt)), **_drafter_pcts(args)
+        ),
         mode="engine",
         engine_options={"base_url": main.base_url},
         request_retries=8,
@@ -179,9 +196,19 @@ async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base
     t0 = time.perf_counter()
     sample = functools.partial(_sample_rss, rss, stop, t0, "soak pass", statuses, counts)
 
+    first_drop = anyio.Event()
+
     async def restart() -> None:
-        with anyio.move_on_after(args.restart_after):
-            await stop.wait()
+        if args.restart_after_responses > 0:
+            # ordered by events, not time: after the first dropped stream (not cut by the
+            # restart instead) and once the agents' clients saw that many responses
+            while not stop.is_set() and statuses.responses < args.restart_after_responses:
+                await anyio.sleep(0.02)
+            with anyio.move_on_after(600):
+                await first_drop.wait()
+        else:
+            with anyio.move_on_after(args.restart_after):
+                await stop.wait()
         if not stop.is_set():
             marks.append((time.perf_counter() - t0, "server restart"))
             await anyio.to_thread.run_sync(main.restart_http, 1.0)
@@ -198,9 +225,10 @@ async def _soak_pass(args: argparse.Namespace, main: Any, assignment: list, base
                 counts,
                 every_s=args.disconnect_every,
                 stop=stop,
+                first_done=first_drop,
             )
         )
-        if args.restart_after > 0:
+        if args.restart_after > 0 or args.restart_after_responses > 0:
             tg.start_soon(restart)
         results, errors, scripted = await _agents(tasks, setup, prestep)
         stop.set()
@@ -283,7 +311,7 @@ async def _run_async(args: argparse.Namespace, main: Any) -> dict[str, Any]:
             f"soak pass {k + 1}/{args.passes}: engine-side speculation (eager {args.eager}, "
             f"MCP {'on' if args.mcp else 'off'}) under drafter/tool faults, dropped streams, a restart"
         )
-        run, statuses, rss, marks, wall = await _soak_pass(args, main, assignment, base, counts)
+        run, statuses, rss, marks, wall = await _soak_pass(args, main, assignment, base, counts, reference)
         verdict = compare(ref_run, run, [len(a) for a in assignment])
         lost.extend(verdict.lost)
         changed.extend(verdict.changed)
@@ -339,7 +367,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--passes must be >= 1 and --max-leak-pct >= 0")
     _drafter_pcts(args), _tool_pcts(args)  # a bad value fails before the model loads
     args.out.mkdir(parents=True, exist_ok=True)
-    with EmbeddedMain(backend="torch", threads=args.threads, max_batch=16) as main:
+    source = str(tiny_model_folder(args.out)) if args.model == TINY else args.model
+    # the tiny model repeats its call, so the engine would resolve repeat after repeat, up to
+    # its own cap, in one response whose extra rounds the agent drops (it keeps --max-steps
+    # messages): the rounds an agent can use, no more
+    rounds = max(args.max_steps - 1, 1) if args.model == TINY else None
+    with EmbeddedMain(source, backend="torch", threads=args.threads, max_batch=16, max_rounds=rounds) as main:
         before = {t.ident for t in threading.enumerate()}
         report = anyio.run(_run_async, args, main)
         # after the event loop closed (its worker pools with it): what did the run leave behind?
@@ -360,6 +393,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model",
+        default="embedded",
+        help="the engine's model: 'embedded' (SmolLM2-135M-Instruct, the default), an HF folder, "
+        "a .gguf, or 'tiny': a random 2-layer Llama of SmolLM2's architecture and tokenizer "
+        "(fixed seed) for a fast check of the soak's machinery, whose outputs mean nothing",
+    )
     p.add_argument("--agents", type=int, default=32, help="concurrent agents (default 32)")
     p.add_argument("--tasks-per-agent", type=int, default=4)
     p.add_argument("--categories", default="simple_python,multiple,parallel")
@@ -367,7 +407,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--tool-latency", type=float, default=0.3, help="mean tool seconds")
     p.add_argument("--restart-after", type=float, default=20.0, help="seconds into the soak pass (0: never)")
-    p.add_argument("--disconnect-every", type=float, default=3.0, help="seconds between dropped streams")
+    p.add_argument(
+        "--restart-after-responses",
+        type=int,
+        default=0,
+        help="restart instead once the soak pass's clients saw this many responses and its "
+        "first stream was dropped (0: use --restart-after); a short pass still meets its restart",
+    )
+    p.add_argument(
+        "--disconnect-every",
+        type=float,
+        default=3.0,
+        help="seconds between dropped streams (one is dropped at the start of each pass)",
+    )
     p.add_argument("--settle", type=float, default=6.0, help="seconds to wait before counting leftovers")
     p.add_argument("--threads", type=int, default=2, help="torch threads of the engine")
     p.add_argument(

@@ -7,7 +7,8 @@
   share sleeps long (a slow tool the speculator's runs must not leak). Both depend on the call's
   key only, so the reference run (no speculation) meets the very same faults: an exception is
   part of the transcript (``"Error: …"``), never a difference.
-* :func:`disconnecting_clients` opens streamed requests and drops them after the first chunk.
+* :func:`disconnecting_clients` opens streamed requests and drops them after the first chunk:
+  one at the start of a pass, then one every few seconds.
 
 Counters of every injected fault go into :class:`FaultCounts` so a report can show the faults
 really happened.
@@ -127,27 +128,39 @@ def _wrap(spec: Any, counts: FaultCounts, raise_pct: int, slow_pct: int, slow_s:
 
 
 async def disconnecting_clients(
-    make_client: Any, model: str, counts: FaultCounts, *, every_s: float, stop: anyio.Event
+    make_client: Any,
+    model: str,
+    counts: FaultCounts,
+    *,
+    every_s: float,
+    stop: anyio.Event,
+    first_done: anyio.Event | None = None,
 ) -> None:
-    """Every ``every_s`` seconds, start a streamed request and drop it after its first chunk."""
+    """At once, then every ``every_s`` seconds, start a streamed request and drop it after its
+    first chunk. ``first_done`` is set once the first try is over (however short the pass, it
+    drops one stream; a restart that waits for it does not cut that one instead)."""
     while not stop.is_set():
+        await _drop_one(make_client, model, counts)
+        if first_done is not None:
+            first_done.set()
         with anyio.move_on_after(every_s):
             await stop.wait()
-        if stop.is_set():
-            return
-        client = make_client()
-        try:
-            stream = await client.chat.completions.create(
-                model=model,
-                messages=[{"role": "user", "content": "Write a long story about a lighthouse."}],
-                max_tokens=64,
-                stream=True,
-            )
-            async for _ in stream:
-                break
-            await stream.close()
-            counts.disconnects += 1
-        except Exception:  # the server may be restarting: a refused connection is no disconnect
-            pass
-        finally:
-            await client.close()
+
+
+async def _drop_one(make_client: Any, model: str, counts: FaultCounts) -> None:
+    client = make_client()
+    try:
+        stream = await client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Write a long story about a lighthouse."}],
+            max_tokens=64,
+            stream=True,
+        )
+        async for _ in stream:
+            break
+        await stream.close()
+        counts.disconnects += 1
+    except Exception:  # the server may be restarting: a refused connection is no disconnect
+        pass
+    finally:
+        await client.close()
