@@ -77,12 +77,14 @@ async def test_lossless_on_every_api_and_mode(api, stream) -> None:
 @pytest.mark.parametrize("failure", ["raise", "hang", "garbage"])
 async def test_a_bad_drafter_changes_nothing_and_delays_nothing(failure) -> None:
     script = [call("get", key="a"), [call("put", key="c", value="x"), call("get", key="c")], say("ok")]
-    t0 = time.perf_counter()
     base, spec = await _check_lossless(
         script, ScriptedDrafter(ScriptedModel(script), failure=failure), draft_timeout=5.0
     )
-    # A hanging drafter is bounded by its timeout (5 s) but the main path never waits for it.
-    assert time.perf_counter() - t0 < 2.5
+    # A hanging drafter is bounded by its timeout (5 s) but the main path never waits for it:
+    # each turn's draft is cancelled when its calls resolve, so no timeout ever fires (had the
+    # main path waited, every turn would). Structural: a wall bound (< 2.5 s for both runs)
+    # failed on a loaded machine.
+    assert spec.stats["draft_timeouts"] == 0
     assert spec.stats["speculative_started"] == 0
 
 
