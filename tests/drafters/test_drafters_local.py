@@ -131,7 +131,9 @@ async def test_sampled_rows_give_lambda_valid_calls_off_the_event_loop(smol):
         parsed = parse_tool_calls(text)
         assert len(parsed) == 1 and valid(parsed[0], tools), text
     assert len(calls) == 3
-    assert ticks >= 0.3 * elapsed / 0.01  # the event loop kept running during generation
+    # The event loop kept running during generation (blocked, the ticker gets ~0 ticks). A loose
+    # rate: on a loaded 2-core machine the ticker got far less than 30% of its ideal 100/s.
+    assert ticks >= max(3, 0.05 * elapsed / 0.01)
 
 
 @pytest.mark.model
@@ -161,7 +163,9 @@ async def test_cancellation_returns_at_once_and_stops_the_worker(smol):
     start = time.perf_counter()
     with anyio.move_on_after(0.5):
         await drafter.propose(DraftRequest(ASK, TOOLS, samples=2))
-    assert time.perf_counter() - start < 1.5
+    # "at once": not after the 400-token generation (many seconds on CPU); the bound leaves a
+    # loaded machine room to schedule the cancellation
+    assert time.perf_counter() - start < 3.0
     freed = threading.Event()
 
     def wait_lock():
@@ -169,7 +173,7 @@ async def test_cancellation_returns_at_once_and_stops_the_worker(smol):
             freed.set()
 
     await anyio.to_thread.run_sync(wait_lock)
-    assert freed.is_set() and time.perf_counter() - start < 5
+    assert freed.is_set() and time.perf_counter() - start < 8
     assert load_shared(None, "float32") is smol  # loaded once, shared
 
 
