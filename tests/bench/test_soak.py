@@ -60,10 +60,10 @@ def test_a_tiny_soak_loses_and_changes_nothing(tmp_path, capsys):
 
 
 def test_a_lost_agent_is_reported_by_the_errors_inside_its_task_group():
-    from spectool_bench.soak._cli import _describe
+    from spectool_bench.soak._passes import describe
 
     group = ExceptionGroup("unhandled errors in a TaskGroup", [ValueError("bad args"), KeyError("x")])
-    assert _describe(group) == "ValueError: bad args; KeyError: 'x'"
+    assert describe(group) == "ValueError: bad args; KeyError: 'x'"
 
 
 def test_the_slope_is_least_squares_per_pass():
@@ -310,7 +310,7 @@ def test_the_soak_wiring_offers_the_mcp_tools_and_runs_the_models_mcp_call(eager
     from spectool_bench.bfcl._splits import in_split
     from spectool_bench.bfcl._tasks import load_tasks
     from spectool_bench.harness._agents import Setup, assign
-    from spectool_bench.soak import _cli
+    from spectool_bench.soak import _passes
     from spectool_bench.soak._mcp import pass_world, with_world
 
     model = ScriptedModel([call("notes_write", key="m", text="from the model"), say("done")])
@@ -328,7 +328,7 @@ def test_the_soak_wiring_offers_the_mcp_tools_and_runs_the_models_mcp_call(eager
     async def one_pass():
         async with pass_world(True) as world:
             assignment, s, prestep = with_world(world, assign(tasks, 2, 1), setup, eager)
-            results, errors, scripted = await _cli._agents(assignment, s, prestep)
+            results, errors, scripted = await _passes.agents(assignment, s, prestep)
             return results, errors, scripted, world.notes.state()
 
     results, errors, scripted, state = anyio.run(one_pass)
@@ -345,13 +345,14 @@ def test_fault_shares_are_checked_before_the_model_loads(tmp_path):
     import argparse
 
     from spectool.errors import ConfigError
-    from spectool_bench.soak import _cli
+    from spectool_bench.soak import _cli, _options
 
     parser = argparse.ArgumentParser()
     _cli.add_arguments(parser)
     args = parser.parse_args([])
-    assert _cli._drafter_pcts(args) == {"raise_pct": 10, "hang_pct": 5, "garbage_pct": 10}
-    assert _cli._tool_pcts(args) == {"raise_pct": 8, "slow_pct": 5}
+    _options.fault_shares(args)  # parsed once, onto the args the passes read
+    assert args.drafter_pct == {"raise_pct": 10, "hang_pct": 5, "garbage_pct": 10}
+    assert args.tool_pct == {"raise_pct": 8, "slow_pct": 5}
     for bad in (["--drafter-faults", "10,5"], ["--tool-faults", "60,50"], ["--tool-faults", "x,1"]):
         with pytest.raises(ConfigError, match="percentages"):
             _cli.run(parser.parse_args([*bad, "--out", str(tmp_path)]))
