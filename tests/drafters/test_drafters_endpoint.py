@@ -57,9 +57,11 @@ async def test_garbage_text_gives_no_calls():
 
 
 async def test_timeout_becomes_drafter_error_promptly():
-    model = ScriptedModel([call("add", a=1, b=2)], first_token_latency=5.0)
+    # The answer would take 30 s: only the 0.2 s timeout can end it within the 10 s guard (a
+    # 2 s guard left a loaded machine little room).
+    model = ScriptedModel([call("add", a=1, b=2)], first_token_latency=30.0)
     drafter = EndpointDrafter(openai_client(model), model="m", timeout=0.2)
-    with anyio.fail_after(2):
+    with anyio.fail_after(10):
         with pytest.raises(DrafterError, match="timed out"):
             await drafter.propose(DraftRequest(ASK, TOOLS))
 

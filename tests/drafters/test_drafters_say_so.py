@@ -139,7 +139,7 @@ def test_the_machine_hint(caplog) -> None:
 
 
 async def test_a_timeout_is_not_an_error() -> None:
-    drafter = ScriptedDrafter(ScriptedModel(SCRIPT), delay=1.0)
+    drafter = ScriptedDrafter(ScriptedModel(SCRIPT), delay=30.0)  # only the timeout ends it
     async with spectool.Speculator(KeyValueWorld().toolbox, drafter, draft_timeout=0.05) as s:
         turn = s.start_turn([{"role": "user", "content": "q"}])
         await turn.wait()
