@@ -371,3 +371,63 @@ def test_eager_defaults_to_speculable_and_mcp_to_on():
     assert (args.eager, args.mcp) == ("all", False)
     with pytest.raises(SystemExit):
         parser.parse_args(["--eager", "sometimes"])
+
+
+def _conversation(call_id: str, output: str) -> list[dict]:
+    return [
+        {"role": "user", "content": "area of a circle of radius 3"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": "area", "arguments": '{"r": -3}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": call_id, "content": output},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": call_id + "b", "type": "function", "function": {"name": "log", "arguments": "{}"}}
+            ],
+        },
+    ]
+
+
+def test_the_replay_drafter_proposes_the_reference_calls_ids_aside():
+    """The tiny soak's drafter: the call the reference pass made next in the same conversation
+    (call ids differ from pass to pass), then the inner drafter's; a conversation that differs
+    (another tool output) gets the inner drafter's proposals only."""
+    import anyio
+
+    from spectool import DraftRequest, ToolCall
+    from spectool_bench.soak._tiny import ReplayDrafter
+
+    class Inner:  # a drafter with one fixed proposal: what the replay falls back to
+        async def propose(self, request):
+            return [ToolCall("inner", {})]
+
+    drafter = ReplayDrafter.from_transcripts([_conversation("call_ref", "28.3")], Inner())
+    run = _conversation("call_other", "28.3")
+
+    def propose(messages, samples=1):
+        return anyio.run(drafter.propose, DraftRequest(messages, [], samples))
+
+    assert propose(run[:1]) == [ToolCall("area", {"r": -3})]
+    assert propose(run[:3], samples=2) == [ToolCall("log", {}), ToolCall("inner", {})]
+    # negative controls: another tool output, another first message
+    assert propose(_conversation("call_other", "0")[:3]) == [ToolCall("inner", {})]
+    assert propose([{"role": "user", "content": "area of a circle of radius 4"}]) == [ToolCall("inner", {})]
+
+
+def test_the_tiny_model_is_the_same_for_a_seed_and_another_for_another(tmp_path):
+    """Greedy soak passes compare transcripts, so the tiny model must be reproducible."""
+    from safetensors.torch import load_file
+
+    from spectool_bench.soak._tiny import tiny_model_folder
+
+    a, b, c = (tiny_model_folder(tmp_path / name, seed=s) for name, s in (("a", 0), ("b", 0), ("c", 1)))
+    wa, wb, wc = (load_file(str(f / "model.safetensors")) for f in (a, b, c))
+    assert wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
+    assert any(not (wa[k] == wc[k]).all() for k in wa)  # negative control: another seed
+    assert wa["model.embed_tokens.weight"].shape == (49152, 64) and (a / "tokenizer.json").exists()
