@@ -23,6 +23,9 @@ Exit status 1 when anything was lost or changed (a transcript or a world state),
 back, or the slope is above ``--max-leak-pct``. Both passes run under the same concurrency on
 the same engine, so a changed transcript is speculation's doing, not batching's.
 
+``--model tiny`` serves a tiny random model of SmolLM2's architecture instead (:mod:`._tiny`):
+the same machinery in seconds, for tests; its transcripts mean nothing beyond being equal.
+
     spectool soak --agents 32 --tasks-per-agent 4 --out soak-out
 """
 
