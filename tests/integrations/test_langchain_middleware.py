@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.tools import ToolException, tool
 
 from langchain_spectool import SpeculativeToolMiddleware, create_agent, effect_of, speculable
@@ -93,11 +94,21 @@ def build(drafter=None, script=SCRIPT, *, middleware: bool = True, **options):
     return agent, world, mw, model
 
 
-def run(agent, mode: str):
+def run(agent, mode: str, config: dict | None = None):
     inputs = {"messages": [("user", "buy two apples if in stock")]}
     if mode == "sync":
-        return agent.invoke(inputs)["messages"]
-    return asyncio.run(agent.ainvoke(inputs))["messages"]
+        return agent.invoke(inputs, config)["messages"]
+    return asyncio.run(agent.ainvoke(inputs, config))["messages"]
+
+
+class ResponseEnds(BaseCallbackHandler):
+    """When each model response ended (LangChain's own callback), on the clock World logs with."""
+
+    def __init__(self) -> None:
+        self.at: list[float] = []
+
+    def on_llm_end(self, *args: object, **kwargs: object) -> None:
+        self.at.append(time.monotonic())
 
 
 def run_closing(agent, mw, mode: str):
@@ -133,17 +144,41 @@ def test_transcript_identical_and_counters_show_early_runs(mode):
 
 
 def test_speculation_saves_time(mode):
-    agent, _, _, _ = build(middleware=False)
-    t0 = time.perf_counter()
-    run(agent, mode)
-    base = time.perf_counter() - t0
-    agent, _, mw, _ = build(ScriptedDrafter(oracle()))
-    t0 = time.perf_counter()
-    run(agent, mode)
-    spec = time.perf_counter() - t0
-    mw.close()
-    # 3 of 4 tool rounds overlap generation; a generous margin for a busy CI machine.
-    assert spec < base - TOOL_LATENCY
+    def starts_and_ends(drafter):
+        agent, world, mw, model = build(drafter, middleware=drafter is not None)
+        # 0.3 s a response (not 0.1): a thread that starts an early run late on a loaded
+        # machine still starts it within the response it overlaps
+        model.latency = 0.3
+        ends = ResponseEnds()
+        try:
+            run(agent, mode, {"callbacks": [ends]})
+        finally:
+            if mw is not None:
+                mw.close()
+        return [(name, t) for name, _, t in world.log], ends.at
+
+    base_starts, base_ends = starts_and_ends(None)
+    starts, ends = starts_and_ends(ScriptedDrafter(oracle()))
+    # Ordering, not seconds (comparing two wall times failed on a loaded machine): 3 of 4 tool
+    # rounds overlap generation -- with speculation each read started while the model was still
+    # generating the response that calls it; without, only after that response ended. Rounds:
+    # responses 0 (two get_stock), 1 (audit), 2 (buy: mutating, never early), 3 (get_stock).
+    by_response = [0, 0, 1, 2, 3]
+    assert len(ends) == len(base_ends) == 5
+    assert (
+        [n for n, _ in starts]
+        == [n for n, _ in base_starts]
+        == [
+            "get_stock",
+            "get_stock",
+            "audit",
+            "buy",
+            "get_stock",
+        ]
+    )
+    assert all(t > base_ends[r] for (_, t), r in zip(base_starts, by_response))
+    early = [t < ends[r] for (_, t), r in zip(sorted(starts, key=lambda s: s[1]), by_response)]
+    assert early == [True, True, True, False, True]
 
 
 def test_mutating_tools_never_run_early(mode):
