@@ -103,3 +103,26 @@ def test_an_empty_step_does_not_count_as_a_drafted_one():
     _run(gate, 1, drafted=(3, 1.0), plain=(1, 1.0))
     gate.observe(True, 1, 1.0, empty=True)
     assert gate.on  # the run of empty steps was broken by a drafting one
+
+
+def test_a_closed_gate_probes_with_a_few_best_nodes_only():
+    """A probe asks whether drafting pays again: the policy verifies the best PROBE_NODES of
+    its tree, not all of it. Control: while drafting is on, the same context drafts the full
+    tree (TopG g=8)."""
+    import torch
+
+    from spectool_serving.tree.policy import PROBE_NODES, DecodingPolicy
+
+    pol = DecodingPolicy("unispec", vocab=40, g=8)
+    chain = list(range(3, 14))
+    logits = torch.full((len(chain), 40), -10.0)
+    for i, nxt in enumerate(chain[1:]):
+        logits[i, nxt] = 10.0  # after 3 -> 4, after 4 -> 5, ...
+    pol.observe(2, chain, logits, n_accepted=0)
+    assert len(pol.draft_tree("r", [1, 2, 3])) == 8  # the gate is open: the full tree
+    for _ in range(3):  # steps that drafted nothing close the gate (empty_limit)
+        assert pol.should_draft()
+        pol.end_step(1, 1.0, 0.5)
+    assert not pol.should_draft()
+    probe = pol.draft_tree("r", [1, 2, 3])
+    assert PROBE_NODES < 8 and len(probe) == PROBE_NODES and probe.tokens == [3, 4, 5, 6]
