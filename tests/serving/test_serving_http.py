@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
@@ -344,6 +345,16 @@ def test_wrapper_engine_mode_end_to_end(live, app):
     engine = app.state.engine
     engine.ctx.max_rounds = 1
     hits_before = engine.counters()["o3_hits"]
+    # The client's post races the model's decoding of the call: on a loaded machine the call
+    # could end before the output arrives (a plain miss, as the protocol allows). The engine's
+    # lookup therefore waits (on the engine thread, up to 60 s) for this test's entry to land.
+    store, take = engine.store, engine.store.take
+
+    def take_when_posted(*args):
+        deadline = time.monotonic() + 60
+        while (entry := take(*args)) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return entry
 
     async def go():
         client = openai.AsyncOpenAI(api_key="key-a", base_url=f"{live}/v1", timeout=600)
@@ -367,10 +378,12 @@ def test_wrapper_engine_mode_end_to_end(live, app):
             results = await agent.run_tool_calls(stream)
             return resolved, results, agent.sink.counters
 
+    store.take = take_when_posted
     try:
         resolved, results, counters = asyncio.run(go())
     finally:
         engine.ctx.max_rounds = 16
+        del store.take  # the class's own method again
     assert counters["cached"] >= 1
     assert engine.counters()["o3_hits"] == hits_before + 1
     assert [m["role"] for m in resolved] == ["assistant", "tool"] and resolved[1][
